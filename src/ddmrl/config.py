@@ -1,0 +1,369 @@
+"""params.yaml parsed into frozen dataclasses, validated once.
+
+Every stage script and the Snakemake workflow call :func:`load`, so a bad value is refused before any stage
+does work, with one line that names the key, the value and what is allowed::
+
+    params.yaml: grpo.num_generations = 1: must be >= 2 (GRPO needs a group to compare against)
+
+Profiles of scale: ``profile: tiny`` is the default embedded run and needs no other file. Any other profile
+``NAME`` overlays ``profiles/NAME.yaml`` (next to params.yaml) onto params.yaml, key by key, before
+validation. Hyperparameter names follow TRL's ``GRPOConfig`` where the concept matches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEFAULT_PROFILE = "tiny"
+
+
+class ConfigError(ValueError):
+    """A params.yaml problem; its message is one line naming the key."""
+
+
+# ------------------------------------------------------------------------------------------------ sections
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """TinyDDM architecture (embedded profiles) or a checkpoint to download (paper profiles)."""
+
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    intermediate_size: int = 512
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        for key in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):
+            _check(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
+        _check(self.hidden_size % self.num_heads == 0, "hidden_size", self.hidden_size,
+               f"must be divisible by num_heads = {self.num_heads}")
+        _check(0.0 <= self.dropout < 1.0, "dropout", self.dropout, "must be in [0, 1)")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """A supervised masked-diffusion training run (the download stage's pre-training, and SFT)."""
+
+    max_steps: int = 1000
+    batch_size: int = 64
+    learning_rate: float = 1e-3
+    warmup_steps: int = 50
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    num_examples: int = 0  # 0 = draw fresh examples from the generator every step (unlimited data)
+    log_every: int = 50
+
+    def __post_init__(self) -> None:
+        _check(self.max_steps >= 0, "max_steps", self.max_steps, "must be >= 0")
+        _check(self.batch_size >= 1, "batch_size", self.batch_size, "must be >= 1")
+        _check(self.learning_rate > 0, "learning_rate", self.learning_rate, "must be > 0")
+
+
+@dataclass(frozen=True)
+class DownloadConfig:
+    """The download stage: under embedded profiles, synthetic data plus a base model pre-trained from scratch."""
+
+    num_eval: int = 256
+    pretrain: TrainConfig = field(default_factory=TrainConfig)
+
+    def __post_init__(self) -> None:
+        _check(self.num_eval >= 1, "num_eval", self.num_eval, "must be >= 1")
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """LLaDA semi-autoregressive low-confidence sampler (Nie et al. 2025, ``generate``)."""
+
+    block_length: int = 4
+    steps: int = 10  # total denoising steps over the completion; steps per block = steps / num_blocks
+    temperature: float = 0.0  # Gumbel-max temperature; 0 = greedy
+    remasking: str = "low_confidence"  # low_confidence | random
+
+    def __post_init__(self) -> None:
+        _check(self.block_length >= 1, "block_length", self.block_length, "must be >= 1")
+        _check(self.steps >= 1, "steps", self.steps, "must be >= 1")
+        _check(self.temperature >= 0, "temperature", self.temperature, "must be >= 0")
+        _check_choice("remasking", self.remasking, ("low_confidence", "random"))
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """The standalone rollout + reward stages: G samples per prompt from the SFT model (room-for-RL check)."""
+
+    num_prompts: int = 64
+    num_generations: int = 8
+    sampler: SamplerConfig = field(default_factory=lambda: SamplerConfig(temperature=1.0))
+
+
+@dataclass(frozen=True)
+class EvaluateConfig:
+    """Held-out evaluation: greedy decoding as in d1's protocol."""
+
+    batch_size: int = 128
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    """Hyperparameters of one GRPO run (TRL names). A method section may override any of them."""
+
+    method: str = ""  # record in ddmrl.methods.METHODS; defaults to the section name
+    max_steps: int = 100
+    num_prompts: int = 8  # distinct prompts per step
+    num_generations: int = 8  # G, completions per prompt
+    num_iterations: int = 4  # mu, optimiser steps (each on its own training view) per rollout batch
+    learning_rate: float = 3e-4
+    beta: float = 0.01  # k3 KL coefficient against the frozen reference
+    epsilon: float = 0.2  # PPO clip range
+    max_grad_norm: float = 1.0
+    weight_decay: float = 0.0
+    scale_rewards: str = "group"  # group (z-score) | none (mean only, as d1's code)
+    loss_type: str = "token_mean"  # token_mean (d1/MaskGRPO: global token mean) | seq_mean (per-sequence mean)
+    sampler: SamplerConfig = field(default_factory=lambda: SamplerConfig(temperature=1.0))
+    # DDM-specific: the training views ("re-masking") and the token weighting
+    p_mask_prompt: float = 0.15  # diffu-GRPO: prompt tokens masked with this probability
+    gamma: float = 0.6  # MaskGRPO: truncated ratios t_j = gamma + (1 - gamma) j / mu
+    remasking: str = ""  # view sampler; empty = the method's own
+    coupling: str = "independent"  # independent | nested | trajectory (RebRL A.2)
+    rebrl_mode: str = "token"  # none | t1 | t2 | token | token_t2 (RebRL A.3)
+    log_every: int = 5
+
+    def __post_init__(self) -> None:
+        _check(self.num_generations >= 2, "num_generations", self.num_generations,
+               "must be >= 2 (GRPO needs a group to compare against)")
+        _check(self.num_prompts >= 1, "num_prompts", self.num_prompts, "must be >= 1")
+        _check(self.num_iterations >= 1, "num_iterations", self.num_iterations, "must be >= 1")
+        _check(self.max_steps >= 0, "max_steps", self.max_steps, "must be >= 0")
+        _check(self.learning_rate > 0, "learning_rate", self.learning_rate, "must be > 0")
+        _check(self.beta >= 0, "beta", self.beta, "must be >= 0")
+        _check(0 < self.epsilon < 1, "epsilon", self.epsilon, "must be in (0, 1)")
+        _check(0.0 <= self.gamma < 1.0, "gamma", self.gamma, "must be in [0, 1)")
+        _check(0.0 <= self.p_mask_prompt < 1.0, "p_mask_prompt", self.p_mask_prompt, "must be in [0, 1)")
+        _check_choice("scale_rewards", self.scale_rewards, ("group", "none"))
+        _check_choice("loss_type", self.loss_type, ("token_mean", "seq_mean"))
+        _check_choice("coupling", self.coupling, ("independent", "nested", "trajectory"))
+        _check_choice("rebrl_mode", self.rebrl_mode, ("none", "t1", "t2", "token", "token_t2"))
+
+
+@dataclass(frozen=True)
+class GRPOSection:
+    """``grpo:``: which runs exist, and the defaults every method section starts from."""
+
+    methods: tuple[str, ...] = ("diffu_grpo", "unigrpo", "maskgrpo", "rebrl")
+    seeds: tuple[int, ...] = (0,)
+    defaults: GRPOConfig = field(default_factory=GRPOConfig)
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole params.yaml, after the profile overlay."""
+
+    profile: str
+    seed: int
+    tasks: tuple[str, ...]
+    task_params: dict[str, dict[str, Any]]
+    model: ModelConfig
+    download: DownloadConfig
+    sft: TrainConfig
+    rollout: RolloutConfig
+    evaluate: EvaluateConfig
+    grpo: GRPOSection
+    methods: dict[str, GRPOConfig]  # run section name -> resolved hyperparameters
+    raw: dict[str, Any]  # the merged mapping, for provenance and for the DAG's rerun triggers
+
+    def run_names(self) -> list[str]:
+        """Every GRPO run: ``<method section>_<task>_s<seed>``."""
+        return [run_name(m, t, s) for m in self.grpo.methods for t in self.tasks for s in self.grpo.seeds]
+
+    def run(self, name: str) -> tuple[GRPOConfig, str, int]:
+        """(hyperparameters, task, seed) of a run name."""
+        for m in self.grpo.methods:
+            for t in self.tasks:
+                for s in self.grpo.seeds:
+                    if run_name(m, t, s) == name:
+                        return self.methods[m], t, s
+        raise ConfigError(f"unknown run '{name}'; runs are: {', '.join(self.run_names())}")
+
+
+def run_name(method: str, task: str, seed: int) -> str:
+    return f"{method}_{task}_s{seed}"
+
+
+# ------------------------------------------------------------------------------------------------ loading
+
+
+def load(path: str | Path) -> Config:
+    """Read, overlay the profile, and validate ``path``. Raises :class:`ConfigError` (one line) on any problem."""
+    path = Path(path)
+    raw = _read_yaml(path)
+    profile = raw.get("profile", DEFAULT_PROFILE)
+    if not isinstance(profile, str):
+        raise ConfigError(f"{path.name}: profile = {profile!r}: must be a profile name")
+    if profile != DEFAULT_PROFILE:
+        overlay_path = profile_path(path, profile)
+        if not overlay_path.exists():
+            raise ConfigError(f"{path.name}: profile = {profile!r}: no overlay file {overlay_path}")
+        raw = deep_merge(raw, _read_yaml(overlay_path))
+    try:
+        return _build_config(raw)
+    except ConfigError as e:
+        raise ConfigError(f"{path.name}: {e}") from None
+
+
+def profile_path(params_path: str | Path, profile: str) -> Path:
+    return Path(params_path).parent / "profiles" / f"{profile}.yaml"
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` onto ``base``, recursively for mappings; lists and scalars are replaced."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}{where}: not valid YAML ({getattr(e, 'problem', e)})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def _build_config(raw: dict[str, Any]) -> Config:
+    from ddmrl.methods import METHODS  # late import: methods imports nothing from here at module level
+    from ddmrl.tasks import TASKS
+
+    known = {f.name for f in dataclasses.fields(Config)} - {"raw"}
+    for key in raw:
+        if key not in known:
+            raise ConfigError(f"{key}: unknown section; sections are: {', '.join(sorted(known))}")
+    tasks = tuple(_as(raw.get("tasks", ["sudoku4", "countdown3"]), tuple[str, ...], "tasks"))
+    _check(len(tasks) >= 1, "tasks", list(tasks), "must name at least one task")
+    for t in tasks:
+        _check_choice("tasks", t, tuple(TASKS))
+    task_params = _as(raw.get("task_params", {}) or {}, dict[str, Any], "task_params")
+    for t, kw in task_params.items():
+        _check_choice("task_params", t, tuple(TASKS))
+        _check(isinstance(kw, dict), f"task_params.{t}", kw, "must be a mapping of generator parameters")
+
+    grpo_raw = dict(raw.get("grpo", {}) or {})
+    _check(isinstance(grpo_raw, dict), "grpo", grpo_raw, "must be a mapping")
+    head = {k: grpo_raw.pop(k) for k in ("methods", "seeds") if k in grpo_raw}
+    defaults = _section(GRPOConfig, grpo_raw, "grpo")
+    grpo = GRPOSection(
+        methods=tuple(_as(head.get("methods", GRPOSection.methods), tuple[str, ...], "grpo.methods")),
+        seeds=tuple(_as(head.get("seeds", GRPOSection.seeds), tuple[int, ...], "grpo.seeds")),
+        defaults=defaults,
+    )
+    _check(len(grpo.seeds) >= 1, "grpo.seeds", list(grpo.seeds), "must list at least one seed")
+    methods_raw = raw.get("methods", {}) or {}
+    _check(isinstance(methods_raw, dict), "methods", methods_raw, "must be a mapping of method sections")
+    methods: dict[str, GRPOConfig] = {}
+    for name in grpo.methods:
+        _check(name.replace("_", "").isalnum(), "grpo.methods", name, "section names use letters, digits and _ only")
+        section = dict(methods_raw.get(name, {}) or {})
+        method = section.get("method", name)
+        if method not in METHODS:
+            where = f"methods.{name}.method" if "method" in section else "grpo.methods"
+            raise ConfigError(f"{where} = {method!r}: unknown method; choose one of {', '.join(METHODS)}")
+        merged = deep_merge(METHODS[method].defaults, section)
+        merged["method"] = method
+        base = dataclasses.asdict(defaults)
+        methods[name] = _section(GRPOConfig, deep_merge(base, merged), f"methods.{name}")
+        METHODS[method].validate(methods[name], f"methods.{name}")
+
+    return Config(
+        profile=_as(raw.get("profile", DEFAULT_PROFILE), str, "profile"),
+        seed=_as(raw.get("seed", 0), int, "seed"),
+        tasks=tasks,
+        task_params=task_params,
+        model=_section(ModelConfig, raw.get("model", {}), "model"),
+        download=_section(DownloadConfig, raw.get("download", {}), "download"),
+        sft=_section(TrainConfig, raw.get("sft", {}), "sft"),
+        rollout=_section(RolloutConfig, raw.get("rollout", {}), "rollout"),
+        evaluate=_section(EvaluateConfig, raw.get("evaluate", {}), "evaluate"),
+        grpo=grpo,
+        methods=methods,
+        raw=raw,
+    )
+
+
+def _section(cls: type, data: Any, prefix: str) -> Any:
+    """Build dataclass ``cls`` from mapping ``data``: unknown keys and wrong types are errors naming the key."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix} = {data!r}: must be a mapping")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for key, value in data.items():
+        if key not in fields:
+            raise ConfigError(f"{prefix}.{key}: unknown key; allowed: {', '.join(fields)}")
+        hint = hints[key]
+        if dataclasses.is_dataclass(hint):
+            kwargs[key] = _section(hint, value, f"{prefix}.{key}")
+        else:
+            kwargs[key] = _as(value, hint, f"{prefix}.{key}")
+    try:
+        return cls(**kwargs)
+    except ConfigError as e:  # __post_init__ names keys relative to its own section
+        raise ConfigError(f"{prefix}.{e}") from None
+
+
+def _as(value: Any, hint: Any, key: str) -> Any:
+    """``value`` checked against the type ``hint`` (int, float, str, bool, tuple[X, ...], dict)."""
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key} = {value!r}: must be a list")
+        inner = typing.get_args(hint)[0]
+        return tuple(_as(v, inner, key) for v in value)
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key} = {value!r}: must be a mapping")
+        return dict(value)
+    if origin in (typing.Union, types.UnionType) or hint is Any:
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key} = {value!r}: must be a number")
+        return float(value)
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key} = {value!r}: must be an integer")
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key} = {value!r}: must be true or false")
+        return value
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key} = {value!r}: must be a string")
+        return value
+    return value
+
+
+def _check(ok: bool, key: str, value: Any, why: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key} = {value!r}: {why}")
+
+
+def _check_choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
+    _check(value in allowed, key, value, f"unknown value; choose one of {', '.join(allowed)}")

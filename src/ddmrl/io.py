@@ -1,0 +1,77 @@
+"""Artifact I/O: every file is written under a temporary name and renamed into place (atomic on POSIX), so a
+killed run never leaves a file that looks complete."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+
+class DataError(ValueError):
+    """A malformed input file; the message names the file and line."""
+
+
+@contextmanager
+def atomic_path(path: str | Path):
+    """Yield a temporary path next to ``path``; on success rename it onto ``path`` (file or directory)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent)) / path.name
+    try:
+        yield tmp
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    finally:
+        shutil.rmtree(tmp.parent, ignore_errors=True)
+
+
+def write_text(path: str | Path, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
+    write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+
+
+def read_json(path: str | Path) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise DataError(f"{path}: file not found") from None
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path} line {e.lineno}: not valid JSON ({e.msg})") from None
+
+
+def read_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Records of a JSONL file; a malformed line or a missing ``required`` key names the file and line."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except FileNotFoundError:
+        raise DataError(f"{path}: file not found") from None
+    out = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path} line {n}: not valid JSON ({e.msg})") from None
+        if not isinstance(rec, dict):
+            raise DataError(f"{path} line {n}: expected a JSON object, got {type(rec).__name__}")
+        missing = [k for k in required if k not in rec]
+        if missing:
+            raise DataError(f"{path} line {n}: missing key(s) {', '.join(missing)}")
+        out.append(rec)
+    return out

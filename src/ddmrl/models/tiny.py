@@ -1,0 +1,123 @@
+"""TinyDDM: the embedded masked diffusion model, a small bidirectional transformer.
+
+It has the interface of LLaDA's ``LLaDAModelLM`` that the rest of ddmrl relies on: ``model(input_ids).logits``
+of shape [B, L, V] from a full, non-causal forward pass over the whole sequence, and ``config.mask_token_id``.
+It is a transformers ``PreTrainedModel`` registered with the Auto classes, so ``save_pretrained`` /
+``AutoModelForMaskedLM.from_pretrained`` work (safetensors), like any hub model.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PretrainedConfig, PreTrainedModel
+from transformers.modeling_outputs import MaskedLMOutput
+
+
+class TinyDDMConfig(PretrainedConfig):
+    model_type = "tiny_ddm"
+
+    def __init__(
+        self,
+        vocab_size: int = 64,
+        hidden_size: int = 128,
+        num_layers: int = 4,
+        num_heads: int = 4,
+        intermediate_size: int = 512,
+        max_position_embeddings: int = 64,
+        dropout: float = 0.0,
+        mask_token_id: int = 0,
+        pad_token_id: int = 1,
+        bos_token_id: int = 2,
+        eos_token_id: int = 3,
+        **kwargs,
+    ) -> None:
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        self.num_heads = num_heads
+        self.intermediate_size = intermediate_size
+        self.max_position_embeddings = max_position_embeddings
+        self.dropout = dropout
+        self.mask_token_id = mask_token_id
+        # transformers 5 has no default for tie_word_embeddings: say it explicitly (ecosystem.md section 4)
+        kwargs.setdefault("tie_word_embeddings", True)
+        super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
+
+
+class _Block(nn.Module):
+    """Pre-LN transformer block with full (bidirectional) self-attention."""
+
+    def __init__(self, cfg: TinyDDMConfig) -> None:
+        super().__init__()
+        self.num_heads = cfg.num_heads
+        self.dropout = cfg.dropout
+        self.ln1 = nn.LayerNorm(cfg.hidden_size)
+        self.qkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size)
+        self.proj = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.ln2 = nn.LayerNorm(cfg.hidden_size)
+        self.ff = nn.Sequential(
+            nn.Linear(cfg.hidden_size, cfg.intermediate_size),
+            nn.GELU(),
+            nn.Linear(cfg.intermediate_size, cfg.hidden_size),
+        )
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [B, L, D]
+        b, n, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, n, 3, self.num_heads, d // self.num_heads).unbind(2)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, L, D/H]
+        p = self.dropout if self.training else 0.0
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=False, dropout_p=p)
+        x = x + self.drop(self.proj(a.transpose(1, 2).reshape(b, n, d)))
+        return x + self.drop(self.ff(self.ln2(x)))
+
+
+class TinyDDMForMaskedLM(PreTrainedModel):
+    config_class = TinyDDMConfig
+    base_model_prefix = "tiny_ddm"
+    _tied_weights_keys = {"lm_head.weight": "tok.weight"}  # a dict in transformers 5
+
+    def __init__(self, config: TinyDDMConfig) -> None:
+        super().__init__(config)
+        self.tok = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.pos = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.blocks = nn.ModuleList(_Block(config) for _ in range(config.num_layers))
+        self.ln_f = nn.LayerNorm(config.hidden_size)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.tok
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None, **kwargs) -> MaskedLMOutput:
+        """Logits for every position of ``input_ids`` [B, L] -> [B, L, V]; ``labels`` (-100 = ignore) adds CE."""
+        n = input_ids.shape[1]
+        if n > self.config.max_position_embeddings:
+            raise ValueError(f"sequence length {n} exceeds max_position_embeddings {self.config.max_position_embeddings}")
+        x = self.tok(input_ids) + self.pos(torch.arange(n, device=input_ids.device))
+        for block in self.blocks:
+            x = block(x)
+        logits = self.lm_head(self.ln_f(x))  # [B, L, V]
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+        return MaskedLMOutput(loss=loss, logits=logits)
+
+
+AutoConfig.register("tiny_ddm", TinyDDMConfig)
+AutoModel.register(TinyDDMConfig, TinyDDMForMaskedLM)
+AutoModelForMaskedLM.register(TinyDDMConfig, TinyDDMForMaskedLM)

@@ -1,0 +1,49 @@
+"""Per-(view, token) loss weights omega and per-sample normalisers Z (algorithms.md A.3, C.2 ``TokenWeighting``).
+
+  completion_mean  every valid completion token (d1: the whole completion is masked in every view)
+  masked_mean      the masked valid tokens of the view (UniGRPO, MaskGRPO)
+  rebrl            omega_ij(k) = delta_ij(k) * lambda(t_ij) / t_ij * g(F_i(k)), Z_i = (1/mu) sum_j sum_k omega_ij(k)
+
+For RebRL, t_ij is the realised masked fraction of view j for sample i (so mode ``none`` is exactly UniGRPO's
+mean over masked tokens), lambda(t) is 1, t or t^2, and g(F) = 1/F in the token modes (0 where F = 0), F(k)
+being the number of views in which token k is a target. Mode ``token`` (lambda = t, 1/F) gives every token a
+total credit sum_j omega_j(k) of exactly 1, whatever the coupling: RebRL's "uniform token-level policy gradient".
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ddmrl.masking import Views, mask_frequency
+
+REBRL_LAMBDA = {"none": 0, "t1": 1, "t2": 2, "token": 1, "token_t2": 2}  # lambda(t) = t ** power
+REBRL_TOKEN = {"token", "token_t2"}  # modes with the 1/F token factor
+
+
+def realised_ratio(views: Views, completion_mask: torch.Tensor) -> torch.Tensor:
+    """t_ij = |masked valid tokens| / |valid tokens|, [mu, N]."""
+    targets = views.masks & completion_mask[None]
+    return targets.sum(-1) / completion_mask.sum(-1).clamp_min(1)[None]
+
+
+def token_weights(
+    weighting: str, views: Views, completion_mask: torch.Tensor, rebrl_mode: str = "token"
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Weights omega [mu, N, L] and, for RebRL, the per-sample normaliser Z [N] (else None)."""
+    targets = (views.masks & completion_mask[None]).float()  # [mu, N, L]
+    if weighting == "completion_mean":
+        return completion_mask[None].float().expand_as(targets).clone(), None
+    if weighting == "masked_mean":
+        return targets, None
+    if weighting != "rebrl":
+        raise ValueError(f"unknown weighting '{weighting}'; choose completion_mean, masked_mean or rebrl")
+    if rebrl_mode not in REBRL_LAMBDA:
+        raise ValueError(f"unknown rebrl_mode '{rebrl_mode}'; choose one of {', '.join(REBRL_LAMBDA)}")
+    t = realised_ratio(views, completion_mask).clamp_min(1e-8)  # [mu, N]
+    step_factor = t ** (REBRL_LAMBDA[rebrl_mode] - 1)  # lambda(t) / t
+    w = targets * step_factor[..., None]
+    if rebrl_mode in REBRL_TOKEN:
+        f = mask_frequency(views, completion_mask).float()  # [N, L]
+        w = w * torch.where(f > 0, 1.0 / f.clamp_min(1), 0.0)[None]
+    z = w.sum((0, 2)) / w.shape[0]  # [N]
+    return w, z

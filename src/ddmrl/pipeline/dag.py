@@ -1,0 +1,293 @@
+"""The pipeline DAG as data: one :class:`Stage` per job, built once from params.yaml and run by two engines.
+
+Snakemake (``workflow/rules/stages.smk``) makes one rule per stage; ``python -m ddmrl.pipeline.export`` writes
+``dvc.yaml`` from the same list. Both engines run the identical command line, :attr:`Stage.cmd`.
+
+Path convention: every artifact lives under ``data/<stage that wrote it>/...``; a path reaches its script only as
+a CLI flag. Sweeps (methods x tasks x seeds) are expanded here into concretely named stages, so neither engine's
+templating (DVC ``foreach``/``matrix``, Snakemake wildcards) is used.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ddmrl.config import DEFAULT_PROFILE, Config, run_name
+
+# Library code each kind of stage imports (under src/); globbed into deps so that editing the tables code does
+# not retrain a policy. Paths that do not exist (yet) contribute nothing.
+CODE = {
+    "download": ("ddmrl/models", "ddmrl/tasks", "ddmrl/training", "ddmrl/config.py", "ddmrl/io.py"),
+    "sft": ("ddmrl/models", "ddmrl/tasks", "ddmrl/training", "ddmrl/config.py", "ddmrl/io.py"),
+    "rollout": ("ddmrl/models", "ddmrl/tasks", "ddmrl/samplers", "ddmrl/config.py", "ddmrl/io.py"),
+    "reward": ("ddmrl/tasks", "ddmrl/config.py", "ddmrl/io.py"),
+    "grpo": (
+        "ddmrl/models",
+        "ddmrl/tasks",
+        "ddmrl/samplers",
+        "ddmrl/masking",
+        "ddmrl/likelihood",
+        "ddmrl/objectives",
+        "ddmrl/training",
+        "ddmrl/methods.py",
+        "ddmrl/config.py",
+        "ddmrl/io.py",
+    ),
+    "evaluate": ("ddmrl/models", "ddmrl/tasks", "ddmrl/samplers", "ddmrl/config.py", "ddmrl/io.py"),
+    "tables": ("ddmrl/tables.py", "ddmrl/config.py", "ddmrl/io.py"),
+}
+
+# grpo keys that choose which runs exist rather than how one run trains (only the tables stage reads them).
+_GRPO_SWEEP_KEYS = ("methods", "seeds")
+
+NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+ArgValue = str | tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One job of the pipeline, as both engines see it."""
+
+    name: str  # letters, digits, _ only (valid for DVC and as a Snakemake rule name)
+    script: str  # e.g. "stages/grpo.py"
+    args: tuple[tuple[str, ArgValue], ...]  # ordered CLI flags -> value(s); a tuple repeats the flag
+    deps: tuple[str, ...]  # artifacts of earlier stages, then tracked inputs (the profile overlay)
+    outs: tuple[str, ...] = ()  # output files
+    dir_outs: tuple[str, ...] = ()  # output directories
+    metrics: tuple[str, ...] = ()  # JSON metric files (outputs; DVC metrics, cache: false)
+    plots: tuple[str, ...] = ()  # CSV curves (outputs; DVC plots, cache: false)
+    params: tuple[str, ...] = ()  # dotted params.yaml keys this stage reads (DVC params; Snakemake params)
+    code: tuple[str, ...] = ()  # library subpackages/modules under src/ it imports
+    threads: int | str = 1  # "all" -> every core Snakemake has
+
+    @property
+    def cmd(self) -> str:
+        """``python <script> --flag value ...``, shell-quoted; a tuple value repeats its flag."""
+        words = ["python", self.script]
+        for flag, value in self.args:
+            for v in value if isinstance(value, tuple) else (value,):
+                words += [flag, v]
+        return shlex.join(words)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """Every path the stage writes."""
+        return self.outs + self.dir_outs + self.metrics + self.plots
+
+
+# ------------------------------------------------------------------------------------------------ building
+
+TASKS_DIR = "data/download/tasks"
+BASE_DIR = "data/download/base"
+SFT_DIR = "data/sft/model"
+
+
+def build(cfg: Config, params_file: str = "params.yaml") -> list[Stage]:
+    """Every stage of the pipeline for ``cfg``, each after the stages whose outputs it reads.
+
+    ``params_file`` is the name the commands pass as ``--params`` (relative to the repository root).
+    """
+    new = _StageFactory(cfg, params_file)
+    stages = [download(new), sft(new)]
+    for task in cfg.tasks:
+        stages += [rollout(new, task), reward(new, task)]
+    stages += [grpo(new, section, task, seed) for section, task, seed in _runs(cfg)]
+    models = [(m, t, d) for t in cfg.tasks for m, d in (("base", BASE_DIR), ("sft", SFT_DIR))]
+    models += [(run_name(*r), r[1], grpo_dir(run_name(*r)) + "/model") for r in _runs(cfg)]
+    stages += [evaluate(new, name, task, model_dir) for name, task, model_dir in models]
+    stages.append(tables(new, stages))
+    return stages
+
+
+class _StageFactory:
+    """Fills in what every stage shares: ``--params``, the profile overlay dep, params present, code by kind."""
+
+    def __init__(self, cfg: Config, params_file: str) -> None:
+        self.cfg, self.params_file = cfg, params_file
+        self.overlay = (f"profiles/{cfg.profile}.yaml",) if cfg.profile != DEFAULT_PROFILE else ()
+
+    def __call__(
+        self,
+        kind: str,
+        name: str,
+        args: dict[str, ArgValue],
+        deps: tuple[str, ...],
+        params: tuple[str, ...],
+        **kw: Any,
+    ) -> Stage:
+        return Stage(
+            name=name,
+            script=f"stages/{kind}.py",
+            args=(("--params", self.params_file), *args.items()),
+            deps=deps + self.overlay,
+            params=_present(self.cfg.raw, params),
+            code=CODE[kind],
+            **kw,
+        )
+
+
+def download(new: _StageFactory) -> Stage:
+    metrics, curve = "data/download/metrics.json", "data/download/curve.csv"
+    return new(
+        "download", "download",
+        {"--tasks-out": TASKS_DIR, "--model-out": BASE_DIR, "--metrics": metrics, "--curve": curve},
+        deps=(), params=("profile", "seed", "tasks", "task_params", "model", "download"),
+        dir_outs=(TASKS_DIR, BASE_DIR), metrics=(metrics,), plots=(curve,), threads="all",
+    )  # fmt: skip
+
+
+def sft(new: _StageFactory) -> Stage:
+    metrics, curve = "data/sft/metrics.json", "data/sft/curve.csv"
+    return new(
+        "sft", "sft",
+        {"--tasks": TASKS_DIR, "--model": BASE_DIR, "--model-out": SFT_DIR, "--metrics": metrics, "--curve": curve},
+        deps=(TASKS_DIR, BASE_DIR), params=("profile", "seed", "tasks", "sft"),
+        dir_outs=(SFT_DIR,), metrics=(metrics,), plots=(curve,), threads="all",
+    )  # fmt: skip
+
+
+def rollout(new: _StageFactory, task: str) -> Stage:
+    out = f"data/rollout/sft/{task}.jsonl"
+    return new(
+        "rollout", f"rollout_sft_{task}",
+        {"--tasks": TASKS_DIR, "--model": SFT_DIR, "--task": task, "--out": out},
+        deps=(TASKS_DIR, SFT_DIR), params=("profile", "seed", "rollout"), outs=(out,),
+    )  # fmt: skip
+
+
+def reward(new: _StageFactory, task: str) -> Stage:
+    rollouts, out, metrics = (
+        f"data/rollout/sft/{task}.jsonl",
+        f"data/reward/sft/{task}.jsonl",
+        f"data/reward/sft/{task}.json",
+    )
+    return new(
+        "reward", f"reward_sft_{task}",
+        {"--tasks": TASKS_DIR, "--task": task, "--rollouts": rollouts, "--out": out, "--metrics": metrics},
+        deps=(TASKS_DIR, rollouts), params=("profile", "tasks"), outs=(out,), metrics=(metrics,),
+    )  # fmt: skip
+
+
+def grpo_dir(run: str) -> str:
+    return f"data/grpo/{run}"
+
+
+def grpo(new: _StageFactory, section: str, task: str, seed: int) -> Stage:
+    run = run_name(section, task, seed)
+    model, metrics, curve = f"{grpo_dir(run)}/model", f"{grpo_dir(run)}/metrics.json", f"{grpo_dir(run)}/curve.csv"
+    return new(
+        "grpo", f"grpo_{run}",
+        {"--run": run, "--tasks": TASKS_DIR, "--model": SFT_DIR, "--model-out": model,
+         "--metrics": metrics, "--curve": curve},
+        deps=(TASKS_DIR, SFT_DIR), params=("profile", "seed", *grpo_keys(new.cfg), f"methods.{section}"),
+        dir_outs=(model,), metrics=(metrics,), plots=(curve,),
+    )  # fmt: skip
+
+
+def evaluate(new: _StageFactory, model_name: str, task: str, model_dir: str) -> Stage:
+    """``model_name`` is ``base``, ``sft`` (evaluated on every task) or a run name (on its own task)."""
+    generations, metrics = f"data/evaluate/{model_name}/{task}.jsonl", f"data/evaluate/{model_name}/{task}.json"
+    name = f"evaluate_{model_name}_{task}" if model_name in ("base", "sft") else f"evaluate_{model_name}"
+    return new(
+        "evaluate", name,
+        {"--tasks": TASKS_DIR, "--model": model_dir, "--task": task, "--name": model_name,
+         "--generations": generations, "--metrics": metrics},
+        deps=(TASKS_DIR, model_dir), params=("profile", "evaluate"), outs=(generations,), metrics=(metrics,),
+    )  # fmt: skip
+
+
+def tables(new: _StageFactory, stages: list[Stage]) -> Stage:
+    """Aggregates every evaluation, GRPO curve and SFT rollout score."""
+    evals = tuple(m for s in stages if s.script == "stages/evaluate.py" for m in s.metrics)
+    curves = tuple(p for s in stages if s.script == "stages/grpo.py" for p in s.plots)
+    rollouts = tuple(m for s in stages if s.script == "stages/reward.py" for m in s.metrics)
+    return new(
+        "tables", "tables",
+        {"--evals": evals, "--curves": curves, "--rollouts": rollouts, "--out": "data/tables"},
+        deps=(*evals, *curves, *rollouts), params=("profile", "grpo.methods", "grpo.seeds", "tasks"),
+        dir_outs=("data/tables",),
+    )  # fmt: skip
+
+
+def _runs(cfg: Config) -> list[tuple[str, str, int]]:
+    """(method section, task, seed) of every GRPO run, in the order of ``cfg.run_names()``."""
+    runs = [(m, t, s) for m in cfg.grpo.methods for t in cfg.tasks for s in cfg.grpo.seeds]
+    assert [run_name(*r) for r in runs] == cfg.run_names()
+    return runs
+
+
+def grpo_keys(cfg: Config) -> tuple[str, ...]:
+    """The ``grpo.*`` keys one run reads: all but the sweep lists, so adding a seed or method retrains nothing."""
+    section = cfg.raw.get("grpo") or {}
+    return tuple(f"grpo.{k}" for k in sorted(section) if k not in _GRPO_SWEEP_KEYS)
+
+
+# ------------------------------------------------------------------------------------------------ params
+
+
+def lookup(mapping: Any, key: str) -> Any:
+    """The value of dotted ``key`` (``methods.rebrl.gamma``) in nested mappings; ``KeyError`` when absent."""
+    value = mapping
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise KeyError(key)
+        value = value[part]
+    return value
+
+
+def has_key(mapping: Any, key: str) -> bool:
+    try:
+        lookup(mapping, key)
+    except KeyError:
+        return False
+    return True
+
+
+def _present(raw: dict[str, Any], keys: tuple[str, ...]) -> tuple[str, ...]:
+    """``keys`` that params.yaml (after the overlay) sets; DVC refuses params deps that are missing."""
+    return tuple(k for k in keys if has_key(raw, k))
+
+
+def param_values(cfg: Config, stage: Stage) -> dict[str, Any]:
+    """The values of the params a stage reads: what DVC records in dvc.lock and Snakemake in its params."""
+    return {key: lookup(cfg.raw, key) for key in stage.params}
+
+
+# ------------------------------------------------------------------------------------------------ files
+
+
+def code_files(code: tuple[str, ...], root: str | Path = ".") -> tuple[str, ...]:
+    """The ``.py`` files under ``src/`` of the listed modules and subpackages, sorted, relative to ``root``."""
+    root = Path(root)
+    files: set[str] = set()
+    for entry in code:
+        path = root / "src" / entry
+        if path.is_file() and path.suffix == ".py":
+            files.add(path.relative_to(root).as_posix())
+        elif path.is_dir():
+            files.update(p.relative_to(root).as_posix() for p in path.rglob("*.py") if p.is_file())
+    return tuple(sorted(files))
+
+
+def inputs(stage: Stage, root: str | Path = ".") -> tuple[str, ...]:
+    """Everything a stage depends on: its artifact deps, its script, then the library files it imports."""
+    out: dict[str, None] = dict.fromkeys(stage.deps)
+    out[stage.script] = None
+    out.update(dict.fromkeys(code_files(stage.code, root)))
+    return tuple(out)
+
+
+def check_names(stages: list[Stage]) -> None:
+    """Raise ``ValueError`` on a stage name neither engine accepts, or on a duplicate."""
+    seen: set[str] = set()
+    for s in stages:
+        if not NAME_RE.match(s.name):
+            raise ValueError(f"stage name {s.name!r}: use letters, digits and _ only")
+        if s.name in seen:
+            raise ValueError(f"stage name {s.name!r}: defined twice")
+        seen.add(s.name)

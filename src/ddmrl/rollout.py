@@ -1,0 +1,65 @@
+"""Rollouts: G completions per prompt from the LLaDA sampler, decoded and scored by the task.
+
+The standalone ``rollout`` / ``reward`` / ``evaluate`` stages and the online ``grpo`` loop all call these
+functions, so what RL trains on and what the tables report come from the same code.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from ddmrl.config import SamplerConfig
+from ddmrl.models import decode_completion
+from ddmrl.samplers import generate
+from ddmrl.tasks.base import Example, Task
+from ddmrl.training.data import completion_mask, encode_prompts
+
+
+class Rollouts(NamedTuple):
+    """N = len(examples) * G completions, grouped consecutively by prompt.
+
+    prompt_ids [N, P], completion_ids [N, L], completion_mask [N, L] (answer + first EOS),
+    reveal_step [N, L] (the sampler step that committed each token), texts (decoded completions), nfe.
+    """
+
+    prompt_ids: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+    reveal_step: torch.Tensor
+    texts: list[str]
+    nfe: int
+
+
+def sampler_steps(sampler: SamplerConfig, completion_length: int) -> int:
+    """``steps: 0`` means d1's protocol, steps = completion length / 2 (two tokens per step)."""
+    return sampler.steps or max(1, completion_length // 2)
+
+
+def rollout(
+    model, tok, task: Task, examples: list[Example], num_generations: int, sampler: SamplerConfig, gen: torch.Generator
+) -> Rollouts:
+    """Sample ``num_generations`` completions for each example (prompts repeated consecutively)."""
+    prompts = encode_prompts(tok, task, examples).repeat_interleave(num_generations, 0)  # [N, P]
+    out = generate(
+        model,
+        prompts,
+        task.completion_length,
+        mask_id=tok.mask_token_id,
+        block_length=sampler.block_length,
+        steps=sampler_steps(sampler, task.completion_length),
+        temperature=sampler.temperature,
+        remasking=sampler.remasking,
+        generator=gen,
+    )
+    texts = [decode_completion(tok, row.tolist()) for row in out.completion_ids]
+    mask = completion_mask(out.completion_ids, tok.eos_token_id)
+    return Rollouts(prompts, out.completion_ids, mask, out.reveal_step, texts, out.nfe)
+
+
+def rewards(task: Task, examples: list[Example], texts: list[str], num_generations: int) -> torch.Tensor:
+    """[N] task rewards of completions grouped ``num_generations`` per example."""
+    return torch.tensor(
+        [task.reward(text, examples[i // num_generations]) for i, text in enumerate(texts)], dtype=torch.float32
+    )

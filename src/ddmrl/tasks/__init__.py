@@ -1,0 +1,24 @@
+"""Embedded text tasks (d1-style rewards and metrics) and their registry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ddmrl.tasks.base import Example, Task
+from ddmrl.tasks.countdown3 import Countdown3
+from ddmrl.tasks.sudoku4 import Sudoku4
+
+__all__ = ["TASKS", "Countdown3", "Example", "Sudoku4", "Task", "make_task"]
+
+TASKS: dict[str, type[Task]] = {"sudoku4": Sudoku4, "countdown3": Countdown3}
+
+
+def make_task(name: str, **params: Any) -> Task:
+    """Instantiate the task registered as ``name`` with its constructor ``params``.
+
+    >>> make_task("sudoku4", num_empty=6).num_empty
+    6
+    """
+    if name not in TASKS:
+        raise ValueError(f"unknown task '{name}'; choose one of {', '.join(sorted(TASKS))}")
+    return TASKS[name](**params)

@@ -1,0 +1,79 @@
+"""The Task interface: one object owns a task's data, prompts, answer checking and reward.
+
+Following nanochat's ``tasks/``: the RL reward and the reported metric come from the same object, so the
+training signal and the table cannot drift apart. Text is plain ``str``; the tokenizer
+(``ddmrl.models.tokenizer``) is character level, except for the atomic ``special_tokens`` a task declares,
+so a task can state its prompt and completion budgets in tokens.
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Example:
+    """One task instance.
+
+    Attributes:
+        id: stable identifier, unique within the task (used for train/eval disjointness).
+        prompt: the model input text (no special tokens other than the task's own).
+        answer: a reference completion for SFT, in the format the scorer expects.
+        gold: JSON-serialisable data the scorer needs (solution, numbers, target, ...).
+    """
+
+    id: str
+    prompt: str
+    answer: str
+    gold: dict[str, Any] = field(default_factory=dict)
+
+    def to_record(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Example:
+        return cls(id=record["id"], prompt=record["prompt"], answer=record["answer"], gold=record.get("gold", {}))
+
+
+class Task(ABC):
+    """A task: generator of examples, d1-style reward and evaluation score."""
+
+    name: str
+    #: atomic multi-character tokens this task's text uses (each becomes one token)
+    special_tokens: tuple[str, ...] = ()
+    #: every single character this task's prompts and answers may contain
+    alphabet: str = ""
+    #: token budgets (a special token counts as one token, every other character as one)
+    prompt_length: int
+    completion_length: int
+
+    @abstractmethod
+    def sample(self, rng: random.Random) -> Example:
+        """Draw one random example (unlimited training data)."""
+
+    def generate(self, n: int, seed: int, exclude: set[str] | None = None) -> list[Example]:
+        """``n`` distinct examples drawn with ``seed``, none of whose ids is in ``exclude``."""
+        rng, exclude, out, seen = random.Random(seed), exclude or set(), [], set()
+        for _ in range(1000 * n + 1000):
+            if len(out) == n:
+                return out
+            ex = self.sample(rng)
+            if ex.id not in exclude and ex.id not in seen:
+                seen.add(ex.id)
+                out.append(ex)
+        raise ValueError(f"{self.name}: could not draw {n} distinct examples outside the excluded set")
+
+    @abstractmethod
+    def reward(self, completion: str, example: Example) -> float:
+        """Training reward of one completion (d1's reward function for this task)."""
+
+    @abstractmethod
+    def score(self, completion: str, example: Example) -> dict[str, Any]:
+        """Evaluation verdict of one completion (d1's evaluation parser); has a bool ``correct`` key."""
+
+    def accuracy(self, scores: list[dict[str, Any]]) -> float:
+        """Held-out accuracy in percent from per-example ``score`` dicts (d1's aggregation)."""
+        return 100.0 * sum(bool(s["correct"]) for s in scores) / max(len(scores), 1)

@@ -1,0 +1,292 @@
+"""Scoring rules of d1 (Zhao et al. 2025, diffu-GRPO) for Countdown and 4x4 Sudoku, as pure functions.
+
+Two families, kept apart on purpose, as in d1:
+
+* training rewards (d1 ``reward_func.py``): :func:`sudoku_reward`, :func:`countdown_reward`; they read the
+  content of the last ``<answer>...</answer>`` block only;
+* evaluation parsers (d1 ``eval/parse_and_get_acc.py``): :func:`sudoku_extract` / :func:`sudoku_cells` and
+  :func:`countdown_extract` / :func:`countdown_correct`; they are more lenient about where the answer sits.
+
+The rules are restated from ``shared/design/benchmarks.md`` §2.3-2.4 and ``baselines.md`` §1.8; no upstream
+code is copied. Arithmetic is evaluated with a small ``ast`` walker (:func:`evaluate_arithmetic`), never with
+``eval``.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import re
+from collections.abc import Callable, Sequence
+
+__all__ = [
+    "countdown_correct",
+    "countdown_extract",
+    "countdown_reward",
+    "evaluate_arithmetic",
+    "last_answer_block",
+    "sudoku_cells",
+    "sudoku_extract",
+    "sudoku_reward",
+]
+
+SUDOKU_CELLS = 16
+
+_ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_ARITHMETIC_CHARS = re.compile(r"^[\d+\-*/().\s]+$")
+_INTEGERS = re.compile(r"\d+")
+#: d1's Sudoku eval cascade (benchmarks.md §2.4), tried in order; the first non-blank capture wins
+_SUDOKU_PATTERNS = tuple(
+    re.compile(p, re.DOTALL)
+    for p in (
+        r"<answer>.*?```\s*([\d\s]+)```",  # fenced digits inside the answer
+        r"<answer>(.*?)(?:<\|eot_id\|>|<\|endoftext\|>|</answer>)",  # the answer block
+        r"</answer>\s*(.*?)(?:<\|eot_id\|>|<\|endoftext\|>|$)",  # text after a closing tag
+        r".*?(\d{16})\s*</answer>",  # 16 digits right before a closing tag
+        r"\b(\d{16})\b",  # any standalone 16 digits
+    )
+)
+#: ``expr = number`` (d1 keeps the left side of an equation whose right side is a number)
+_EQUATION = re.compile(r"([\d+\-*/().\s]+?)\s*=\s*[\d.\s]*\d")
+
+_BINARY: dict[type[ast.operator], Callable[[float, float], float]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Pow: operator.pow,
+}
+_UNARY: dict[type[ast.unaryop], Callable[[float], float]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+_MAX_POWER_BITS = 100_000
+
+
+class _NotArithmetic(Exception):
+    """A syntax node outside plain arithmetic (names, calls, attributes, ...)."""
+
+
+# --------------------------------------------------------------------------------------------- shared helpers
+
+
+def last_answer_block(completion: str) -> str | None:
+    """Content of the last ``<answer>...</answer>`` pair (may span lines), or ``None`` when there is none.
+
+    >>> last_answer_block("<answer>1</answer> then <answer>\\n2\\n</answer>")
+    '\\n2\\n'
+    >>> last_answer_block("<answer>unterminated") is None
+    True
+    """
+    blocks = _ANSWER_BLOCK.findall(completion)
+    return blocks[-1] if blocks else None
+
+
+def evaluate_arithmetic(expression: str) -> float:
+    """Value of a plain arithmetic expression; raises ``ValueError`` on anything else.
+
+    Accepts what d1's ``eval(expr, {"__builtins__": None}, {})`` accepts after its character check:
+    numbers, ``+ - * / // **``, unary signs and parentheses. Powers whose result would exceed about
+    100k bits raise instead of hanging.
+
+    >>> evaluate_arithmetic("(9 - 3) / 2 * 4")
+    12.0
+    >>> evaluate_arithmetic("2**3")
+    8
+    >>> evaluate_arithmetic("__import__('os')")
+    Traceback (most recent call last):
+    ...
+    ValueError: not plain arithmetic: "__import__('os')"
+    """
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+    except (SyntaxError, ValueError) as err:
+        raise ValueError(f"not plain arithmetic: {expression!r}") from err
+    try:
+        return _evaluate_node(tree.body)
+    except _NotArithmetic:
+        raise ValueError(f"not plain arithmetic: {expression!r}") from None
+    except (ArithmeticError, TypeError, RecursionError) as err:
+        raise ValueError(f"cannot evaluate {expression!r}: {err}") from None
+
+
+def _evaluate_node(node: ast.AST) -> float:
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        return _UNARY[type(node.op)](_evaluate_node(node.operand))
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        left, right = _evaluate_node(node.left), _evaluate_node(node.right)
+        if isinstance(node.op, ast.Pow) and isinstance(left, int) and isinstance(right, int):
+            if abs(right) * max(abs(left).bit_length(), 1) > _MAX_POWER_BITS:
+                raise OverflowError("power too large")
+        return _BINARY[type(node.op)](left, right)
+    raise _NotArithmetic(type(node).__name__)
+
+
+# --------------------------------------------------------------------------------------------------- sudoku
+
+
+def _pad16(text: str) -> str:
+    return (text + "0" * SUDOKU_CELLS)[:SUDOKU_CELLS]
+
+
+def _empty_cells(puzzle: str) -> list[int]:
+    return [i for i, c in enumerate(puzzle[:SUDOKU_CELLS]) if c == "0"]
+
+
+def sudoku_reward(completion: str, puzzle: str, solution: str) -> float:
+    """d1's Sudoku training reward: share of the puzzle's empty cells filled correctly.
+
+    The digits inside the last ``<answer>...</answer>`` are joined, padded with ``0`` / truncated to 16;
+    no answer block gives 0.
+
+    >>> sudoku_reward("<answer>3142 2431 4213 1324</answer>", "3102200002100320", "3142243142131324")
+    1.0
+    >>> sudoku_reward("<answer>3142 2431</answer>", "3102200002100320", "3142243142131324")  # 4 of 8 right
+    0.5
+    >>> sudoku_reward("3142243142131324", "3102200002100320", "3142243142131324")
+    0.0
+    """
+    block = last_answer_block(completion)
+    empty = _empty_cells(puzzle)
+    if block is None or not empty:
+        return 0.0
+    guess = _pad16("".join(c for c in block if c.isdigit()))
+    return sum(guess[i] == solution[i] for i in empty) / len(empty)
+
+
+def sudoku_extract(completion: str) -> str:
+    """d1's Sudoku eval extraction: 16 characters from the first regex of the cascade that captures text.
+
+    Order: fenced digits after ``<answer>``; ``<answer>`` up to an end marker or ``</answer>``; text after
+    ``</answer>``; 16 digits before ``</answer>``; any standalone 16 digits. Whitespace is removed, then
+    the result is padded with ``0`` / truncated to 16. A capture that is only whitespace counts as empty
+    (the cascade moves on).
+
+    >>> sudoku_extract("<answer>\\n```\\n3142\\n2431\\n4213\\n1324\\n```\\n</answer>")
+    '3142243142131324'
+    >>> sudoku_extract("</answer> 3142 2431")
+    '3142243100000000'
+    >>> sudoku_extract("The grid is 3142243142131324.")
+    '3142243142131324'
+    >>> sudoku_extract("no digits here")
+    '0000000000000000'
+    """
+    found = ""
+    for pattern in _SUDOKU_PATTERNS:
+        match = pattern.search(completion)
+        if match and match.group(1) and match.group(1).strip():
+            found = match.group(1)
+            break
+    return _pad16(re.sub(r"\s", "", found))
+
+
+def sudoku_cells(completion: str, puzzle: str, solution: str) -> tuple[int, int]:
+    """d1's Sudoku eval count: (empty cells filled correctly, empty cells), from :func:`sudoku_extract`.
+
+    d1 pools these over the test set: accuracy = sum(correct) / sum(empty).
+
+    >>> sudoku_cells("<answer>3142243142131324</answer>", "3102200002100320", "3142243142131324")
+    (8, 8)
+    >>> sudoku_cells("<answer>31422431</answer>", "3102200002100320", "3142243142131324")
+    (4, 8)
+    """
+    guess = sudoku_extract(completion)
+    empty = _empty_cells(puzzle)
+    return sum(guess[i] == solution[i] for i in empty), len(empty)
+
+
+# ------------------------------------------------------------------------------------------------ countdown
+
+
+def _uses_numbers_once(expression: str, numbers: Sequence[int]) -> bool:
+    return sorted(int(n) for n in _INTEGERS.findall(expression)) == sorted(int(n) for n in numbers)
+
+
+def _hits_target(expression: str, target: float) -> bool:
+    """d1's check: only digits/operators/parentheses/dots/spaces, then |value - target| < 1e-5."""
+    if not _ARITHMETIC_CHARS.match(expression):
+        return False
+    try:
+        return abs(evaluate_arithmetic(expression) - target) < 1e-5
+    except (ValueError, ArithmeticError, TypeError):
+        return False
+
+
+def countdown_reward(completion: str, numbers: Sequence[int], target: float) -> float:
+    """d1's Countdown training reward on the last ``<answer>`` block: 1.0 correct, 0.1 well-formed, 0 none.
+
+    0.1 when the integers in the expression are not exactly the given ones, when it has characters other
+    than digits, ``+ - * / ( ) .`` and spaces, when it does not evaluate, or when its value is off.
+
+    >>> countdown_reward("<answer>3*9-7</answer>", [3, 7, 9], 20)
+    1.0
+    >>> countdown_reward("<answer>7+7+3+3</answer>", [3, 7, 9], 20)  # numbers reused
+    0.1
+    >>> countdown_reward("3*9-7", [3, 7, 9], 20)
+    0.0
+    """
+    block = last_answer_block(completion)
+    if block is None:
+        return 0.0
+    expression = block.strip()
+    if not _uses_numbers_once(expression, numbers):
+        return 0.1
+    return 1.0 if _hits_target(expression, target) else 0.1
+
+
+def _last_boxed(text: str) -> str | None:
+    """Content of the last terminated ``\\boxed{...}`` (balanced braces), or ``None``."""
+    start = text.rfind("\\boxed{")
+    while start != -1:
+        depth, i = 1, start + len("\\boxed{")
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth == 0:
+            return text[start + len("\\boxed{") : i - 1]
+        start = text.rfind("\\boxed{", 0, start)
+    return None
+
+
+def countdown_extract(completion: str) -> str:
+    """The equation d1's Countdown eval parser would score, adapted to our ``<answer>``-tag format.
+
+    Source, first that exists: the last terminated ``\\boxed{}``; else the content of the last ``<answer>``
+    block (up to ``</answer>``, or to the end of the text when unterminated); else the whole text.
+    d1 goes from the box straight to the whole text (its ``<answer>`` fallback only fires on an unterminated
+    box); the ``<answer>`` step is our addition because the embedded models answer inside ``<answer>`` tags
+    and never box. Then ``\\div`` becomes ``/``, ``\\times`` and ``\\cdot`` become ``*``, and for
+    ``expr = number`` only ``expr`` is kept.
+
+    >>> countdown_extract("<answer>3 \\\\times 9 - 7 = 20</answer>")
+    '3 * 9 - 7'
+    >>> countdown_extract("<answer>1+1</answer> so \\\\boxed{(9-3)\\\\div 2}")
+    '(9-3)/ 2'
+    >>> countdown_extract("<answer>3*9-7")
+    '3*9-7'
+    """
+    equation = _last_boxed(completion)
+    if equation is None:
+        block = last_answer_block(completion)
+        if block is None and "<answer>" in completion:
+            block = completion[completion.rfind("<answer>") + len("<answer>") :]
+        equation = completion if block is None else block
+    equation = equation.replace("\\div", "/").replace("\\times", "*").replace("\\cdot", "*")
+    match = _EQUATION.search(equation)
+    if match:
+        equation = match.group(1)
+    return equation.strip()
+
+
+def countdown_correct(completion: str, numbers: Sequence[int], target: float) -> bool:
+    """d1's Countdown eval verdict: the extracted equation uses each number once and equals the target.
+
+    >>> countdown_correct("\\\\boxed{3 \\\\times 9 - 7}", [3, 7, 9], 20)
+    True
+    >>> countdown_correct("<answer>3*9-7=20</answer>", [3, 7, 9], 20)
+    True
+    >>> countdown_correct("<answer>9*3-7-0</answer>", [3, 7, 9], 20)  # an extra number
+    False
+    """
+    equation = countdown_extract(completion)
+    return _uses_numbers_once(equation, numbers) and _hits_target(equation, target)

@@ -1,0 +1,1 @@
+"""Training loops: masked-diffusion pre-training / SFT, and the online GRPO loop."""

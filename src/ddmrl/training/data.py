@@ -1,0 +1,54 @@
+"""Examples to tensors: [BOS prompt] left-padded to P, completion right-padded with EOS to L (LLaDA's layout)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from ddmrl.models import encode
+from ddmrl.tasks.base import Example, Task
+
+
+class Encoded(NamedTuple):
+    """prompt_ids [N, P]; completion_ids [N, L] (answer then EOS padding); completion_mask [N, L] (answer + first EOS)."""
+
+    prompt_ids: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+
+
+def prompt_length(task: Task) -> int:
+    return task.prompt_length + 1  # + BOS
+
+
+def encode_prompts(tok, task: Task, examples: list[Example]) -> torch.Tensor:
+    """[N, P] prompt ids: BOS + prompt, left-padded with PAD."""
+    p = prompt_length(task)
+    rows = []
+    for ex in examples:
+        ids = [tok.bos_token_id, *encode(tok, ex.prompt)]
+        if len(ids) > p:
+            raise ValueError(f"{task.name} example {ex.id}: prompt has {len(ids)} tokens > prompt_length + 1 = {p}")
+        rows.append([tok.pad_token_id] * (p - len(ids)) + ids)
+    return torch.tensor(rows, dtype=torch.long)
+
+
+def encode_examples(tok, task: Task, examples: list[Example]) -> Encoded:
+    """Prompts and reference answers (for pre-training and SFT)."""
+    length = task.completion_length
+    rows = []
+    for ex in examples:
+        ids = encode(tok, ex.answer)
+        if len(ids) >= length:
+            raise ValueError(f"{task.name} example {ex.id}: answer has {len(ids)} tokens, needs < {length} (room for EOS)")
+        rows.append(ids + [tok.eos_token_id] * (length - len(ids)))
+    completion = torch.tensor(rows, dtype=torch.long)
+    return Encoded(encode_prompts(tok, task, examples), completion, completion_mask(completion, tok.eos_token_id))
+
+
+def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """[N, L] True up to and including the first EOS (d1's completion mask); all True when there is no EOS."""
+    is_eos = completion_ids == eos_id
+    before = is_eos.long().cumsum(1) - is_eos.long()  # EOS seen strictly before position k
+    return before == 0

@@ -1,0 +1,78 @@
+"""download: the base checkpoint and the task data.
+
+Embedded profiles (``tiny``, ``smoke``) build everything locally, with no network: the held-out evaluation set of
+every task, a character tokenizer, and a TinyDDM pre-trained from scratch with the masked-diffusion (ELBO) loss
+on whole [prompt | answer] sequences drawn fresh from the task generators (LLaDA pre-training; Nie et al. 2025).
+
+    python stages/download.py --params params.yaml --tasks-out data/download/tasks \
+        --model-out data/download/base --metrics data/download/metrics.json --curve data/download/curve.csv
+"""
+
+import argparse
+import time
+
+from ddmrl import config
+from ddmrl.cli import run_stage, write_csv
+from ddmrl.io import write_json
+from ddmrl.models import TinyDDMConfig, TinyDDMForMaskedLM, build_tokenizer
+from ddmrl.models.checkpoint import save_checkpoint
+from ddmrl.seeding import derive_seed, generator, seed_everything
+from ddmrl.tasks import make_task
+from ddmrl.tasks.store import training_draw, write_task
+from ddmrl.training.data import encode_examples, prompt_length
+from ddmrl.training.mdm import train_mdm
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--params", required=True)
+    ap.add_argument("--tasks-out", required=True)
+    ap.add_argument("--model-out", required=True)
+    ap.add_argument("--metrics", required=True)
+    ap.add_argument("--curve", required=True)
+    args = ap.parse_args()
+    cfg = config.load(args.params)
+    seed_everything(cfg.seed)
+    start = time.time()
+
+    # 1. tasks and their held-out sets
+    tasks, draws = [], []
+    for name in cfg.tasks:
+        params = cfg.task_params.get(name, {})
+        task = make_task(name, **params)
+        held_out = task.generate(cfg.download.num_eval, derive_seed(cfg.seed, "eval", name))
+        write_task(args.tasks_out, task, params, held_out)
+        tasks.append(task)
+        draws.append(training_draw(task, held_out, cfg.seed, "pretrain", cfg.download.pretrain.batch_size))
+
+    # 2. tokenizer and a fresh model
+    tok = build_tokenizer([t.alphabet for t in tasks], [w for t in tasks for w in t.special_tokens])
+    m = cfg.model
+    model = TinyDDMForMaskedLM(TinyDDMConfig(
+        vocab_size=len(tok), hidden_size=m.hidden_size, num_layers=m.num_layers, num_heads=m.num_heads,
+        intermediate_size=m.intermediate_size, dropout=m.dropout,
+        max_position_embeddings=max(prompt_length(t) + t.completion_length for t in tasks),
+        mask_token_id=tok.mask_token_id, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    ))
+
+    # 3. pre-train on whole sequences, tasks in turn
+    def next_batch(step: int):
+        i = step % len(tasks)
+        return encode_examples(tok, tasks[i], draws[i](step))
+
+    curve = train_mdm(model, next_batch, cfg.download.pretrain, "pretrain", generator(cfg.seed, "pretrain"), "pretrain")
+
+    # 4. outputs
+    save_checkpoint(model, tok, args.model_out)
+    write_csv(args.curve, curve)
+    write_json(args.metrics, {
+        "pretrain_loss": curve[-1]["loss"] if curve else None,
+        "num_parameters": sum(p.numel() for p in model.parameters()),
+        "vocab_size": len(tok),
+        "seconds": time.time() - start,
+    })
+
+
+if __name__ == "__main__":
+    run_stage(main)

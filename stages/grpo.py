@@ -1,0 +1,58 @@
+"""grpo: online RL of the SFT model with one GRPO-family method on one task.
+
+The method (diffu-GRPO, UniGRPO, MaskGRPO or RebRL; ``ddmrl.methods``) fixes the training views and token
+weights; the loop (``ddmrl.training.grpo``) is shared: LLaDA semi-AR rollouts, task rewards, group advantages,
+mu inner iterations on views drawn from stored seeds, token-level clipped ratio and k3 KL to the frozen SFT model.
+
+    python stages/grpo.py --params params.yaml --run rebrl_sudoku4_s0 --tasks data/download/tasks \
+        --model data/sft/model --model-out data/grpo/rebrl_sudoku4_s0/model \
+        --metrics data/grpo/rebrl_sudoku4_s0/metrics.json --curve data/grpo/rebrl_sudoku4_s0/curve.csv
+"""
+
+import argparse
+import copy
+import dataclasses
+import time
+
+from ddmrl import config
+from ddmrl.cli import run_stage, write_csv
+from ddmrl.io import write_json
+from ddmrl.models.checkpoint import load_checkpoint, save_checkpoint
+from ddmrl.seeding import derive_seed, seed_everything
+from ddmrl.tasks.store import load_task, training_draw
+from ddmrl.training.grpo import train_grpo
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--params", required=True)
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--tasks", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--model-out", required=True)
+    ap.add_argument("--metrics", required=True)
+    ap.add_argument("--curve", required=True)
+    args = ap.parse_args()
+    cfg = config.load(args.params)
+    gcfg, task_name, seed = cfg.run(args.run)
+    run_seed = derive_seed(cfg.seed, "grpo", args.run)
+    seed_everything(run_seed)
+    start = time.time()
+
+    policy, tok = load_checkpoint(args.model)
+    ref = copy.deepcopy(policy).requires_grad_(False)
+    task, held_out = load_task(args.tasks, task_name)
+    draw = training_draw(task, held_out, run_seed, "grpo", gcfg.num_prompts)
+    curve, timing = train_grpo(policy, ref, tok, task, draw, gcfg, run_seed)
+
+    save_checkpoint(policy, tok, args.model_out)
+    write_csv(args.curve, curve)
+    write_json(args.metrics, {
+        "run": args.run, "method": gcfg.method, "task": task_name, "seed": seed, "steps": curve[-1]["step"],
+        "reward_first": curve[0]["reward"], "reward_last": curve[-1]["reward"],
+        "seconds": time.time() - start, "timing": dataclasses.asdict(timing),
+    })
+
+
+if __name__ == "__main__":
+    run_stage(main)

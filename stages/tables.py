@@ -1,0 +1,48 @@
+"""tables: the comparison table (rows base, SFT and every method; per-task held-out accuracy and mean reward,
+RL steps, wall time) and the reward and KL curves, computed only from the runs' metric files.
+
+    python stages/tables.py --params params.yaml --evals data/evaluate/sft/sudoku4.json ... \
+        --curves data/grpo/rebrl_sudoku4_s0/curve.csv ... --rollouts data/reward/sft/sudoku4.json ... \
+        --out data/tables
+"""
+
+import argparse
+from pathlib import Path
+
+import pandas as pd
+
+from ddmrl import config
+from ddmrl.cli import run_stage
+from ddmrl.io import atomic_path, read_json
+from ddmrl.tables import main_table, plot_curves, results_frame, rollout_table, to_markdown
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--params", required=True)
+    ap.add_argument("--evals", nargs="+", action="extend", required=True)
+    ap.add_argument("--curves", nargs="*", action="extend", default=[])
+    ap.add_argument("--rollouts", nargs="*", action="extend", default=[])
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    cfg = config.load(args.params)
+
+    evals = [read_json(p) for p in args.evals]
+    curves = {Path(p).parent.name: pd.read_csv(p) for p in args.curves}  # data/grpo/<run>/curve.csv
+    frame = results_frame(cfg, evals, curves)
+    table = main_table(cfg, frame)
+    room = rollout_table([read_json(p) for p in args.rollouts])
+
+    with atomic_path(args.out) as out:
+        out.mkdir()
+        frame.to_csv(out / "results_long.csv", index=False)
+        table.to_csv(out / "text_table.csv", index=False)
+        (out / "text_table.md").write_text("# Held-out accuracy and reward (text tasks)\n\n" + to_markdown(table))
+        room.to_csv(out / "sft_rollouts.csv", index=False)
+        (out / "sft_rollouts.md").write_text("# SFT samples before RL (room for RL)\n\n" + to_markdown(room))
+        plot_curves(cfg, curves, "reward", out / "reward_curves.png", "mean reward of rollouts")
+        plot_curves(cfg, curves, "kl", out / "kl_curves.png", "k3 KL to the SFT reference")
+
+
+if __name__ == "__main__":
+    run_stage(main)
