@@ -164,26 +164,33 @@ def test_cmd_quotes_values_and_repeats_flags():
     assert s.cmd == "python stages/x.py --params params.yaml --in 'a b' --in c --out d"
 
 
-def test_code_files_glob_python_files_and_tolerate_missing_paths(tmp_path):
-    pkg = tmp_path / "src" / "ddmrl" / "pkg"
-    (pkg / "sub").mkdir(parents=True)
-    for p in ("__init__.py", "b.py", "sub/a.py", "notes.txt"):
-        (pkg / p).write_text("")
-    (tmp_path / "src" / "ddmrl" / "mod.py").write_text("")
-    files = dag.code_files(("ddmrl/pkg", "ddmrl/mod.py", "ddmrl/missing", "ddmrl/missing.py"), tmp_path)
-    assert files == (
+def test_code_files_follow_imports_transitively(tmp_path):
+    """A script's code deps are the ddmrl modules it imports, through other modules and package __init__s."""
+    src = tmp_path / "src" / "ddmrl"
+    (src / "pkg").mkdir(parents=True)
+    (src / "__init__.py").write_text("")
+    (src / "pkg" / "__init__.py").write_text("from ddmrl.pkg.b import f\n")
+    (src / "pkg" / "b.py").write_text("import ddmrl.mod\n")
+    (src / "mod.py").write_text("import os\n")
+    (src / "unused.py").write_text("")
+    (tmp_path / "stages").mkdir()
+    (tmp_path / "stages" / "x.py").write_text("from ddmrl.pkg import f\n")
+    assert dag.code_files("stages/x.py", tmp_path) == (
+        "src/ddmrl/__init__.py",
         "src/ddmrl/mod.py",
         "src/ddmrl/pkg/__init__.py",
         "src/ddmrl/pkg/b.py",
-        "src/ddmrl/pkg/sub/a.py",
     )
 
 
 def test_tables_code_is_not_a_dep_of_training(stages):
     for s in stages:
-        files = dag.code_files(s.code, REPO)
+        files = dag.code_files(s.script, REPO)
+        assert "src/ddmrl/config.py" in files
+        if s.name.startswith("grpo_"):
+            assert "src/ddmrl/training/grpo.py" in files and "src/ddmrl/masking/views.py" in files
         if s.name != "tables":
-            assert "ddmrl/tables.py" not in s.code and "src/ddmrl/tables.py" not in files
+            assert "src/ddmrl/tables.py" not in files
 
 
 def test_non_default_profile_makes_the_overlay_a_dep(tmp_path):

@@ -10,6 +10,7 @@ templating (DVC ``foreach``/``matrix``, Snakemake wildcards) is used.
 
 from __future__ import annotations
 
+import ast
 import re
 import shlex
 from dataclasses import dataclass
@@ -17,29 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from ddmrl.config import DEFAULT_PROFILE, Config, run_name
-
-# Library code each kind of stage imports (under src/); globbed into deps so that editing the tables code does
-# not retrain a policy. Paths that do not exist (yet) contribute nothing.
-CODE = {
-    "download": ("ddmrl/models", "ddmrl/tasks", "ddmrl/training", "ddmrl/config.py", "ddmrl/io.py"),
-    "sft": ("ddmrl/models", "ddmrl/tasks", "ddmrl/training", "ddmrl/config.py", "ddmrl/io.py"),
-    "rollout": ("ddmrl/models", "ddmrl/tasks", "ddmrl/samplers", "ddmrl/config.py", "ddmrl/io.py"),
-    "reward": ("ddmrl/tasks", "ddmrl/config.py", "ddmrl/io.py"),
-    "grpo": (
-        "ddmrl/models",
-        "ddmrl/tasks",
-        "ddmrl/samplers",
-        "ddmrl/masking",
-        "ddmrl/likelihood",
-        "ddmrl/objectives",
-        "ddmrl/training",
-        "ddmrl/methods.py",
-        "ddmrl/config.py",
-        "ddmrl/io.py",
-    ),
-    "evaluate": ("ddmrl/models", "ddmrl/tasks", "ddmrl/samplers", "ddmrl/config.py", "ddmrl/io.py"),
-    "tables": ("ddmrl/tables.py", "ddmrl/config.py", "ddmrl/io.py"),
-}
 
 # grpo keys that choose which runs exist rather than how one run trains (only the tables stage reads them).
 _GRPO_SWEEP_KEYS = ("methods", "seeds")
@@ -62,7 +40,6 @@ class Stage:
     metrics: tuple[str, ...] = ()  # JSON metric files (outputs; DVC metrics, cache: false)
     plots: tuple[str, ...] = ()  # CSV curves (outputs; DVC plots, cache: false)
     params: tuple[str, ...] = ()  # dotted params.yaml keys this stage reads (DVC params; Snakemake params)
-    code: tuple[str, ...] = ()  # library subpackages/modules under src/ it imports
     threads: int | str = 1  # "all" -> every core Snakemake has
 
     @property
@@ -105,7 +82,7 @@ def build(cfg: Config, params_file: str = "params.yaml") -> list[Stage]:
 
 
 class _StageFactory:
-    """Fills in what every stage shares: ``--params``, the profile overlay dep, params present, code by kind."""
+    """Fills in what every stage shares: ``--params``, the profile overlay dep, the params present."""
 
     def __init__(self, cfg: Config, params_file: str) -> None:
         self.cfg, self.params_file = cfg, params_file
@@ -126,7 +103,6 @@ class _StageFactory:
             args=(("--params", self.params_file), *args.items()),
             deps=deps + self.overlay,
             params=_present(self.cfg.raw, params),
-            code=CODE[kind],
             **kw,
         )
 
@@ -261,24 +237,54 @@ def param_values(cfg: Config, stage: Stage) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------ files
 
 
-def code_files(code: tuple[str, ...], root: str | Path = ".") -> tuple[str, ...]:
-    """The ``.py`` files under ``src/`` of the listed modules and subpackages, sorted, relative to ``root``."""
+def code_files(script: str | Path, root: str | Path = ".") -> tuple[str, ...]:
+    """The library files (``src/ddmrl/**.py``) that ``script`` imports, directly or through other library modules.
+
+    Found by parsing ``import ddmrl...`` / ``from ddmrl... import`` statements, so the deps follow the code and
+    editing the tables code does not retrain a policy. A package import includes its ``__init__.py`` files.
+    """
     root = Path(root)
-    files: set[str] = set()
-    for entry in code:
-        path = root / "src" / entry
-        if path.is_file() and path.suffix == ".py":
-            files.add(path.relative_to(root).as_posix())
-        elif path.is_dir():
-            files.update(p.relative_to(root).as_posix() for p in path.rglob("*.py") if p.is_file())
-    return tuple(sorted(files))
+    seen: set[Path] = set()
+    todo = [root / script]
+    while todo:
+        path = todo.pop()
+        for module in _ddmrl_imports(path):
+            for file in _module_files(module, root):
+                if file not in seen:
+                    seen.add(file)
+                    todo.append(file)
+    return tuple(sorted(f.relative_to(root).as_posix() for f in seen))
+
+
+def _ddmrl_imports(path: Path) -> set[str]:
+    """Dotted names of the ddmrl modules a file imports (``from ddmrl.x import y`` gives ddmrl.x and ddmrl.x.y)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names if a.name.split(".")[0] == "ddmrl")
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "ddmrl":
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return names
+
+
+def _module_files(module: str, root: Path) -> list[Path]:
+    """Files that importing ``module`` executes: each package's ``__init__.py`` on the way, then the module."""
+    parts, files = module.split("."), []
+    for i in range(1, len(parts) + 1):
+        base = root / "src" / Path(*parts[:i])
+        if (base / "__init__.py").is_file():
+            files.append(base / "__init__.py")
+        elif base.with_suffix(".py").is_file():
+            files.append(base.with_suffix(".py"))
+    return files
 
 
 def inputs(stage: Stage, root: str | Path = ".") -> tuple[str, ...]:
     """Everything a stage depends on: its artifact deps, its script, then the library files it imports."""
     out: dict[str, None] = dict.fromkeys(stage.deps)
     out[stage.script] = None
-    out.update(dict.fromkeys(code_files(stage.code, root)))
+    out.update(dict.fromkeys(code_files(stage.script, root)))
     return tuple(out)
 
 

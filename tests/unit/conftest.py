@@ -1,0 +1,72 @@
+"""Shared fixtures for the unit tests: a tiny tokenizer and a tiny random TinyDDM (CPU, milliseconds)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ddmrl.models import TinyDDMConfig, TinyDDMForMaskedLM, build_tokenizer
+
+
+def tiny_model(tok, max_positions: int = 16, seed: int = 0, hidden: int = 16) -> TinyDDMForMaskedLM:
+    """A 1-layer TinyDDM over ``tok``'s vocabulary, initialised from ``seed`` (eval mode)."""
+    torch.manual_seed(seed)
+    cfg = TinyDDMConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        num_layers=1,
+        num_heads=2,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=max_positions,
+        mask_token_id=tok.mask_token_id,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    return TinyDDMForMaskedLM(cfg).eval()
+
+
+@pytest.fixture(scope="session")
+def tok():
+    """Ids: [MASK]=0 [PAD]=1 [BOS]=2 [EOS]=3 [UNK]=4 <a>=5 '0'=6 '1'=7 '2'=8 '3'=9."""
+    return build_tokenizer("0123", ["<a>"])
+
+
+@pytest.fixture
+def make_model(tok):
+    """Factory: ``make_model(max_positions=16, seed=0)`` -> a fresh tiny random TinyDDM."""
+
+    def make(max_positions: int = 16, seed: int = 0, hidden: int = 16) -> TinyDDMForMaskedLM:
+        return tiny_model(tok, max_positions, seed, hidden)
+
+    return make
+
+
+class Out:
+    """The part of a model output the code under test reads: ``.logits``."""
+
+    def __init__(self, logits: torch.Tensor) -> None:
+        self.logits = logits
+
+
+class FixedLogits(torch.nn.Module):
+    """A stub model whose logits ignore the input: ``table`` [T, V] is returned for every row.
+
+    ``calls`` records each input it was given (to count forward passes and inspect states).
+    """
+
+    def __init__(self, table: torch.Tensor) -> None:
+        super().__init__()
+        self.table = table
+        self.calls: list[torch.Tensor] = []
+
+    def forward(self, input_ids: torch.Tensor) -> Out:
+        self.calls.append(input_ids.clone())
+        n, t = input_ids.shape
+        return Out(self.table[-t:].expand(n, t, self.table.shape[-1]).clone())
+
+
+@pytest.fixture
+def fixed_logits_model():
+    """Factory for :class:`FixedLogits`."""
+    return FixedLogits
