@@ -84,13 +84,13 @@ class SamplerConfig:
     """LLaDA semi-autoregressive low-confidence sampler (Nie et al. 2025, ``generate``)."""
 
     block_length: int = 4
-    steps: int = 10  # total denoising steps over the completion; steps per block = steps / num_blocks
+    steps: int = 0  # total denoising steps over the completion (0 = d1's completion_length / 2)
     temperature: float = 0.0  # Gumbel-max temperature; 0 = greedy
     remasking: str = "low_confidence"  # low_confidence | random
 
     def __post_init__(self) -> None:
         _check(self.block_length >= 1, "block_length", self.block_length, "must be >= 1")
-        _check(self.steps >= 1, "steps", self.steps, "must be >= 1")
+        _check(self.steps >= 0, "steps", self.steps, "must be >= 0 (0 = completion length / 2)")
         _check(self.temperature >= 0, "temperature", self.temperature, "must be >= 0")
         _check_choice("remasking", self.remasking, ("low_confidence", "random"))
 
@@ -126,8 +126,10 @@ class GRPOConfig:
     epsilon: float = 0.2  # PPO clip range
     max_grad_norm: float = 1.0
     weight_decay: float = 0.0
+    gradient_accumulation_steps: int = 1  # micro-batches (of whole prompt groups) per optimiser step
     scale_rewards: str = "group"  # group (z-score) | none (mean only, as d1's code)
     loss_type: str = "token_mean"  # token_mean (d1/MaskGRPO: global token mean) | seq_mean (per-sequence mean)
+    kl_target: str = "ref"  # ref (frozen SFT model; d1, MaskGRPO) | old (rollout-time policy; TraceRL)
     sampler: SamplerConfig = field(default_factory=lambda: SamplerConfig(temperature=1.0))
     # DDM-specific: the training views ("re-masking") and the token weighting
     p_mask_prompt: float = 0.15  # diffu-GRPO: prompt tokens masked with this probability
@@ -135,6 +137,12 @@ class GRPOConfig:
     remasking: str = ""  # view sampler; empty = the method's own
     coupling: str = "independent"  # independent | nested | trajectory (RebRL A.2)
     rebrl_mode: str = "token"  # none | t1 | t2 | token | token_t2 (RebRL A.3)
+    shrink: int = 2  # TraceRL: consecutive sampler steps merged into one trace step
+    views_per_step: int = 2  # SPG: masks averaged per step (num_t); GDPO: Gauss-Legendre nodes
+    eubo_beta: float = 1.0  # SPG: beta of the EUBO proxy (paper: 1.0 Sudoku, 1.5 GSM8K/MATH, 2.0 Countdown)
+    eubo_mix: float = 0.5  # SPG: weight of the EUBO in the negative-advantage proxy ("mix"; 1 = pure EUBO)
+    legacy_broadcast_weighting: bool = False  # reproduce MaskGRPO's released loss mask (all views' masks broadcast)
+    legacy_micro_step_views: bool = False  # reproduce d1's view index from the micro-step counter (with GA > 1)
     log_every: int = 5
 
     def __post_init__(self) -> None:
@@ -142,6 +150,14 @@ class GRPOConfig:
                "must be >= 2 (GRPO needs a group to compare against)")
         _check(self.num_prompts >= 1, "num_prompts", self.num_prompts, "must be >= 1")
         _check(self.num_iterations >= 1, "num_iterations", self.num_iterations, "must be >= 1")
+        _check(self.gradient_accumulation_steps >= 1 and self.num_prompts % self.gradient_accumulation_steps == 0,
+               "gradient_accumulation_steps", self.gradient_accumulation_steps,
+               f"must divide num_prompts = {self.num_prompts} (micro-batches hold whole prompt groups)")
+        _check(self.shrink >= 1, "shrink", self.shrink, "must be >= 1")
+        _check(self.views_per_step >= 1, "views_per_step", self.views_per_step, "must be >= 1")
+        _check(self.eubo_beta > 0, "eubo_beta", self.eubo_beta, "must be > 0")
+        _check(0 <= self.eubo_mix <= 1, "eubo_mix", self.eubo_mix, "must be in [0, 1]")
+        _check_choice("kl_target", self.kl_target, ("ref", "old"))
         _check(self.max_steps >= 0, "max_steps", self.max_steps, "must be >= 0")
         _check(self.learning_rate > 0, "learning_rate", self.learning_rate, "must be > 0")
         _check(self.beta >= 0, "beta", self.beta, "must be >= 0")
@@ -275,17 +291,22 @@ def _build_config(raw: dict[str, Any]) -> Config:
     methods_raw = raw.get("methods", {}) or {}
     _check(isinstance(methods_raw, dict), "methods", methods_raw, "must be a mapping of method sections")
     methods: dict[str, GRPOConfig] = {}
-    for name in grpo.methods:
+    # every section is validated (a typo fails even if the section is not listed in grpo.methods)
+    for name in dict.fromkeys([*grpo.methods, *methods_raw]):
         _check(name.replace("_", "").isalnum(), "grpo.methods", name, "section names use letters, digits and _ only")
-        section = dict(methods_raw.get(name, {}) or {})
+        section = methods_raw.get(name) or {}
+        _check(isinstance(section, dict), f"methods.{name}", section, "must be a mapping of hyperparameters")
         method = section.get("method", name)
         if method not in METHODS:
-            where = f"methods.{name}.method" if "method" in section else "grpo.methods"
+            where = f"methods.{name}.method" if "method" in section else ("grpo.methods" if name in grpo.methods
+                                                                            else f"methods.{name}")
             raise ConfigError(f"{where} = {method!r}: unknown method; choose one of {', '.join(METHODS)}")
-        merged = deep_merge(METHODS[method].defaults, section)
+        # precedence: dataclass defaults < the method's own defaults < explicit grpo: keys < what the method's
+        # definition fixes (e.g. SPG has no KL) < methods.<name> (validated against the fixed values below)
+        merged = deep_merge(dataclasses.asdict(GRPOConfig()), METHODS[method].defaults)
+        merged = deep_merge(deep_merge(deep_merge(merged, grpo_raw), METHODS[method].fixed), section)
         merged["method"] = method
-        base = dataclasses.asdict(defaults)
-        methods[name] = _section(GRPOConfig, deep_merge(base, merged), f"methods.{name}")
+        methods[name] = _section(GRPOConfig, merged, f"methods.{name}")
         METHODS[method].validate(methods[name], f"methods.{name}")
 
     return Config(
@@ -318,6 +339,10 @@ def _section(cls: type, data: Any, prefix: str) -> Any:
             raise ConfigError(f"{prefix}.{key}: unknown key; allowed: {', '.join(fields)}")
         hint = hints[key]
         if dataclasses.is_dataclass(hint):
+            # a partial sub-section starts from this field's own default (e.g. grpo's sampler has temperature 1)
+            default = fields[key].default_factory() if callable(fields[key].default_factory) else hint()
+            if isinstance(value, dict):
+                value = deep_merge(dataclasses.asdict(default), value)
             kwargs[key] = _section(hint, value, f"{prefix}.{key}")
         else:
             kwargs[key] = _as(value, hint, f"{prefix}.{key}")

@@ -7,6 +7,10 @@ import torch
 
 from ddmrl.models import TinyDDMConfig, TinyDDMForMaskedLM, build_tokenizer
 
+# Tiny tensors: one intra-op thread is fastest, and avoids thread spinning against other jobs on a 2-core machine
+# (with 2 threads a 16-wide forward pass can take 0.3 s instead of 2 ms when another process holds a core).
+torch.set_num_threads(1)
+
 
 def tiny_model(tok, max_positions: int = 16, seed: int = 0, hidden: int = 16) -> TinyDDMForMaskedLM:
     """A 1-layer TinyDDM over ``tok``'s vocabulary, initialised from ``seed`` (eval mode)."""
@@ -34,10 +38,11 @@ def tok():
 
 @pytest.fixture
 def make_model(tok):
-    """Factory: ``make_model(max_positions=16, seed=0)`` -> a fresh tiny random TinyDDM."""
+    """Factory: ``make_model(max_positions=16, seed=0, tokenizer=None)`` -> a fresh tiny random TinyDDM over
+    ``tokenizer`` (default: the session's ``tok``)."""
 
-    def make(max_positions: int = 16, seed: int = 0, hidden: int = 16) -> TinyDDMForMaskedLM:
-        return tiny_model(tok, max_positions, seed, hidden)
+    def make(max_positions: int = 16, seed: int = 0, hidden: int = 16, tokenizer=None) -> TinyDDMForMaskedLM:
+        return tiny_model(tokenizer if tokenizer is not None else tok, max_positions, seed, hidden)
 
     return make
 

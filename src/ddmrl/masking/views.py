@@ -1,7 +1,10 @@
-"""Training views: the mu masked copies of a rollout batch on which the policy loss is evaluated.
+"""Training views: the masked copies of a rollout batch on which the policy loss is evaluated.
 
-Inner iteration j of a rollout batch takes one optimiser step on view j. A view masks completion positions (and,
-for diffu-GRPO, some prompt positions); the loss is taken on masked completion tokens. Every view is drawn
+A view masks completion positions (and, for diffu-GRPO and SPG, some prompt positions); its loss targets are
+masked completion tokens (all of them, except in TraceRL's trajectory views where only the tokens of one trace
+step are targets). ``Views.schedule`` says which views each optimiser step of the rollout batch uses: view j at
+step j for most methods, every quadrature view at every step for GDPO, ``views_per_step`` views for SPG. Every
+view is drawn
 from its own seed, derived from the rollout seed, with a dedicated ``torch.Generator``: rebuilding the views
 from the stored seed gives identical masks, so the old, reference and current passes see the same inputs
 (d1 and MaskGRPO's "managed randomness", without touching the global RNG; maskgrpo.md section 3.4).
@@ -28,16 +31,28 @@ MAX_RATIO = 0.999  # MaskGRPO caps the last ratio below 1
 class Views(NamedTuple):
     """The mu training views of N rollouts with completion length L and prompt length P.
 
-    masks: [mu, N, L] bool, completion positions masked in view j.
-    prompt_masks: [mu, N, P] bool, prompt positions masked in view j (diffu-GRPO only; else all False).
-    t: [mu, N] nominal mask ratio of view j for rollout i.
+    masks: [V, N, L] bool, completion positions masked in view j.
+    prompt_masks: [V, N, P] bool, prompt positions masked in view j (diffu-GRPO, SPG; else all False).
+    t: [V, N] nominal mask ratio of view j for rollout i.
     seed: the rollout seed every view was derived from (views regenerate identically from it).
+    targets: [V, N, L] bool loss targets (None = the masked positions).
+    schedule: view indices used by each optimiser step (None = view j at step j).
     """
 
     masks: torch.Tensor
     prompt_masks: torch.Tensor
     t: torch.Tensor
     seed: int
+    targets: torch.Tensor | None = None
+    schedule: tuple[tuple[int, ...], ...] | None = None
+
+    @property
+    def target_masks(self) -> torch.Tensor:
+        return self.masks if self.targets is None else self.targets
+
+    @property
+    def steps(self) -> tuple[tuple[int, ...], ...]:
+        return self.schedule if self.schedule is not None else tuple((j,) for j in range(self.masks.shape[0]))
 
 
 def unigrpo_ratios(mu: int, n: int, gen: torch.Generator) -> torch.Tensor:
@@ -56,6 +71,14 @@ def linear_ratios(mu: int, n: int, gamma: float = 0.0) -> torch.Tensor:
     RebRL's t_j = j / mu. Returns [mu, N]."""
     j = torch.arange(1, mu + 1, dtype=torch.float32)
     return (gamma + (1 - gamma) * j / mu).clamp(max=MAX_RATIO)[:, None].expand(mu, n).clone()
+
+
+def gauss_legendre(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """GDPO's semi-deterministic time grid: n-point Gauss-Legendre nodes and weights on [0, 1] (weights sum to 1)."""
+    import numpy as np
+
+    x, w = np.polynomial.legendre.leggauss(n)
+    return torch.tensor((x + 1) / 2, dtype=torch.float32), torch.tensor(w / 2, dtype=torch.float32)
 
 
 def fading_keep_prob(t: torch.Tensor, length: int) -> torch.Tensor:
@@ -79,19 +102,28 @@ def _uniforms(shape: tuple[int, ...], seed: int, coupling: str) -> torch.Tensor:
 def trajectory_masks(t: torch.Tensor, reveal_step: torch.Tensor) -> torch.Tensor:
     """Mask the round(t L) latest-revealed positions (ties: later position first). [mu, N], [N, L] -> [mu, N, L]."""
     length = reveal_step.shape[1]
-    key = reveal_step.double() * (length + 1) + torch.arange(length)  # strict order: step, then position
-    rank = key.argsort(1, descending=True).argsort(1)  # [N, L], 0 = revealed last
+    rank = reveal_order(reveal_step).argsort(1, descending=True).argsort(1)  # [N, L], 0 = revealed last
     count = torch.round(t * length).long()  # [mu, N]
     return rank[None] < count[..., None]
 
 
-def _ensure_one(masks: torch.Tensor, valid: torch.Tensor, seed: int) -> torch.Tensor:
-    """Every (view, rollout) with no masked valid token gets one, at a seeded random valid position."""
+def reveal_order(reveal_step: torch.Tensor) -> torch.Tensor:
+    """A strict order key [N, L]: larger = revealed later (by step, then by position)."""
+    length = reveal_step.shape[1]
+    return reveal_step.long() * (length + 1) + torch.arange(length)
+
+
+def _ensure_one(masks: torch.Tensor, valid: torch.Tensor, priority: torch.Tensor) -> torch.Tensor:
+    """Every (view, rollout) with no masked valid token gets one: the valid position of highest ``priority`` [N, L].
+
+    The priority keeps the coupling intact: under ``nested`` it is -u (the token the next larger ratio masks first,
+    so masks stay nested); under ``trajectory`` the reveal order (the latest-revealed token); else random.
+    """
     empty = ~(masks & valid).any(-1)  # [mu, N]
     if empty.any():
-        scores = torch.rand(masks.shape, generator=generator(seed, "ensure_one")).masked_fill(~valid, -1.0)
-        pick = torch.zeros_like(masks).scatter_(-1, scores.argmax(-1, keepdim=True), True)
-        masks = masks | (pick & empty[..., None])
+        pick = priority.masked_fill(~valid, -torch.inf).argmax(-1, keepdim=True)  # [N, 1]
+        chosen = torch.zeros_like(valid).scatter_(-1, pick, True)  # [N, L]
+        masks = masks | (chosen[None] & empty[..., None])
     return masks
 
 
@@ -107,17 +139,25 @@ def build_views(
     coupling: str = "independent",
     gamma: float = 0.6,
     p_mask_prompt: float = 0.15,
+    shrink: int = 1,
+    views_per_step: int = 1,
+    block_length: int = 4,
 ) -> Views:
     """Build the mu views of a rollout batch.
 
     Args:
-        remasking: key of ``VIEWS``: full_completion (d1), unigrpo (MMaDA), maskgrpo_fading (MaskGRPO text),
-            rebrl_linear (RebRL, t_j = j / mu).
-        mu: number of views (num_iterations).
+        remasking: key of ``VIEWS``: full_completion (d1, wd1), unigrpo (MMaDA), maskgrpo_fading (MaskGRPO
+            text), maskgrpo_random (MaskGRPO image: truncated ratios, uniform masks), rebrl_linear (RebRL,
+            t_j = j / mu), tracerl (TraceRL trace steps), gdpo_quadrature (GDPO), block_random (SPG).
+        mu: optimiser steps per rollout batch (num_iterations); TraceRL's view count is its number of trace
+            steps instead, GDPO's is ``views_per_step`` quadrature nodes shared by the mu steps.
         seed: rollout seed; view j uses ``derive_seed(seed, "view", j)``.
         completion_mask: [N, L] bool, valid completion tokens (up to and including the first EOS).
         prompt_ids: [N, P] prompt tokens (left-padded with ``pad_id``).
-        reveal_step: [N, L] the sampler's reveal step per token (needed by ``coupling="trajectory"``).
+        reveal_step: [N, L] the sampler's reveal step per token (``coupling="trajectory"``, ``tracerl``).
+        shrink: TraceRL merges this many consecutive sampler steps into one trace step.
+        views_per_step: views each optimiser step averages (SPG's num_t) or GDPO's quadrature nodes.
+        block_length: SPG's block size (the sampler's semi-AR block).
     """
     n, length = completion_mask.shape
     no_prompt = torch.zeros(mu, *prompt_ids.shape, dtype=torch.bool)
@@ -127,25 +167,95 @@ def build_views(
         pm = torch.stack([torch.rand(prompt_ids.shape, generator=generator(seed, "view", j)) for j in range(mu)])
         masks = torch.ones(mu, n, length, dtype=torch.bool)
         return Views(masks, (pm < p_mask_prompt) & real, torch.ones(mu, n), seed)
+    if remasking == "tracerl":
+        return tracerl_views(reveal_step, shrink, seed, prompt_ids.shape)
+    if remasking == "block_random":
+        return block_random_views(mu * views_per_step, views_per_step, seed, completion_mask, prompt_ids, pad_id,
+                                  p_mask_prompt, block_length)
+    if remasking == "gdpo_quadrature":
+        nodes, _ = gauss_legendre(views_per_step)
+        t = nodes[:, None].expand(views_per_step, n).clone()
+        masks = _uniforms(tuple(t.shape) + (length,), seed, "independent") < t[..., None]
+        masks = _ensure_one(masks, completion_mask, _random(seed, n, length))
+        all_nodes = tuple(range(views_per_step))
+        no_prompt = torch.zeros(views_per_step, *prompt_ids.shape, dtype=torch.bool)
+        return Views(masks, no_prompt, t, seed, schedule=(all_nodes,) * mu)
     if remasking == "unigrpo":
         t = unigrpo_ratios(mu, n, generator(seed, "start"))
     elif remasking == "rebrl_linear":
         t = linear_ratios(mu, n, 0.0)
+    elif remasking == "maskgrpo_random":
+        t = linear_ratios(mu, n, gamma)
     elif remasking == "maskgrpo_fading":
         t = linear_ratios(mu, n, gamma)
         if coupling == "trajectory":
             raise ValueError("maskgrpo_fading has its own position-wise curve; use coupling independent or nested")
-        masks = _uniforms((mu, n, length), seed, coupling) > fading_keep_prob(t, length)
-        return Views(_ensure_one(masks, completion_mask, seed), no_prompt, t, seed)
+        u = _uniforms((mu, n, length), seed, coupling)
+        masks = u > fading_keep_prob(t, length)
+        # nested: token k becomes masked once 2 (1 - t) d_k < u_k, so the larger u_k / d_k, the earlier
+        priority = u[0] / torch.linspace(1, 0, length).clamp_min(1e-9) if coupling == "nested" else None
+        return Views(_ensure_one(masks, completion_mask, _random(seed, n, length) if priority is None else priority),
+                     no_prompt, t, seed)
     else:
         raise ValueError(f"unknown remasking '{remasking}'; choose one of {', '.join(VIEWS)}")
     if coupling == "trajectory":
         if reveal_step is None:
             raise ValueError("coupling 'trajectory' needs the rollout's reveal_step")
         masks = trajectory_masks(t, reveal_step)
+        priority = reveal_order(reveal_step).double()
     else:
-        masks = _uniforms((mu, n, length), seed, coupling) < t[..., None]
-    return Views(_ensure_one(masks, completion_mask, seed), no_prompt, t, seed)
+        u = _uniforms((mu, n, length), seed, coupling)
+        masks = u < t[..., None]
+        priority = -u[0] if coupling == "nested" else _random(seed, n, length)
+    return Views(_ensure_one(masks, completion_mask, priority), no_prompt, t, seed)
+
+
+def tracerl_views(reveal_step: torch.Tensor | None, shrink: int, seed: int, prompt_shape: tuple[int, ...]) -> Views:
+    """TraceRL (Wang et al. 2026): trace step tau = sampler step // shrink; view tau masks every token of trace
+    step >= tau and trains on the tokens of step tau only, so every token is a target exactly once (F = 1)."""
+    if reveal_step is None:
+        raise ValueError("tracerl views need the rollout's reveal_step")
+    trace = reveal_step.long() // shrink  # [N, L]
+    k = int(trace.max()) + 1
+    tau = torch.arange(k)[:, None, None]  # [K, 1, 1]
+    masks, targets = trace[None] >= tau, trace[None] == tau  # [K, N, L]
+    t = masks.float().mean(-1)  # [K, N]
+    return Views(masks, torch.zeros(k, *prompt_shape, dtype=torch.bool), t, seed, targets=targets)
+
+
+def block_random_views(
+    v: int,
+    per_step: int,
+    seed: int,
+    completion_mask: torch.Tensor,
+    prompt_ids: torch.Tensor,
+    pad_id: int,
+    p_mask_prompt: float,
+    block_length: int,
+) -> Views:
+    """SPG's ``block_random`` views (Wang et al. 2026): a random block b; every block after b fully masked; inside
+    b a random count in [1, block_length] of random positions masked; prompt tokens masked with p_mask_prompt.
+    Mirrors semi-AR decoding. ``per_step`` consecutive views form one optimiser step."""
+    n, length = completion_mask.shape
+    num_blocks = -(-length // block_length)
+    pos = torch.arange(length)
+    masks, prompt_masks = [], []
+    for j in range(v):
+        g = generator(seed, "view", j)
+        b = torch.randint(num_blocks, (n, 1), generator=g)  # [N, 1]
+        count = torch.randint(1, block_length + 1, (n, 1), generator=g)
+        block = pos[None] // block_length  # [1, L]
+        order = torch.rand(n, length, generator=g).masked_fill(block != b, 2.0).argsort(1).argsort(1)
+        masks.append((block > b) | ((block == b) & (order < count)))
+        prompt_masks.append((torch.rand(prompt_ids.shape, generator=g) < p_mask_prompt) & (prompt_ids != pad_id))
+    masks_t = _ensure_one(torch.stack(masks), completion_mask, _random(seed, n, length))
+    t = masks_t.float().mean(-1)
+    schedule = tuple(tuple(range(s, s + per_step)) for s in range(0, v, per_step))
+    return Views(masks_t, torch.stack(prompt_masks), t, seed, schedule=schedule)
+
+
+def _random(seed: int, n: int, length: int) -> torch.Tensor:
+    return torch.rand(n, length, generator=generator(seed, "ensure_one"))
 
 
 def apply_view(
@@ -157,9 +267,18 @@ def apply_view(
     return x.masked_fill(masked, mask_id)
 
 
-VIEWS = ("full_completion", "unigrpo", "maskgrpo_fading", "rebrl_linear")
+VIEWS = (
+    "full_completion",
+    "unigrpo",
+    "maskgrpo_fading",
+    "maskgrpo_random",
+    "rebrl_linear",
+    "tracerl",
+    "gdpo_quadrature",
+    "block_random",
+)
 
 
 def mask_frequency(views: Views, completion_mask: torch.Tensor) -> torch.Tensor:
-    """RebRL's F(k): in how many of the mu views token k is a (valid) target. [N, L]."""
-    return (views.masks & completion_mask[None]).sum(0)
+    """RebRL's F(k): in how many views token k is a (valid) loss target. [N, L]."""
+    return (views.target_masks & completion_mask[None]).sum(0)

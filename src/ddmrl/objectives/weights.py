@@ -1,8 +1,14 @@
 """Per-(view, token) loss weights omega and per-sample normalisers Z (algorithms.md A.3, C.2 ``TokenWeighting``).
 
-  completion_mean  every valid completion token (d1: the whole completion is masked in every view)
-  masked_mean      the masked valid tokens of the view (UniGRPO, MaskGRPO)
+  completion_mean  every valid completion token (d1, wd1: the whole completion is masked in every view)
+  masked_mean      the valid loss targets of the view (UniGRPO, MaskGRPO, TraceRL, SPG)
   rebrl            omega_ij(k) = delta_ij(k) * lambda(t_ij) / t_ij * g(F_i(k)), Z_i = (1/mu) sum_j sum_k omega_ij(k)
+  gdpo_elbo        omega_n(k) = delta_n(k) q_n / t_n: GDPO's Gauss-Legendre ELBO, sum over views and tokens
+
+``legacy_broadcast=True`` reproduces the released MaskGRPO code (algorithms.md A.2, maskgrpo.md 3.2): its loss
+mask is the stack of all mu masks broadcast onto one view, so every completion position (masked in this view or
+not, valid or not) is weighted by how many views mask it. Off by default (the paper's intent: the view's own
+targets).
 
 For RebRL, t_ij is the realised masked fraction of view j for sample i (so mode ``none`` is exactly UniGRPO's
 mean over masked tokens), lambda(t) is 1, t or t^2, and g(F) = 1/F in the token modes (0 where F = 0), F(k)
@@ -15,6 +21,9 @@ from __future__ import annotations
 import torch
 
 from ddmrl.masking import Views, mask_frequency
+from ddmrl.masking.views import gauss_legendre
+
+WEIGHTINGS = ("completion_mean", "masked_mean", "rebrl", "gdpo_elbo")
 
 REBRL_LAMBDA = {"none": 0, "t1": 1, "t2": 2, "token": 1, "token_t2": 2}  # lambda(t) = t ** power
 REBRL_TOKEN = {"token", "token_t2"}  # modes with the 1/F token factor
@@ -22,21 +31,31 @@ REBRL_TOKEN = {"token", "token_t2"}  # modes with the 1/F token factor
 
 def realised_ratio(views: Views, completion_mask: torch.Tensor) -> torch.Tensor:
     """t_ij = |masked valid tokens| / |valid tokens|, [mu, N]."""
-    targets = views.masks & completion_mask[None]
-    return targets.sum(-1) / completion_mask.sum(-1).clamp_min(1)[None]
+    masked = views.masks & completion_mask[None]
+    return masked.sum(-1) / completion_mask.sum(-1).clamp_min(1)[None]
 
 
 def token_weights(
-    weighting: str, views: Views, completion_mask: torch.Tensor, rebrl_mode: str = "token"
+    weighting: str,
+    views: Views,
+    completion_mask: torch.Tensor,
+    rebrl_mode: str = "token",
+    legacy_broadcast: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Weights omega [mu, N, L] and, for RebRL, the per-sample normaliser Z [N] (else None)."""
-    targets = (views.masks & completion_mask[None]).float()  # [mu, N, L]
+    """Weights omega [V, N, L] and, for RebRL, the per-sample normaliser Z [N] (else None)."""
+    targets = (views.target_masks & completion_mask[None]).float()  # [V, N, L]
+    if legacy_broadcast:
+        return views.masks.float().sum(0, keepdim=True).expand_as(targets).clone(), None
     if weighting == "completion_mean":
         return completion_mask[None].float().expand_as(targets).clone(), None
     if weighting == "masked_mean":
         return targets, None
+    if weighting == "gdpo_elbo":
+        _, q = gauss_legendre(targets.shape[0])
+        t = realised_ratio(views, completion_mask).clamp_min(1e-8)  # [V, N]
+        return targets * (q[:, None] / t)[..., None], None
     if weighting != "rebrl":
-        raise ValueError(f"unknown weighting '{weighting}'; choose completion_mean, masked_mean or rebrl")
+        raise ValueError(f"unknown weighting '{weighting}'; choose one of {', '.join(WEIGHTINGS)}")
     if rebrl_mode not in REBRL_LAMBDA:
         raise ValueError(f"unknown rebrl_mode '{rebrl_mode}'; choose one of {', '.join(REBRL_LAMBDA)}")
     t = realised_ratio(views, completion_mask).clamp_min(1e-8)  # [mu, N]

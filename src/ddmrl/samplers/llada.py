@@ -89,7 +89,9 @@ def generate(
         for s in range(steps_per_block):
             logits = guided_logits(model, x, p, mask_id, cfg_scale).float()  # [N, T, V]
             nfe += 2 if cfg_scale else 1
-            logits[..., mask_id] = -torch.inf  # never propose the mask token itself
+            never = torch.zeros(logits.shape[-1], dtype=torch.bool)
+            never[mask_id] = True  # never propose the mask token itself
+            logits = logits.masked_fill(never, -torch.inf)
             proposal = gumbel_argmax(logits, temperature, generator)  # [N, T]
             if remasking == "low_confidence":
                 conf = torch.softmax(logits, -1).gather(-1, proposal[..., None]).squeeze(-1).double()

@@ -1,33 +1,37 @@
 """The online GRPO loop for masked diffusion models, shared by every method.
 
-Per rollout batch (every ``num_iterations`` optimiser steps; TRL's buffering, d1 and MaskGRPO):
+Per rollout batch (TRL's buffering, as in d1 and MaskGRPO):
   1. draw ``num_prompts`` training prompts and sample ``num_generations`` completions each (LLaDA semi-AR);
   2. score them with the task reward and compute group advantages;
-  3. build the mu training views from the rollout seed (the method's re-masking) and their token weights;
+  3. build the method's training views from the rollout seed, and their token weights;
   4. evaluate old (rollout-time policy) and reference log-probs on every view, once, without gradients;
-  5. for j = 1..mu: current log-probs on view j, clipped token ratio + beta k3 KL, weighted aggregate, one step.
+  5. for each step of the views' schedule (view j at step j for most methods): current log-probs on the step's
+     views, the method's objective, one optimiser step (over ``gradient_accumulation_steps`` micro-batches).
 
-View j is consumed at inner step j (the paper intent; d1 and MaskGRPO index views by the micro-step counter,
-which with gradient accumulation skips views: maskgrpo.md section 2). Every random draw comes from a generator
-derived from (seed, purpose, iteration), never from the global RNG.
+Each view is consumed at its own step (the paper intent). d1 and MaskGRPO index views by the micro-step counter,
+which with gradient accumulation gives each micro-batch only every A-th view (maskgrpo.md section 2); that quirk
+is reproduced by ``legacy_micro_step_views``. Every random draw comes from a generator derived from (seed, purpose,
+iteration), never from the global RNG.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from tqdm import tqdm
 
 from ddmrl.config import GRPOConfig
 from ddmrl.likelihood import token_logps
-from ddmrl.masking import apply_view, build_views
+from ddmrl.masking import Views, apply_view, build_views
 from ddmrl.methods import METHODS
-from ddmrl.objectives import aggregate, clipped_token_loss, group_advantages, token_weights
-from ddmrl.rollout import rewards, rollout
+from ddmrl.objectives import group_advantages, token_weights
+from ddmrl.objectives.losses import OBJECTIVES, ObjectiveInputs
+from ddmrl.objectives.weights import realised_ratio
+from ddmrl.rollout import Rollouts, rewards, rollout
 from ddmrl.seeding import derive_seed, generator
 from ddmrl.tasks.base import Example, Task
 
@@ -41,12 +45,67 @@ class Timing:
     update: float = 0.0
 
 
-def grpo_iteration_logps(policy, ref, inputs: list[torch.Tensor], completion_ids: torch.Tensor, beta: float):
-    """Old and reference log-probs [mu, N, L] of every view (no gradient); ref is None when beta = 0."""
-    with torch.no_grad():
-        old = torch.stack([token_logps(policy, x, completion_ids) for x in inputs])
-        refs = torch.stack([token_logps(ref, x, completion_ids) for x in inputs]) if beta else None
-    return old, refs
+class Batch(NamedTuple):
+    """A scored rollout batch with its views: everything the inner steps need."""
+
+    rollouts: Rollouts
+    rewards: torch.Tensor  # [N]
+    advantages: torch.Tensor  # [N]
+    zero_std: torch.Tensor  # [B] groups with equal rewards
+    views: Views
+    weights: torch.Tensor  # [V, N, L]
+    z: torch.Tensor | None  # [N]
+    inputs: torch.Tensor  # [V, N, P + L] the model input of every view
+
+
+def make_views(cfg: GRPOConfig, batch: Rollouts, seed: int, pad_id: int, mask_id: int):
+    """The method's views of a rollout batch, their weights and model inputs (steps 3 of the loop)."""
+    method = METHODS[cfg.method]
+    views = build_views(
+        cfg.remasking or method.remasking, mu=cfg.num_iterations, seed=seed, completion_mask=batch.completion_mask,
+        prompt_ids=batch.prompt_ids, pad_id=pad_id, reveal_step=batch.reveal_step, coupling=cfg.coupling,
+        gamma=cfg.gamma, p_mask_prompt=cfg.p_mask_prompt, shrink=cfg.shrink, views_per_step=cfg.views_per_step,
+        block_length=cfg.sampler.block_length,
+    )
+    weights, z = token_weights(method.weighting, views, batch.completion_mask, cfg.rebrl_mode,
+                               cfg.legacy_broadcast_weighting)
+    inputs = torch.stack([apply_view(batch.prompt_ids, batch.completion_ids, views, v, mask_id)
+                          for v in range(views.masks.shape[0])])
+    return views, weights, z, inputs
+
+
+def view_logps(model, inputs: torch.Tensor, completion_ids: torch.Tensor) -> torch.Tensor:
+    """Token log-probs of every view: [V, N, P + L] inputs -> [V, N, L]."""
+    return torch.stack([token_logps(model, x, completion_ids) for x in inputs])
+
+
+def step_views(views: Views, step: int, micro: int, cfg: GRPOConfig) -> tuple[int, ...]:
+    """View indices of inner step ``step`` for micro-batch ``micro``.
+
+    Paper intent: the schedule's entry for the step, whatever the micro-batch. ``legacy_micro_step_views``: d1 and
+    MaskGRPO's ``(_step % mu)`` after the increment, with one count per micro-batch.
+    """
+    if cfg.legacy_micro_step_views:
+        mu = views.masks.shape[0]
+        return ((step * cfg.gradient_accumulation_steps + micro + 1) % mu,)
+    return views.steps[step]
+
+
+def objective_inputs(b: Batch, old, ref, logps, ids: tuple[int, ...], rows: slice, g: int) -> ObjectiveInputs:
+    """Slice a batch to the step's views and one micro-batch of rows."""
+    v = list(ids)
+    return ObjectiveInputs(
+        logps=logps,
+        old=old[v][:, rows],
+        ref=None if ref is None else ref[v][:, rows],
+        advantages=b.advantages[rows],
+        weights=b.weights[v][:, rows],
+        z=None if b.z is None else b.z[rows],
+        t=realised_ratio(b.views, b.rollouts.completion_mask)[v][:, rows],
+        targets=(b.views.target_masks[v] & b.rollouts.completion_mask[None])[:, rows],
+        completion_mask=b.rollouts.completion_mask[rows],
+        num_generations=g,
+    )
 
 
 def train_grpo(
@@ -63,13 +122,15 @@ def train_grpo(
 
     Returns the curve (one row per rollout batch) and the time spent per phase.
     """
-    method = METHODS[cfg.method]
-    remasking = cfg.remasking or method.remasking
+    objective = OBJECTIVES[METHODS[cfg.method].objective]
     opt = torch.optim.AdamW(policy.parameters(), lr=cfg.learning_rate, betas=(0.9, 0.99), weight_decay=cfg.weight_decay)
-    mu, g = cfg.num_iterations, cfg.num_generations
-    timing, curve, step = Timing(), [], 0
+    g, ga = cfg.num_generations, cfg.gradient_accumulation_steps
+    rows_per_micro = cfg.num_prompts * g // ga
+    micro_rows = [slice(a * rows_per_micro, (a + 1) * rows_per_micro) for a in range(ga)]
+    timing, curve, step, it = Timing(), [], 0, 0
     ref.eval()
-    for it in tqdm(range(math.ceil(cfg.max_steps / mu)), desc=f"grpo {cfg.method}", mininterval=5):
+    bar = tqdm(total=cfg.max_steps, desc=f"grpo {cfg.method}", mininterval=5)
+    while step < cfg.max_steps:
         # 1-2. rollouts, rewards, advantages
         t0 = time.time()
         policy.eval()
@@ -78,33 +139,35 @@ def train_grpo(
         r = rewards(task, examples, batch.texts, g)  # [N]
         adv, zero_std = group_advantages(r, g, cfg.scale_rewards)
         # 3. views and weights, all from the rollout seed
-        views = build_views(
-            remasking, mu=mu, seed=derive_seed(seed, "views", it), completion_mask=batch.completion_mask,
-            prompt_ids=batch.prompt_ids, pad_id=tok.pad_token_id, reveal_step=batch.reveal_step,
-            coupling=cfg.coupling, gamma=cfg.gamma, p_mask_prompt=cfg.p_mask_prompt,
-        )
-        weights, z = token_weights(method.weighting, views, batch.completion_mask, cfg.rebrl_mode)  # [mu, N, L]
-        inputs = [apply_view(batch.prompt_ids, batch.completion_ids, views, j, tok.mask_token_id) for j in range(mu)]
+        views, weights, z, inputs = make_views(cfg, batch, derive_seed(seed, "views", it), tok.pad_token_id,
+                                               tok.mask_token_id)
+        b = Batch(batch, r, adv, zero_std, views, weights, z, inputs)
         t1 = time.time()
-        # 4. old and reference log-probs on identical views
-        old, refs = grpo_iteration_logps(policy, ref, inputs, batch.completion_ids, cfg.beta)
+        # 4. old and KL-target log-probs on identical views, once per rollout batch
+        with torch.no_grad():
+            old = view_logps(policy, inputs, batch.completion_ids)  # [V, N, L]
+            kl_ref = None
+            if cfg.beta:
+                kl_ref = old if cfg.kl_target == "old" else view_logps(ref, inputs, batch.completion_ids)
         t2 = time.time()
-        # 5. mu optimiser steps, view j at inner step j
+        # 5. one optimiser step per entry of the schedule
         policy.train()
         stats = {"loss": 0.0, "kl": 0.0, "clip_ratio": 0.0}
-        inner = min(mu, cfg.max_steps - step)
-        for j in range(inner):
-            logps = token_logps(policy, inputs[j], batch.completion_ids)
-            tl = clipped_token_loss(logps, old[j], None if refs is None else refs[j], adv, cfg.epsilon, cfg.beta)
-            loss = aggregate(tl.loss, weights[j], cfg.loss_type, z)
+        inner = min(len(views.steps), cfg.max_steps - step)
+        for s in range(inner):
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            for a, rows in enumerate(micro_rows):
+                ids = step_views(views, s, a, cfg)
+                logps = torch.stack([token_logps(policy, inputs[v, rows], batch.completion_ids[rows]) for v in ids])
+                out = objective(objective_inputs(b, old, kl_ref, logps, ids, rows, g), cfg)
+                (out.loss / ga).backward()
+                stats["loss"] += out.loss.item() / (ga * inner)
+                stats["kl"] += out.kl / (ga * inner)
+                stats["clip_ratio"] += out.clip_ratio / (ga * inner)
             torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
             opt.step()
             step += 1
-            stats["loss"] += loss.item() / inner
-            stats["kl"] += aggregate(tl.kl, weights[j], "token_mean").item() / inner
-            stats["clip_ratio"] += aggregate(tl.clipped, weights[j], "token_mean").item() / inner
+            bar.update(1)
         t3 = time.time()
         timing.gen += t1 - t0
         timing.old_ref_logp += t2 - t1
@@ -121,5 +184,7 @@ def train_grpo(
         curve.append(row)
         if on_iteration:
             on_iteration(row)
+        it += 1
+    bar.close()
     policy.eval()
     return curve, timing

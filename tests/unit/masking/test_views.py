@@ -70,7 +70,9 @@ def test_full_completion_prompt_masks_are_fresh_per_view():
     (P(both masked) = p^2 = 0.09 at p = 0.3; 4000 draws per pair, SE 0.0045, tolerance 0.03)."""
     prompt = torch.full((200, 20), 6)
     cm = torch.ones(200, 2, dtype=torch.bool)
-    v = build_views("full_completion", mu=3, seed=0, completion_mask=cm, prompt_ids=prompt, pad_id=PAD, p_mask_prompt=0.3)
+    v = build_views(
+        "full_completion", mu=3, seed=0, completion_mask=cm, prompt_ids=prompt, pad_id=PAD, p_mask_prompt=0.3
+    )
     pm = v.prompt_masks
     for a in range(3):
         for b in range(a + 1, 3):
@@ -172,7 +174,7 @@ def test_fading_views_mask_fraction_matches_t_statistically():
 def test_nested_coupling_gives_monotone_masks(remasking):
     """nested: one u per rollout shared by the views; masked at t_j implies masked at every larger t_j'.
     Long completions (L = 64); only rollouts whose first view has >= 2 masked tokens are checked, so that the
-    one-token guarantee for empty views never intervened (that case is the xfail test below)."""
+    one-token guarantee for empty views never intervened (that case is tested below)."""
     v = views(remasking, n=16, length=64, mu=6, seed=2, coupling="nested")
     assert bool((v.t.diff(dim=0) >= 0).all())
     ok = v.masks[0].sum(-1) >= 2  # [N]
@@ -181,11 +183,6 @@ def test_nested_coupling_gives_monotone_masks(remasking):
     assert bool((m[:-1] <= m[1:]).all()), "a token masked at t_j is visible at a larger t"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: views._ensure_one picks a random valid position for an empty view, which breaks the nested "
-    "coupling (it should pick the next token to be masked, e.g. the valid token with the smallest u)",
-)
 def test_nested_coupling_stays_monotone_when_a_view_is_empty():
     """Short completions: with L = 3 valid tokens and t_1 = 1/4, view 1 is often empty and gets one forced token.
     Nestedness requires that token to be masked at every larger ratio too; in algorithms.md A.2 terms, F(k) must
@@ -225,7 +222,7 @@ def test_trajectory_masks_latest_revealed_positions_by_hand():
 
 def test_trajectory_masks_count_is_round_t_l_per_sample():
     """unigrpo ratios (random per sample) with trajectory coupling: exactly round(t L) masked per view, and the
-    masked set is a prefix of the reverse reveal order (every masked token revealed no earlier than any visible one)."""
+    masked set is a prefix of the reverse reveal order (no masked token revealed before a visible one)."""
     n, length = 6, 10
     reveal = torch.stack([torch.randperm(length, generator=generator(i)) // 2 for i in range(n)])
     t = unigrpo_ratios(4, n, generator(1))
@@ -236,8 +233,10 @@ def test_trajectory_masks_count_is_round_t_l_per_sample():
             if 0 < m[j, i].sum() < length:
                 assert reveal[i][m[j, i]].min() >= reveal[i][~m[j, i]].max()
     # tie-break: one position of two revealed at the same last step: the later position goes first
-    assert torch.equal(trajectory_masks(torch.tensor([[0.25]]), torch.tensor([[3, 0, 1, 3]]))[0, 0],
-                       torch.tensor([False, False, False, True]))
+    assert torch.equal(
+        trajectory_masks(torch.tensor([[0.25]]), torch.tensor([[3, 0, 1, 3]]))[0, 0],
+        torch.tensor([False, False, False, True]),
+    )
 
 
 def test_trajectory_coupling_needs_reveal_step_and_fading_refuses_it():
@@ -278,8 +277,9 @@ def test_apply_view_puts_mask_ids_exactly_where_the_masks_say():
     prompt = torch.tensor([[PAD, 5, 6], [5, 6, 7]])
     completion = torch.tensor([[6, 7, 8, 3], [9, 8, 7, 6]])
     cm = torch.ones(2, 4, dtype=torch.bool)
-    v = build_views("full_completion", mu=2, seed=0, completion_mask=cm, prompt_ids=prompt, pad_id=PAD,
-                    p_mask_prompt=0.5)
+    v = build_views(
+        "full_completion", mu=2, seed=0, completion_mask=cm, prompt_ids=prompt, pad_id=PAD, p_mask_prompt=0.5
+    )
     v = v._replace(masks=torch.tensor([[[1, 0, 1, 0], [0, 0, 0, 1]], [[1, 1, 1, 1], [0, 1, 0, 0]]], dtype=torch.bool))
     for j in range(2):
         x = apply_view(prompt, completion, v, j, MASK)

@@ -43,7 +43,11 @@ def nested_batch(mu: int = 4, c: int = 2):
     post-EOS positions must get weight 0)."""
     length = mu * c
     m0, f0 = nested_linear(mu, c)
-    perm = torch.tensor([5, 2, 7, 0, 3, 6, 1, 4][:length]) if length == 8 else torch.randperm(length, generator=torch.Generator().manual_seed(0))
+    perm = (
+        torch.tensor([5, 2, 7, 0, 3, 6, 1, 4][:length])
+        if length == 8
+        else torch.randperm(length, generator=torch.Generator().manual_seed(0))
+    )
     m1, f1 = nested_linear(mu, c, perm)
     half = length // 2
     m2h, f2h = nested_linear(mu, half // mu) if half % mu == 0 else (None, None)
@@ -88,10 +92,15 @@ def test_a3_table_t1_t2_token_token_t2_credits_under_nested_masks():
     on = valid.float()
     tables = {
         "t1": (mu - fk + 1) * on,
-        "t2": torch.tensor([[sum(j / mu for j in range(jk, mu + 1)) if jk else 0.0 for jk in r] for r in first.tolist()]),
+        "t2": torch.tensor(
+            [[sum(j / mu for j in range(jk, mu + 1)) if jk else 0.0 for jk in r] for r in first.tolist()]
+        ),
         "token": on,
         "token_t2": torch.tensor(
-            [[sum(j / mu for j in range(jk, mu + 1)) / (mu - jk + 1) if jk else 0.0 for jk in r] for r in first.tolist()]
+            [
+                [sum(j / mu for j in range(jk, mu + 1)) / (mu - jk + 1) if jk else 0.0 for jk in r]
+                for r in first.tolist()
+            ]
         ),
     }
     for mode, want in tables.items():
@@ -117,8 +126,15 @@ def rollouts_for(coupling: str, remasking: str, seed: int):
     reveal = torch.stack([torch.randperm(length, generator=torch.Generator().manual_seed(i)) for i in range(n)])
     kw = {"gamma": 0.5} if remasking == "maskgrpo_fading" else {}
     v = build_views(
-        remasking, mu=mu, seed=seed, completion_mask=valid, prompt_ids=torch.full((n, 2), 5), pad_id=1,
-        reveal_step=reveal, coupling=coupling, **kw,
+        remasking,
+        mu=mu,
+        seed=seed,
+        completion_mask=valid,
+        prompt_ids=torch.full((n, 2), 5),
+        pad_id=1,
+        reveal_step=reveal,
+        coupling=coupling,
+        **kw,
     )
     return v, valid
 
@@ -166,7 +182,9 @@ def test_a3_c_full_completion_views_reduce_every_mode_to_a_constant(mode):
     weight is one constant (1, or 1/mu with the token factor) on valid tokens, 0 elsewhere."""
     mu = 3
     valid = torch.tensor([[True, True, True, False], [True, False, False, False]])
-    v = build_views("full_completion", mu=mu, seed=0, completion_mask=valid, prompt_ids=torch.full((2, 3), 5), pad_id=1)
+    v = build_views(
+        "full_completion", mu=mu, seed=0, completion_mask=valid, prompt_ids=torch.full((2, 3), 5), pad_id=1
+    )
     assert bool(((v.masks & valid[None]).sum(0)[valid] == mu).all())
     w, z = token_weights("rebrl", v, valid, mode)
     const = 1 / mu if mode in ("token", "token_t2") else 1.0

@@ -1,0 +1,110 @@
+"""Policy objectives: the loss of one optimiser step from its views' log-likelihoods (algorithms.md C.2).
+
+Every objective takes the same :class:`ObjectiveInputs` and returns an :class:`ObjectiveOutput`:
+
+  token_clip           PPO/GRPO token ratio at each view, clipped, minus beta k3 KL, weighted and aggregated
+                       (d1, UniGRPO, MaskGRPO, RebRL, TraceRL); several views in a step are averaged
+  sequence_clip        GDPO (Rojas et al. 2026): sequence ratio exp(ELBO_theta - ELBO_old) with the ELBO a
+                       Gauss-Legendre sum over the step's views, clipped, length-normalised, minus beta k3 KL
+  spg                  SPG (Wang et al. 2026): REINFORCE, no ratio, no KL; an ELBO proxy for A > 0 and an
+                       EUBO proxy (or a mix) for A <= 0, sandwiching the true log-likelihood
+  weighted_likelihood  wd1 (Tang et al. 2026): ratio-free, sum_i (-w+_i + w-_i) log pi(o_i), w+- = group softmax
+                       of +-A, log pi from d1's one-step estimator summed over the completion
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from ddmrl.config import GRPOConfig
+from ddmrl.objectives.policy_loss import aggregate, clipped_token_loss, k3_kl
+
+
+class ObjectiveInputs(NamedTuple):
+    """What one (micro-)step sees, over its V views (usually V = 1).
+
+    logps: [V, N, L] current policy log-probs (with gradient), old: [V, N, L] rollout-time policy,
+    ref: [V, N, L] | None the KL target (frozen reference, or old for TraceRL), advantages: [N],
+    weights: [V, N, L], z: [N] | None (RebRL's normaliser), t: [V, N] realised masked fractions,
+    targets: [V, N, L] bool valid loss targets, completion_mask: [N, L], num_generations: G.
+    """
+
+    logps: torch.Tensor
+    old: torch.Tensor
+    ref: torch.Tensor | None
+    advantages: torch.Tensor
+    weights: torch.Tensor
+    z: torch.Tensor | None
+    t: torch.Tensor
+    targets: torch.Tensor
+    completion_mask: torch.Tensor
+    num_generations: int
+
+
+class ObjectiveOutput(NamedTuple):
+    """loss (with gradient), and detached diagnostics kl and clip_ratio (0 where they do not apply)."""
+
+    loss: torch.Tensor
+    kl: float
+    clip_ratio: float
+
+
+def token_clip(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
+    losses, kls, clips = [], [], []
+    for v in range(x.logps.shape[0]):
+        ref = None if x.ref is None else x.ref[v]
+        tl = clipped_token_loss(x.logps[v], x.old[v], ref, x.advantages, cfg.epsilon, cfg.beta)
+        losses.append(aggregate(tl.loss, x.weights[v], cfg.loss_type, x.z))
+        kls.append(aggregate(tl.kl, x.weights[v], "token_mean").item())
+        clips.append(aggregate(tl.clipped, x.weights[v], "token_mean").item())
+    n = len(losses)
+    return ObjectiveOutput(torch.stack(losses).mean(), sum(kls) / n, sum(clips) / n)
+
+
+def sequence_elbo(logps: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """sum_v sum_k omega_v(k) log p_v(k): GDPO's sequence ELBO when omega = delta q_n / t_n. [V, N, L] -> [N]."""
+    return (weights * logps).sum((0, 2))
+
+
+def sequence_clip(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
+    elbo, elbo_old = sequence_elbo(x.logps, x.weights), sequence_elbo(x.old, x.weights)  # [N]
+    length = x.completion_mask.sum(1).clamp_min(1)  # [N]
+    ratio = torch.exp(elbo - elbo_old)
+    a = x.advantages
+    unclipped, clipped = ratio * a, ratio.clamp(1 - cfg.epsilon, 1 + cfg.epsilon) * a
+    psi = torch.minimum(unclipped, clipped)
+    kl = k3_kl(elbo, sequence_elbo(x.ref, x.weights)) if x.ref is not None and cfg.beta else torch.zeros_like(elbo)
+    loss = (-(psi - cfg.beta * kl) / length).mean()
+    return ObjectiveOutput(loss, (kl / length).mean().item(), (clipped < unclipped).float().mean().item())
+
+
+def spg(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
+    targets = x.targets.float()  # [V, N, L]
+    # ELBO proxy: per view, the mean log-prob over its targets; averaged over the views
+    elbo = ((targets * x.logps).sum(-1) / targets.sum(-1).clamp_min(1)).mean(0)  # [N]
+    # EUBO proxy: per token, log of the view-average of p^beta delta / t; mean over tokens; divided by beta
+    b = cfg.eubo_beta
+    term = (torch.exp(b * x.logps) * targets / x.t.clamp_min(1e-8)[..., None]).mean(0)  # [N, L]
+    seen = targets.any(0) & x.completion_mask
+    eubo = (torch.log(term.clamp_min(1e-30)) * seen).sum(-1) / seen.sum(-1).clamp_min(1) / b  # [N]
+    negative = cfg.eubo_mix * eubo + (1 - cfg.eubo_mix) * elbo
+    proxy = torch.where(x.advantages > 0, elbo, negative)
+    return ObjectiveOutput(-(x.advantages * proxy).mean(), 0.0, 0.0)
+
+
+def weighted_likelihood(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
+    logpi = (x.weights * x.logps).sum((0, 2)) / x.logps.shape[0]  # [N], d1's one-step estimate (views averaged)
+    a = x.advantages.view(-1, x.num_generations)  # [B, G]
+    w_pos, w_neg = torch.softmax(a, 1), torch.softmax(-a, 1)
+    loss = ((-w_pos + w_neg) * logpi.view_as(a)).sum(1).mean() / x.num_generations
+    return ObjectiveOutput(loss, 0.0, 0.0)
+
+
+OBJECTIVES = {
+    "token_clip": token_clip,
+    "sequence_clip": sequence_clip,
+    "spg": spg,
+    "weighted_likelihood": weighted_likelihood,
+}

@@ -1,0 +1,40 @@
+"""One-step token log-probabilities of a view (ddmrl.likelihood.token_logps)."""
+
+from __future__ import annotations
+
+import torch
+
+from ddmrl.likelihood import token_logps
+
+
+class Half(torch.nn.Module):
+    """Returns bf16 logits; token_logps must take the log-softmax in float32 (maskgrpo.md 3.1)."""
+
+    def __init__(self, logits: torch.Tensor) -> None:
+        super().__init__()
+        self.logits = logits
+
+    def forward(self, input_ids):
+        return type("Out", (), {"logits": self.logits.to(torch.bfloat16)})()
+
+
+def test_log_probs_of_the_clean_completion_at_the_last_l_positions(make_model):
+    model = make_model(max_positions=7)
+    x = torch.tensor([[2, 6, 7, 0, 0, 0, 0], [1, 2, 8, 0, 9, 0, 0]])
+    completion = torch.tensor([[6, 7, 8, 3], [9, 9, 8, 3]])
+    lp = token_logps(model, x, completion)
+    want = torch.log_softmax(model(x).logits[:, 3:].float(), -1).gather(-1, completion[..., None])[..., 0]
+    assert lp.shape == (2, 4) and lp.dtype == torch.float32
+    assert torch.equal(lp, want)
+    assert bool((lp < 0).all())
+    # the probabilities of all symbols at a position sum to 1
+    total = sum(token_logps(model, x, torch.full_like(completion, v)).exp() for v in range(10))
+    assert torch.allclose(total, torch.ones(2, 4), atol=1e-5)
+
+
+def test_log_softmax_is_taken_in_float32():
+    """Two logits that differ by less than a bf16 quantum after the softmax shift still give float32 log-probs."""
+    logits = torch.tensor([[[0.0, 1.0, 2.0]]])
+    lp = token_logps(Half(logits), torch.zeros(1, 1, dtype=torch.long), torch.tensor([[1]]))
+    assert lp.dtype == torch.float32
+    assert torch.allclose(lp, torch.log_softmax(logits, -1)[..., 1], atol=1e-6)

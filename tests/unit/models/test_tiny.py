@@ -1,0 +1,87 @@
+"""TinyDDM (ddmrl.models.tiny): a bidirectional transformer with the LLaDA model interface."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForMaskedLM
+
+from ddmrl.models import TinyDDMConfig, TinyDDMForMaskedLM
+
+
+def test_logits_shape_and_bidirectional_attention(make_model):
+    """Changing the LAST token changes the logits at position 0: attention is not causal."""
+    model = make_model(max_positions=8)
+    x = torch.tensor([[5, 6, 7, 8, 9, 6, 7, 8]])
+    y = x.clone()
+    y[0, -1] = 9
+    lx, ly = model(x).logits, model(y).logits
+    assert lx.shape == (1, 8, 10)
+    assert not torch.allclose(lx[0, 0], ly[0, 0])
+    # and every position sees every other one: changing position 0 moves the last position too
+    z = x.clone()
+    z[0, 0] = 9
+    assert not torch.allclose(lx[0, -1], model(z).logits[0, -1])
+
+
+def test_rows_are_independent_and_the_forward_is_deterministic_in_eval(make_model):
+    model = make_model(max_positions=6)
+    x = torch.randint(0, 10, (3, 6), generator=torch.Generator().manual_seed(0))
+    full = model(x).logits
+    assert torch.allclose(full[1:2], model(x[1:2]).logits, atol=1e-6)
+    assert torch.equal(full, model(x).logits)
+
+
+def test_output_embedding_is_tied_to_the_input_embedding(make_model):
+    model = make_model()
+    assert model.lm_head.weight is model.tok.weight
+    assert model.lm_head.weight.data_ptr() == model.tok.weight.data_ptr()
+    assert model.get_output_embeddings() is model.lm_head and model.get_input_embeddings() is model.tok
+
+
+def test_too_long_input_is_refused(make_model):
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        make_model(max_positions=4)(torch.zeros(1, 5, dtype=torch.long))
+
+
+def test_labels_give_the_masked_lm_cross_entropy(make_model):
+    model = make_model(max_positions=4)
+    x = torch.tensor([[5, 6, 7, 8]])
+    labels = torch.tensor([[-100, 6, -100, 8]])
+    out = model(x, labels=labels)
+    logp = torch.log_softmax(out.logits[0].float(), -1)
+    assert out.loss.item() == pytest.approx(-(logp[1, 6] + logp[3, 8]).item() / 2, rel=1e-5)
+
+
+def test_registered_with_the_auto_classes():
+    cfg = AutoConfig.for_model(
+        "tiny_ddm",
+        vocab_size=12,
+        hidden_size=8,
+        num_layers=1,
+        num_heads=2,
+        intermediate_size=16,
+        max_position_embeddings=8,
+    )
+    assert isinstance(cfg, TinyDDMConfig) and cfg.tie_word_embeddings is True
+    model = AutoModelForMaskedLM.from_config(cfg)
+    assert isinstance(model, TinyDDMForMaskedLM)
+
+
+def test_dropout_is_active_only_in_train_mode(tok):
+    torch.manual_seed(0)
+    cfg = TinyDDMConfig(
+        vocab_size=len(tok),
+        hidden_size=16,
+        num_layers=1,
+        num_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=6,
+        dropout=0.5,
+    )
+    model = TinyDDMForMaskedLM(cfg)
+    x = torch.tensor([[5, 6, 7, 8, 9, 5]])
+    model.train()
+    assert not torch.equal(model(x).logits, model(x).logits)
+    model.eval()
+    assert torch.equal(model(x).logits, model(x).logits)

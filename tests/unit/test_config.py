@@ -1,0 +1,162 @@
+"""params.yaml parsing and validation (ddmrl.config): one-line errors that name the key."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ddmrl.config import ConfigError, GRPOConfig, SamplerConfig, load
+from ddmrl.methods import METHODS
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path: Path, text: str, name: str = "params.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def refused(tmp_path: Path, text: str) -> str:
+    """The ConfigError message of loading ``text``; it must be a single line."""
+    with pytest.raises(ConfigError) as info:
+        load(write(tmp_path, text))
+    msg = str(info.value)
+    assert "\n" not in msg, f"not one line: {msg!r}"
+    return msg
+
+
+def test_repo_params_load_and_resolve_every_method():
+    cfg = load(REPO / "params.yaml")
+    assert cfg.profile == "tiny"
+    assert set(cfg.methods) == set(cfg.grpo.methods)
+    for m in cfg.methods.values():
+        assert isinstance(m, GRPOConfig) and m.method in METHODS
+        assert isinstance(m.sampler, SamplerConfig)
+    runs = cfg.run_names()
+    assert len(runs) == len(cfg.grpo.methods) * len(cfg.tasks) * len(cfg.grpo.seeds)
+    hp, task, seed = cfg.run(runs[0])
+    assert task in cfg.tasks and seed in cfg.grpo.seeds and hp is cfg.methods[runs[0].split(f"_{task}_")[0]]
+    with pytest.raises(ConfigError, match="unknown run"):
+        cfg.run("nope")
+
+
+def test_a_profile_overlays_its_file(tmp_path):
+    (tmp_path / "profiles").mkdir()
+    shutil.copy(REPO / "profiles" / "smoke.yaml", tmp_path / "profiles" / "smoke.yaml")
+    text = (REPO / "params.yaml").read_text().replace("profile: tiny", "profile: smoke")
+    cfg = load(write(tmp_path, text))
+    assert cfg.profile == "smoke"
+    assert cfg.model.hidden_size == 32 and cfg.grpo.defaults.max_steps == 4
+    assert cfg.methods["rebrl"].num_iterations == 2 and cfg.methods["rebrl"].beta == 0.01  # overlay + base
+
+
+def test_minimal_file_takes_the_defaults(tmp_path):
+    cfg = load(write(tmp_path, "seed: 3\n"))
+    assert cfg.seed == 3 and cfg.tasks == ("sudoku4", "countdown3")
+    assert cfg.methods["maskgrpo"].gamma == 0.6 and cfg.methods["rebrl"].rebrl_mode == "token"
+    assert cfg.methods["diffu_grpo"].method == "diffu_grpo"
+
+
+def test_a_method_section_overrides_the_grpo_default(tmp_path):
+    cfg = load(
+        write(
+            tmp_path,
+            """
+grpo:
+  learning_rate: 0.1
+  sampler: {block_length: 2, steps: 6, temperature: 1.0}
+methods:
+  unigrpo: {learning_rate: 0.5, sampler: {steps: 3}}
+""",
+        )
+    )
+    assert cfg.methods["unigrpo"].learning_rate == 0.5
+    assert cfg.methods["rebrl"].learning_rate == 0.1
+    assert cfg.methods["unigrpo"].sampler == SamplerConfig(block_length=2, steps=3, temperature=1.0)
+    assert cfg.methods["rebrl"].sampler.steps == 6
+
+
+def test_a_partial_sampler_section_keeps_the_sections_own_defaults(tmp_path):
+    """`grpo: {sampler: {steps: 3}}` should mean GRPO's default sampler (temperature 1.0, for exploration) with
+    steps 3; greedy rollouts make every group's G completions identical (zero advantages)."""
+    cfg = load(write(tmp_path, "grpo: {sampler: {steps: 3}}\nrollout: {sampler: {steps: 3}}\n"))
+    assert GRPOConfig().sampler.temperature == 1.0
+    assert cfg.methods["rebrl"].sampler.steps == 3
+    assert cfg.grpo.defaults.sampler.temperature == 1.0
+    assert cfg.methods["rebrl"].sampler.temperature == 1.0
+    assert cfg.rollout.sampler.temperature == 1.0
+
+
+def test_a_section_may_run_a_method_under_another_name(tmp_path):
+    cfg = load(
+        write(
+            tmp_path,
+            """
+grpo: {methods: [rebrl, rebrl_none]}
+methods:
+  rebrl_none: {method: rebrl, rebrl_mode: none, coupling: nested}
+""",
+        )
+    )
+    assert cfg.methods["rebrl_none"].method == "rebrl" and cfg.methods["rebrl_none"].rebrl_mode == "none"
+    assert cfg.methods["rebrl"].rebrl_mode == "token"
+    assert "rebrl_none_sudoku4_s0" in cfg.run_names()
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("grpo: {methods: [diffu_grpo, ppo]}\n", "grpo.methods"),
+        ("grpo: {num_generations: 1}\n", "grpo.num_generations"),
+        ("methods: {maskgrpo: {gamma: 1.0}}\n", "methods.maskgrpo.gamma"),
+        ("methods: {maskgrpo: {gamma: -0.1}}\n", "methods.maskgrpo.gamma"),
+        ("methods: {maskgrpo: {gamma: 0.3}}\n", "methods.maskgrpo.gamma"),
+        ("bogus: {a: 1}\n", "bogus"),
+        ("sft: {max_step: 10}\n", "sft.max_step"),
+        ("grpo: {max_steps: ten}\n", "grpo.max_steps"),
+        ('grpo: {max_steps: "10"}\n', "grpo.max_steps"),
+        ("grpo: {beta: true}\n", "grpo.beta"),
+        ("grpo: {sampler: {block_length: 0}}\n", "grpo.sampler.block_length"),
+        ("grpo: {coupling: crossed}\n", "grpo.coupling"),
+        ("methods: {rebrl: {remasking: full_completion}}\n", "methods.rebrl.remasking"),
+        ("methods: {unigrpo: {epsilon: 1.5}}\n", "methods.unigrpo.epsilon"),
+        ("methods: {unigrpo: {method: ppo}}\n", "methods.unigrpo.method"),
+        ("tasks: [sudoku9]\n", "tasks"),
+        ("model: {hidden_size: 30, num_heads: 4}\n", "model.hidden_size"),
+        ("download: {pretrain: {batch_size: 0}}\n", "download.pretrain.batch_size"),
+    ],
+)
+def test_malformed_params_give_one_line_naming_the_key(tmp_path, text, key):
+    msg = refused(tmp_path, text)
+    assert msg.startswith("params.yaml: ")
+    assert f" {key}" in msg, msg
+
+
+def test_wrong_type_message_says_what_is_expected(tmp_path):
+    assert "must be an integer" in refused(tmp_path, "grpo: {max_steps: ten}\n")
+    assert "must be >= 2" in refused(tmp_path, "grpo: {num_generations: 1}\n")
+    assert "must be in [0, 1)" in refused(tmp_path, "methods: {maskgrpo: {gamma: 1.0}}\n")
+    assert "full_completion" in refused(tmp_path, "methods: {rebrl: {remasking: full_completion}}\n")
+
+
+def test_invalid_yaml_names_the_line(tmp_path):
+    msg = refused(tmp_path, "seed: 0\ngrpo:\n  beta: [0.1\n  epsilon: 0.2\n")
+    assert "not valid YAML" in msg
+    assert " line " in msg
+
+
+def test_a_file_that_is_not_a_mapping_is_refused(tmp_path):
+    assert "mapping" in refused(tmp_path, "- a\n- b\n")
+
+
+def test_missing_profile_overlay_is_refused_naming_profile(tmp_path):
+    msg = refused(tmp_path, "profile: huge\n")
+    assert "profile" in msg and "huge" in msg and "overlay" in msg
+
+
+def test_missing_params_file(tmp_path):
+    with pytest.raises(ConfigError, match="file not found"):
+        load(tmp_path / "absent.yaml")
