@@ -5,10 +5,15 @@ every task, a character tokenizer, and a TinyDDM pre-trained from scratch with t
 on whole [prompt | answer] sequences drawn fresh from the task generators (LLaDA pre-training; Nie et al. 2025).
 
     python stages/download.py --params params.yaml --tasks-out data/download/tasks \
-        --model-out data/download/base --metrics data/download/metrics.json --curve data/download/curve.csv
+        --model-out data/download/base --metrics data/download/metrics.json --curve data/download/curve.csv \
+        --checkpoints data/checkpoints/download
+
+With ``download.pretrain.save_steps`` the pre-training checkpoints to ``--checkpoints`` and a rerun after a kill
+resumes from the newest intact checkpoint; they are removed once the outputs are written.
 """
 
 import argparse
+import dataclasses
 import time
 
 from ddmrl import config
@@ -21,6 +26,7 @@ from ddmrl.tasks import make_task
 from ddmrl.tasks.store import training_draw, write_task
 from ddmrl.training.data import encode_examples, prompt_length
 from ddmrl.training.mdm import train_mdm
+from ddmrl.training.resume import Checkpointer, fingerprint
 
 
 def main() -> None:
@@ -30,6 +36,7 @@ def main() -> None:
     ap.add_argument("--model-out", required=True)
     ap.add_argument("--metrics", required=True)
     ap.add_argument("--curve", required=True)
+    ap.add_argument("--checkpoints", help="directory for resumable checkpoints (not an output)")
     args = ap.parse_args()
     cfg = config.load(args.params)
     seed_everything(cfg.seed)
@@ -48,30 +55,52 @@ def main() -> None:
     # 2. tokenizer and a fresh model
     tok = build_tokenizer([t.alphabet for t in tasks], [w for t in tasks for w in t.special_tokens])
     m = cfg.model
-    model = TinyDDMForMaskedLM(TinyDDMConfig(
-        vocab_size=len(tok), hidden_size=m.hidden_size, num_layers=m.num_layers, num_heads=m.num_heads,
-        intermediate_size=m.intermediate_size, dropout=m.dropout,
-        max_position_embeddings=max(prompt_length(t) + t.completion_length for t in tasks),
-        mask_token_id=tok.mask_token_id, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-    ))
+    model = TinyDDMForMaskedLM(
+        TinyDDMConfig(
+            vocab_size=len(tok),
+            hidden_size=m.hidden_size,
+            num_layers=m.num_layers,
+            num_heads=m.num_heads,
+            intermediate_size=m.intermediate_size,
+            dropout=m.dropout,
+            max_position_embeddings=max(prompt_length(t) + t.completion_length for t in tasks),
+            mask_token_id=tok.mask_token_id,
+            pad_token_id=tok.pad_token_id,
+            bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id,
+        )
+    )
 
     # 3. pre-train on whole sequences, tasks in turn
     def next_batch(step: int):
         i = step % len(tasks)
         return encode_examples(tok, tasks[i], draws[i](step))
 
-    curve = train_mdm(model, next_batch, cfg.download.pretrain, "pretrain", generator(cfg.seed, "pretrain"), "pretrain")
+    pre = cfg.download.pretrain
+    run_id = fingerprint(
+        "download",
+        cfg.seed,
+        cfg.tasks,
+        cfg.task_params,
+        dataclasses.asdict(cfg.model),
+        dataclasses.asdict(cfg.download),
+    )
+    ckpt = Checkpointer(args.checkpoints, run_id, pre.save_total_limit)
+    curve = train_mdm(model, next_batch, pre, "pretrain", generator(cfg.seed, "pretrain"), "pretrain", ckpt)
 
     # 4. outputs
     save_checkpoint(model, tok, args.model_out)
     write_csv(args.curve, curve)
-    write_json(args.metrics, {
-        "pretrain_loss": curve[-1]["loss"] if curve else None,
-        "num_parameters": sum(p.numel() for p in model.parameters()),
-        "vocab_size": len(tok),
-        "seconds": time.time() - start,
-    })
+    write_json(
+        args.metrics,
+        {
+            "pretrain_loss": curve[-1]["loss"] if curve else None,
+            "num_parameters": sum(p.numel() for p in model.parameters()),
+            "vocab_size": len(tok),
+            "seconds": time.time() - start,
+        },
+    )
+    ckpt.clear()
 
 
 if __name__ == "__main__":

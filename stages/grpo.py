@@ -6,13 +6,17 @@ mu inner iterations on views drawn from stored seeds, token-level clipped ratio 
 
     python stages/grpo.py --params params.yaml --run rebrl_sudoku4_s0 --tasks data/download/tasks \
         --model data/sft/model --model-out data/grpo/rebrl_sudoku4_s0/model \
-        --metrics data/grpo/rebrl_sudoku4_s0/metrics.json --curve data/grpo/rebrl_sudoku4_s0/curve.csv
+        --metrics data/grpo/rebrl_sudoku4_s0/metrics.json --curve data/grpo/rebrl_sudoku4_s0/curve.csv \
+        --checkpoints data/checkpoints/grpo_rebrl_sudoku4_s0
+
+With ``save_steps`` the run checkpoints to ``--checkpoints`` and a rerun after a kill resumes there.
 """
 
 import argparse
 import copy
 import dataclasses
 import time
+from pathlib import Path
 
 from ddmrl import config
 from ddmrl.cli import run_stage, write_csv
@@ -21,6 +25,7 @@ from ddmrl.models.checkpoint import load_checkpoint, save_checkpoint
 from ddmrl.seeding import derive_seed, seed_everything
 from ddmrl.tasks.store import load_task, training_draw
 from ddmrl.training.grpo import train_grpo
+from ddmrl.training.resume import Checkpointer, file_digest, fingerprint
 
 
 def main() -> None:
@@ -32,6 +37,7 @@ def main() -> None:
     ap.add_argument("--model-out", required=True)
     ap.add_argument("--metrics", required=True)
     ap.add_argument("--curve", required=True)
+    ap.add_argument("--checkpoints", help="directory for resumable checkpoints (not an output)")
     args = ap.parse_args()
     cfg = config.load(args.params)
     gcfg, task_name, seed = cfg.run(args.run)
@@ -43,15 +49,30 @@ def main() -> None:
     ref = copy.deepcopy(policy).requires_grad_(False)
     task, held_out = load_task(args.tasks, task_name)
     draw = training_draw(task, held_out, run_seed, "grpo", gcfg.num_prompts)
-    curve, timing = train_grpo(policy, ref, tok, task, draw, gcfg, run_seed)
+    run_id = fingerprint(
+        "grpo", args.run, run_seed, dataclasses.asdict(gcfg), file_digest(Path(args.model) / "model.safetensors")
+    )
+    ckpt = Checkpointer(args.checkpoints, run_id, gcfg.save_total_limit)
+    curve, timing = train_grpo(policy, ref, tok, task, draw, gcfg, run_seed, checkpointer=ckpt)
 
     save_checkpoint(policy, tok, args.model_out)
     write_csv(args.curve, curve)
-    write_json(args.metrics, {
-        "run": args.run, "method": gcfg.method, "task": task_name, "seed": seed, "steps": curve[-1]["step"],
-        "reward_first": curve[0]["reward"], "reward_last": curve[-1]["reward"],
-        "seconds": time.time() - start, "timing": dataclasses.asdict(timing),
-    })
+    write_json(
+        args.metrics,
+        {
+            "run": args.run,
+            "method": gcfg.method,
+            "task": task_name,
+            "seed": seed,
+            "steps": curve[-1]["step"],
+            "reward_first": curve[0]["reward"],
+            "reward_last": curve[-1]["reward"],
+            "seconds": time.time() - start,
+            "timing": dataclasses.asdict(timing),
+            "nonfinite_skipped": curve[-1]["nonfinite_skipped"],
+        },
+    )
+    ckpt.clear()
 
 
 if __name__ == "__main__":

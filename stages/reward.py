@@ -35,24 +35,30 @@ def main() -> None:
     task, _ = load_task(args.tasks, args.task)
     records = read_jsonl(args.rollouts, required=("group", "sample", "example", "completion"))
     examples = [Example.from_record(r["example"]) for r in records]
-    scored = [r | {"reward": task.reward(r["completion"], ex), **task.score(r["completion"], ex)}
-              for r, ex in zip(records, examples, strict=True)]
+    scored = [
+        r | {"reward": task.reward(r["completion"], ex), **task.score(r["completion"], ex)}
+        for r, ex in zip(records, examples, strict=True)
+    ]
 
     g = 1 + max(r["sample"] for r in records)
     rewards = torch.tensor([r["reward"] for r in scored])  # [B * G], grouped consecutively
     _, zero_std = group_advantages(rewards, g)
     correct = torch.tensor([bool(r["correct"]) for r in scored]).view(-1, g)
     write_jsonl(args.out, scored)
-    write_json(args.metrics, {
-        "task": args.task,
-        "reward": rewards.mean().item(),
-        "reward_std": rewards.view(-1, g).std(1).mean().item(),
-        "frac_reward_zero_std": zero_std.float().mean().item(),
-        "accuracy": 100 * correct.float().mean().item(),
-        "pass_at_g": 100 * correct.any(1).float().mean().item(),
-        "num_generations": g,
-        "n": len(scored),
-    })
+    write_json(
+        args.metrics,
+        {
+            "task": args.task,
+            "reward": rewards.mean().item(),
+            "reward_std": rewards.view(-1, g).std(1).mean().item(),
+            "frac_reward_zero_std": zero_std.float().mean().item(),
+            "accuracy": 100 * correct.float().mean().item(),
+            "pass_at_g": 100 * correct.any(1).float().mean().item(),
+            "num_generations": g,
+            "n": len(scored),
+        },
+    )
+
 
 if __name__ == "__main__":
     run_stage(main)

@@ -36,12 +36,23 @@ def main() -> None:
     out = rollout(model, tok, task, examples, rc.num_generations, rc.sampler, generator(seed))
 
     g, steps = rc.num_generations, sampler_steps(rc.sampler, task.completion_length)
-    write_jsonl(args.out, [
-        {"prompt_id": examples[i // g].id, "group": i // g, "sample": i % g, "example": examples[i // g].to_record(),
-         "completion": text, "completion_ids": out.completion_ids[i].tolist(),
-         "reveal_step": out.reveal_step[i].tolist(), "seed": seed, "sampler_steps": steps}
-        for i, text in enumerate(out.texts)
-    ])
+    write_jsonl(
+        args.out,
+        [
+            {
+                "prompt_id": examples[i // g].id,
+                "group": i // g,
+                "sample": i % g,
+                "example": examples[i // g].to_record(),
+                "completion": text,
+                "completion_ids": out.completion_ids[i].tolist(),
+                "reveal_step": out.reveal_step[i].tolist(),
+                "seed": seed,
+                "sampler_steps": steps,
+            }
+            for i, text in enumerate(out.texts)
+        ],
+    )
 
 
 if __name__ == "__main__":

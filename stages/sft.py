@@ -4,11 +4,14 @@ The answer and its EOS padding are masked with ratio t ~ U(0, 1) and the loss is
 Training pairs are drawn fresh from each task's generator, disjoint from the held-out set; tasks alternate.
 
     python stages/sft.py --params params.yaml --tasks data/download/tasks --model data/download/base \
-        --model-out data/sft/model --metrics data/sft/metrics.json --curve data/sft/curve.csv
+        --model-out data/sft/model --metrics data/sft/metrics.json --curve data/sft/curve.csv \
+        --checkpoints data/checkpoints/sft
 """
 
 import argparse
+import dataclasses
 import time
+from pathlib import Path
 
 from ddmrl import config
 from ddmrl.cli import run_stage, write_csv
@@ -18,6 +21,7 @@ from ddmrl.seeding import generator, seed_everything
 from ddmrl.tasks.store import load_task, training_draw
 from ddmrl.training.data import encode_examples
 from ddmrl.training.mdm import train_mdm
+from ddmrl.training.resume import Checkpointer, file_digest, fingerprint
 
 
 def main() -> None:
@@ -28,6 +32,7 @@ def main() -> None:
     ap.add_argument("--model-out", required=True)
     ap.add_argument("--metrics", required=True)
     ap.add_argument("--curve", required=True)
+    ap.add_argument("--checkpoints", help="directory for resumable checkpoints (not an output)")
     args = ap.parse_args()
     cfg = config.load(args.params)
     seed_everything(cfg.seed)
@@ -41,11 +46,16 @@ def main() -> None:
         i = step % len(tasks)
         return encode_examples(tok, tasks[i][0], draws[i](step))
 
-    curve = train_mdm(model, next_batch, cfg.sft, "sft", generator(cfg.seed, "sft"), "sft")
+    run_id = fingerprint(
+        "sft", cfg.seed, cfg.tasks, dataclasses.asdict(cfg.sft), file_digest(Path(args.model) / "model.safetensors")
+    )
+    ckpt = Checkpointer(args.checkpoints, run_id, cfg.sft.save_total_limit)
+    curve = train_mdm(model, next_batch, cfg.sft, "sft", generator(cfg.seed, "sft"), "sft", ckpt)
 
     save_checkpoint(model, tok, args.model_out)
     write_csv(args.curve, curve)
     write_json(args.metrics, {"sft_loss": curve[-1]["loss"] if curve else None, "seconds": time.time() - start})
+    ckpt.clear()
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """tables: the comparison table (rows base, SFT and every method; per-task held-out accuracy and mean reward,
-RL steps, wall time) and the reward and KL curves, computed only from the runs' metric files.
+RL steps, wall time), the reward and KL curves, and the per-token credit by reveal step, computed only from the
+runs' own output files.
 
     python stages/tables.py --params params.yaml --evals data/evaluate/sft/sudoku4.json ... \
         --curves data/grpo/rebrl_sudoku4_s0/curve.csv ... --rollouts data/reward/sft/sudoku4.json ... \
-        --out data/tables
+        --credit data/credit/sudoku4.csv ... --out data/tables
 """
 
 import argparse
@@ -14,7 +15,7 @@ import pandas as pd
 from ddmrl import config
 from ddmrl.cli import run_stage
 from ddmrl.io import atomic_path, read_json
-from ddmrl.tables import main_table, plot_curves, results_frame, rollout_table, to_markdown
+from ddmrl.tables import main_table, plot_credit, plot_curves, results_frame, rollout_table, to_markdown
 
 
 def main() -> None:
@@ -23,6 +24,7 @@ def main() -> None:
     ap.add_argument("--evals", nargs="+", action="extend", required=True)
     ap.add_argument("--curves", nargs="*", action="extend", default=[])
     ap.add_argument("--rollouts", nargs="*", action="extend", default=[])
+    ap.add_argument("--credit", nargs="*", action="extend", default=[])
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     cfg = config.load(args.params)
@@ -42,6 +44,8 @@ def main() -> None:
         (out / "sft_rollouts.md").write_text("# SFT samples before RL (room for RL)\n\n" + to_markdown(room))
         plot_curves(cfg, curves, "reward", out / "reward_curves.png", "mean reward of rollouts")
         plot_curves(cfg, curves, "kl", out / "kl_curves.png", "k3 KL to the SFT reference")
+        if args.credit:
+            plot_credit(pd.concat([pd.read_csv(p) for p in args.credit]), out / "credit_by_reveal_step.png")
 
 
 if __name__ == "__main__":

@@ -44,8 +44,12 @@ class ModelConfig:
     def __post_init__(self) -> None:
         for key in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):
             _check(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
-        _check(self.hidden_size % self.num_heads == 0, "hidden_size", self.hidden_size,
-               f"must be divisible by num_heads = {self.num_heads}")
+        _check(
+            self.hidden_size % self.num_heads == 0,
+            "hidden_size",
+            self.hidden_size,
+            f"must be divisible by num_heads = {self.num_heads}",
+        )
         _check(0.0 <= self.dropout < 1.0, "dropout", self.dropout, "must be in [0, 1)")
 
 
@@ -59,11 +63,15 @@ class TrainConfig:
     warmup_steps: int = 50
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
-    num_examples: int = 0  # 0 = draw fresh examples from the generator every step (unlimited data)
     log_every: int = 50
+    save_steps: int = 0  # checkpoint every this many steps for resuming after a kill (0 = never)
+    save_total_limit: int = 2  # checkpoints kept (older ones are deleted)
 
     def __post_init__(self) -> None:
         _check(self.max_steps >= 0, "max_steps", self.max_steps, "must be >= 0")
+        _check(self.log_every >= 1, "log_every", self.log_every, "must be >= 1")
+        _check(self.save_steps >= 0, "save_steps", self.save_steps, "must be >= 0 (0 = no checkpoints)")
+        _check(self.save_total_limit >= 1, "save_total_limit", self.save_total_limit, "must be >= 1")
         _check(self.batch_size >= 1, "batch_size", self.batch_size, "must be >= 1")
         _check(self.learning_rate > 0, "learning_rate", self.learning_rate, "must be > 0")
 
@@ -81,17 +89,25 @@ class DownloadConfig:
 
 @dataclass(frozen=True)
 class SamplerConfig:
-    """LLaDA semi-autoregressive low-confidence sampler (Nie et al. 2025, ``generate``)."""
+    """The reverse process (``ddmrl.samplers``): LLaDA's semi-autoregressive low-confidence sampler (Nie et al.
+    2025), MaskGIT's cosine confidence sampler (Chang et al. 2022; MMaDA's ``t2i_generate``) or MaskGRPO's emerge
+    (ancestral) sampler."""
 
-    block_length: int = 4
+    name: str = "llada"  # llada | maskgit | emerge
+    block_length: int = 4  # llada: tokens per semi-autoregressive block
     steps: int = 0  # total denoising steps over the completion (0 = d1's completion_length / 2)
-    temperature: float = 0.0  # Gumbel-max temperature; 0 = greedy
-    remasking: str = "low_confidence"  # low_confidence | random
+    temperature: float = 0.0  # sampling temperature (Gumbel-max); 0 = greedy
+    remasking: str = "low_confidence"  # llada: low_confidence | random
+    noise_temperature: float = 1.0  # maskgit: scale of the annealed Gumbel noise on confidences
+    cfg_scale: float = 0.0  # classifier-free guidance weight (0 = off); unconditional = prompt fully masked
 
     def __post_init__(self) -> None:
+        _check_choice("name", self.name, ("llada", "maskgit", "emerge"))
         _check(self.block_length >= 1, "block_length", self.block_length, "must be >= 1")
         _check(self.steps >= 0, "steps", self.steps, "must be >= 0 (0 = completion length / 2)")
         _check(self.temperature >= 0, "temperature", self.temperature, "must be >= 0")
+        _check(self.noise_temperature >= 0, "noise_temperature", self.noise_temperature, "must be >= 0")
+        _check(self.cfg_scale >= 0, "cfg_scale", self.cfg_scale, "must be >= 0")
         _check_choice("remasking", self.remasking, ("low_confidence", "random"))
 
 
@@ -143,21 +159,33 @@ class GRPOConfig:
     eubo_mix: float = 0.5  # SPG: weight of the EUBO in the negative-advantage proxy ("mix"; 1 = pure EUBO)
     legacy_broadcast_weighting: bool = False  # reproduce MaskGRPO's released loss mask (all views' masks broadcast)
     legacy_micro_step_views: bool = False  # reproduce d1's view index from the micro-step counter (with GA > 1)
-    log_every: int = 5
+    on_nonfinite: str = "skip"  # a non-finite reward, advantage or loss: skip the step (and count it) | stop
+    save_steps: int = 0  # checkpoint at the first rollout-batch boundary after every this many steps (0 = never)
+    save_total_limit: int = 2  # checkpoints kept
 
     def __post_init__(self) -> None:
-        _check(self.num_generations >= 2, "num_generations", self.num_generations,
-               "must be >= 2 (GRPO needs a group to compare against)")
+        _check(
+            self.num_generations >= 2,
+            "num_generations",
+            self.num_generations,
+            "must be >= 2 (GRPO needs a group to compare against)",
+        )
         _check(self.num_prompts >= 1, "num_prompts", self.num_prompts, "must be >= 1")
         _check(self.num_iterations >= 1, "num_iterations", self.num_iterations, "must be >= 1")
-        _check(self.gradient_accumulation_steps >= 1 and self.num_prompts % self.gradient_accumulation_steps == 0,
-               "gradient_accumulation_steps", self.gradient_accumulation_steps,
-               f"must divide num_prompts = {self.num_prompts} (micro-batches hold whole prompt groups)")
+        _check(
+            self.gradient_accumulation_steps >= 1 and self.num_prompts % self.gradient_accumulation_steps == 0,
+            "gradient_accumulation_steps",
+            self.gradient_accumulation_steps,
+            f"must divide num_prompts = {self.num_prompts} (micro-batches hold whole prompt groups)",
+        )
         _check(self.shrink >= 1, "shrink", self.shrink, "must be >= 1")
         _check(self.views_per_step >= 1, "views_per_step", self.views_per_step, "must be >= 1")
         _check(self.eubo_beta > 0, "eubo_beta", self.eubo_beta, "must be > 0")
         _check(0 <= self.eubo_mix <= 1, "eubo_mix", self.eubo_mix, "must be in [0, 1]")
         _check_choice("kl_target", self.kl_target, ("ref", "old"))
+        _check_choice("on_nonfinite", self.on_nonfinite, ("skip", "stop"))
+        _check(self.save_steps >= 0, "save_steps", self.save_steps, "must be >= 0 (0 = no checkpoints)")
+        _check(self.save_total_limit >= 1, "save_total_limit", self.save_total_limit, "must be >= 1")
         _check(self.max_steps >= 0, "max_steps", self.max_steps, "must be >= 0")
         _check(self.learning_rate > 0, "learning_rate", self.learning_rate, "must be > 0")
         _check(self.beta >= 0, "beta", self.beta, "must be >= 0")
@@ -298,8 +326,11 @@ def _build_config(raw: dict[str, Any]) -> Config:
         _check(isinstance(section, dict), f"methods.{name}", section, "must be a mapping of hyperparameters")
         method = section.get("method", name)
         if method not in METHODS:
-            where = f"methods.{name}.method" if "method" in section else ("grpo.methods" if name in grpo.methods
-                                                                            else f"methods.{name}")
+            where = (
+                f"methods.{name}.method"
+                if "method" in section
+                else ("grpo.methods" if name in grpo.methods else f"methods.{name}")
+            )
             raise ConfigError(f"{where} = {method!r}: unknown method; choose one of {', '.join(METHODS)}")
         # precedence: dataclass defaults < the method's own defaults < explicit grpo: keys < what the method's
         # definition fixes (e.g. SPG has no KL) < methods.<name> (validated against the fixed values below)

@@ -26,8 +26,16 @@ def evaluate(
             score = task.score(text, ex)
             reward = task.reward(text, ex)
             scores.append(score)
-            records.append({"id": ex.id, "question": ex.prompt, "ground_truth": ex.answer, "generation": text,
-                            "reward": reward, **{k: v for k, v in score.items()}})
+            records.append(
+                {
+                    "id": ex.id,
+                    "question": ex.prompt,
+                    "ground_truth": ex.answer,
+                    "generation": text,
+                    "reward": reward,
+                    **{k: v for k, v in score.items()},
+                }
+            )
     metrics = {
         "accuracy": task.accuracy(scores),
         "mean_reward": sum(r["reward"] for r in records) / max(len(records), 1),

@@ -46,7 +46,18 @@ class Method:
         for k, v in self.fixed.items():
             if getattr(cfg, k) != v:
                 raise ConfigError(f"{key}.{k} = {getattr(cfg, k)!r}: {self.name} requires {v!r} by definition")
+        from ddmrl.masking import VIEWS
+
         remasking = cfg.remasking or self.remasking
+        if remasking not in VIEWS:
+            raise ConfigError(
+                f"{key}.remasking = {remasking!r}: unknown view sampler; choose one of {', '.join(VIEWS)}"
+            )
+        if cfg.legacy_micro_step_views and (remasking in ("tracerl", "gdpo_quadrature", "block_random")):
+            raise ConfigError(
+                f"{key}.legacy_micro_step_views = True: d1's micro-step view index only applies to one view per "
+                f"step, not to {remasking}"
+            )
         if self.weighting == "rebrl" and remasking == "full_completion":
             raise ConfigError(
                 f"{key}.remasking = 'full_completion': RebRL's 1/F rebalancing is a no-op on fully masked views "

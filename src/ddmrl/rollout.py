@@ -12,7 +12,7 @@ import torch
 
 from ddmrl.config import SamplerConfig
 from ddmrl.models import decode_completion
-from ddmrl.samplers import generate
+from ddmrl.samplers import SAMPLERS
 from ddmrl.tasks.base import Example, Task
 from ddmrl.training.data import completion_mask, encode_prompts
 
@@ -37,21 +37,33 @@ def sampler_steps(sampler: SamplerConfig, completion_length: int) -> int:
     return sampler.steps or max(1, completion_length // 2)
 
 
+def sampler_kwargs(sampler: SamplerConfig, completion_length: int) -> dict:
+    """Keyword arguments of the configured sampler's ``generate``."""
+    kw = {
+        "steps": sampler_steps(sampler, completion_length),
+        "temperature": sampler.temperature,
+        "cfg_scale": sampler.cfg_scale,
+    }
+    if sampler.name == "llada":
+        kw |= {"block_length": sampler.block_length, "remasking": sampler.remasking}
+    elif sampler.name == "maskgit":
+        kw |= {"noise_temperature": sampler.noise_temperature}
+    return kw
+
+
 def rollout(
     model, tok, task: Task, examples: list[Example], num_generations: int, sampler: SamplerConfig, gen: torch.Generator
 ) -> Rollouts:
     """Sample ``num_generations`` completions for each example (prompts repeated consecutively)."""
     prompts = encode_prompts(tok, task, examples).repeat_interleave(num_generations, 0)  # [N, P]
+    generate = SAMPLERS[sampler.name]
     out = generate(
         model,
         prompts,
         task.completion_length,
         mask_id=tok.mask_token_id,
-        block_length=sampler.block_length,
-        steps=sampler_steps(sampler, task.completion_length),
-        temperature=sampler.temperature,
-        remasking=sampler.remasking,
         generator=gen,
+        **sampler_kwargs(sampler, task.completion_length),
     )
     texts = [decode_completion(tok, row.tolist()) for row in out.completion_ids]
     mask = completion_mask(out.completion_ids, tok.eos_token_id)

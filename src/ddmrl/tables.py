@@ -19,8 +19,14 @@ import pandas as pd  # noqa: E402
 
 from ddmrl.config import Config  # noqa: E402
 
-DISPLAY = {"base": "base", "sft": "SFT", "diffu_grpo": "diffu-GRPO", "unigrpo": "UniGRPO", "maskgrpo": "MaskGRPO",
-           "rebrl": "RebRL"}
+DISPLAY = {
+    "base": "base",
+    "sft": "SFT",
+    "diffu_grpo": "diffu-GRPO",
+    "unigrpo": "UniGRPO",
+    "maskgrpo": "MaskGRPO",
+    "rebrl": "RebRL",
+}
 
 
 def display(name: str) -> str:
@@ -44,11 +50,17 @@ def results_frame(cfg: Config, evals: list[dict[str, Any]], curves: dict[str, pd
         run = run_of(cfg, e["model"])
         label, seed = (run[0], run[2]) if run else (e["model"], 0)
         curve = curves.get(e["model"])
-        rows.append({
-            "row": label, "task": e["task"], "seed": seed, "accuracy": e["accuracy"], "mean_reward": e["mean_reward"],
-            "steps": int(curve["step"].iloc[-1]) if curve is not None else math.nan,
-            "seconds": float(curve["time"].iloc[-1]) if curve is not None else math.nan,
-        })
+        rows.append(
+            {
+                "row": label,
+                "task": e["task"],
+                "seed": seed,
+                "accuracy": e["accuracy"],
+                "mean_reward": e["mean_reward"],
+                "steps": int(curve["step"].iloc[-1]) if curve is not None else math.nan,
+                "seconds": float(curve["time"].iloc[-1]) if curve is not None else math.nan,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -113,3 +125,26 @@ def rollout_table(reward_metrics: list[dict[str, Any]]) -> pd.DataFrame:
     """Room for RL: SFT samples at the rollout temperature, per task."""
     cols = ["task", "reward", "accuracy", "pass_at_g", "frac_reward_zero_std", "num_generations", "n"]
     return pd.DataFrame([{c: m[c] for c in cols} for m in reward_metrics]).round(3)
+
+
+def plot_credit(frame: pd.DataFrame, path: str | Path) -> None:
+    """Relative per-token credit against the sampler step that revealed the token: one panel per task for the
+    configured methods, one for RebRL's modes under trajectory masks (RebRL Eq. 10 and its rebalancing)."""
+    tasks = sorted(frame["task"].unique())
+    fig, axes = plt.subplots(2, len(tasks), figsize=(5 * len(tasks), 7), squeeze=False)
+    for col, task in enumerate(tasks):
+        sub = frame[frame["task"] == task]
+        for row, variants in enumerate((False, True)):
+            ax = axes[row][col]
+            for name, g in sub.groupby("method", sort=False):
+                if ("[" in name) == variants:
+                    ax.plot(g["reveal_step"], g["relative_credit"], marker="o", ms=3, label=display(name))
+            ax.axhline(1.0, color="grey", lw=0.8, ls=":")
+            ax.set_title(f"{task}: " + ("RebRL modes, trajectory masks" if variants else "methods as configured"))
+            ax.set_xlabel("sampler step that revealed the token")
+            ax.set_ylabel("gradient credit / mean")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -170,13 +170,14 @@ def build_views(
     if remasking == "tracerl":
         return tracerl_views(reveal_step, shrink, seed, prompt_ids.shape)
     if remasking == "block_random":
-        return block_random_views(mu * views_per_step, views_per_step, seed, completion_mask, prompt_ids, pad_id,
-                                  p_mask_prompt, block_length)
+        return block_random_views(
+            mu * views_per_step, views_per_step, seed, completion_mask, prompt_ids, pad_id, p_mask_prompt, block_length
+        )
     if remasking == "gdpo_quadrature":
         nodes, _ = gauss_legendre(views_per_step)
         t = nodes[:, None].expand(views_per_step, n).clone()
+        # no forced token here: an empty view contributes 0 to the ELBO, which keeps the estimator unbiased
         masks = _uniforms(tuple(t.shape) + (length,), seed, "independent") < t[..., None]
-        masks = _ensure_one(masks, completion_mask, _random(seed, n, length))
         all_nodes = tuple(range(views_per_step))
         no_prompt = torch.zeros(views_per_step, *prompt_ids.shape, dtype=torch.bool)
         return Views(masks, no_prompt, t, seed, schedule=(all_nodes,) * mu)
@@ -194,8 +195,12 @@ def build_views(
         masks = u > fading_keep_prob(t, length)
         # nested: token k becomes masked once 2 (1 - t) d_k < u_k, so the larger u_k / d_k, the earlier
         priority = u[0] / torch.linspace(1, 0, length).clamp_min(1e-9) if coupling == "nested" else None
-        return Views(_ensure_one(masks, completion_mask, _random(seed, n, length) if priority is None else priority),
-                     no_prompt, t, seed)
+        return Views(
+            _ensure_one(masks, completion_mask, _random(seed, n, length) if priority is None else priority),
+            no_prompt,
+            t,
+            seed,
+        )
     else:
         raise ValueError(f"unknown remasking '{remasking}'; choose one of {', '.join(VIEWS)}")
     if coupling == "trajectory":

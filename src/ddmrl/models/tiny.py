@@ -107,7 +107,9 @@ class TinyDDMForMaskedLM(PreTrainedModel):
         """Logits for every position of ``input_ids`` [B, L] -> [B, L, V]; ``labels`` (-100 = ignore) adds CE."""
         n = input_ids.shape[1]
         if n > self.config.max_position_embeddings:
-            raise ValueError(f"sequence length {n} exceeds max_position_embeddings {self.config.max_position_embeddings}")
+            raise ValueError(
+                f"sequence length {n} exceeds max_position_embeddings {self.config.max_position_embeddings}"
+            )
         x = self.tok(input_ids) + self.pos(torch.arange(n, device=input_ids.device))
         for block in self.blocks:
             x = block(x)

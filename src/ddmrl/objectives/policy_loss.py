@@ -52,9 +52,9 @@ def aggregate(
 ) -> torch.Tensor:
     """Reduce a per-token quantity [N, L] with weights [N, L] to a scalar.
 
-      token_mean  sum(w * x) / sum(w) over the whole batch (d1, MaskGRPO: a global token mean)
-      seq_mean    mean_i [ sum_k w x / sum_k w ] (per-sequence mean first)
-      z given     mean_i [ sum_k w x / z_i ] (RebRL's per-sample normaliser, precomputed over all views)
+    token_mean  sum(w * x) / sum(w) over the whole batch (d1, MaskGRPO: a global token mean)
+    seq_mean    mean_i [ sum_k w x / sum_k w ] (per-sequence mean first)
+    z given     mean_i [ sum_k w x / z_i ] (RebRL's per-sample normaliser, precomputed over all views)
     """
     if z is not None:
         return ((weights * per_token).sum(1) / z.clamp_min(1e-8)).mean()

@@ -3,7 +3,7 @@
   completion_mean  every valid completion token (d1, wd1: the whole completion is masked in every view)
   masked_mean      the valid loss targets of the view (UniGRPO, MaskGRPO, TraceRL, SPG)
   rebrl            omega_ij(k) = delta_ij(k) * lambda(t_ij) / t_ij * g(F_i(k)), Z_i = (1/mu) sum_j sum_k omega_ij(k)
-  gdpo_elbo        omega_n(k) = delta_n(k) q_n / t_n: GDPO's Gauss-Legendre ELBO, sum over views and tokens
+  gdpo_elbo        omega_n(k) = delta_n(k) q_n / t_n (t_n the node): GDPO's Gauss-Legendre ELBO, summed
 
 ``legacy_broadcast=True`` reproduces the released MaskGRPO code (algorithms.md A.2, maskgrpo.md 3.2): its loss
 mask is the stack of all mu masks broadcast onto one view, so every completion position (masked in this view or
@@ -51,9 +51,8 @@ def token_weights(
     if weighting == "masked_mean":
         return targets, None
     if weighting == "gdpo_elbo":
-        _, q = gauss_legendre(targets.shape[0])
-        t = realised_ratio(views, completion_mask).clamp_min(1e-8)  # [V, N]
-        return targets * (q[:, None] / t)[..., None], None
+        _, q = gauss_legendre(targets.shape[0])  # nodes t_n are views.t; the integrand is (1/t_n) sum_k delta ell
+        return targets * (q[:, None] / views.t.clamp_min(1e-8))[..., None], None
     if weighting != "rebrl":
         raise ValueError(f"unknown weighting '{weighting}'; choose one of {', '.join(WEIGHTINGS)}")
     if rebrl_mode not in REBRL_LAMBDA:

@@ -72,7 +72,7 @@ def build(cfg: Config, params_file: str = "params.yaml") -> list[Stage]:
     new = _StageFactory(cfg, params_file)
     stages = [download(new), sft(new)]
     for task in cfg.tasks:
-        stages += [rollout(new, task), reward(new, task)]
+        stages += [rollout(new, task), reward(new, task), credit(new, task)]
     stages += [grpo(new, section, task, seed) for section, task, seed in _runs(cfg)]
     models = [(m, t, d) for t in cfg.tasks for m, d in (("base", BASE_DIR), ("sft", SFT_DIR))]
     models += [(run_name(*r), r[1], grpo_dir(run_name(*r)) + "/model") for r in _runs(cfg)]
@@ -107,11 +107,18 @@ class _StageFactory:
         )
 
 
+def checkpoints(stage_name: str) -> str:
+    """Where a training stage keeps resumable checkpoints: deliberately NOT an output of either engine, so that
+    Snakemake's removal of incomplete outputs and DVC's removal of outputs before a run leave it alone."""
+    return f"data/checkpoints/{stage_name}"
+
+
 def download(new: _StageFactory) -> Stage:
     metrics, curve = "data/download/metrics.json", "data/download/curve.csv"
     return new(
         "download", "download",
-        {"--tasks-out": TASKS_DIR, "--model-out": BASE_DIR, "--metrics": metrics, "--curve": curve},
+        {"--tasks-out": TASKS_DIR, "--model-out": BASE_DIR, "--metrics": metrics, "--curve": curve,
+         "--checkpoints": checkpoints("download")},
         deps=(), params=("profile", "seed", "tasks", "task_params", "model", "download"),
         dir_outs=(TASKS_DIR, BASE_DIR), metrics=(metrics,), plots=(curve,), threads="all",
     )  # fmt: skip
@@ -121,7 +128,8 @@ def sft(new: _StageFactory) -> Stage:
     metrics, curve = "data/sft/metrics.json", "data/sft/curve.csv"
     return new(
         "sft", "sft",
-        {"--tasks": TASKS_DIR, "--model": BASE_DIR, "--model-out": SFT_DIR, "--metrics": metrics, "--curve": curve},
+        {"--tasks": TASKS_DIR, "--model": BASE_DIR, "--model-out": SFT_DIR, "--metrics": metrics, "--curve": curve,
+         "--checkpoints": checkpoints("sft")},
         deps=(TASKS_DIR, BASE_DIR), params=("profile", "seed", "tasks", "sft"),
         dir_outs=(SFT_DIR,), metrics=(metrics,), plots=(curve,), threads="all",
     )  # fmt: skip
@@ -149,6 +157,17 @@ def reward(new: _StageFactory, task: str) -> Stage:
     )  # fmt: skip
 
 
+def credit(new: _StageFactory, task: str) -> Stage:
+    """Per-token credit of every method on the scored SFT rollouts (RebRL's Eq. 10, measured)."""
+    rollouts, out = f"data/reward/sft/{task}.jsonl", f"data/credit/{task}.csv"
+    return new(
+        "credit", f"credit_{task}",
+        {"--tasks": TASKS_DIR, "--model": SFT_DIR, "--task": task, "--rollouts": rollouts, "--out": out},
+        deps=(TASKS_DIR, SFT_DIR, rollouts), params=("profile", "seed", *grpo_keys(new.cfg), "grpo.methods", "methods"),
+        plots=(out,),
+    )  # fmt: skip
+
+
 def grpo_dir(run: str) -> str:
     return f"data/grpo/{run}"
 
@@ -159,7 +178,7 @@ def grpo(new: _StageFactory, section: str, task: str, seed: int) -> Stage:
     return new(
         "grpo", f"grpo_{run}",
         {"--run": run, "--tasks": TASKS_DIR, "--model": SFT_DIR, "--model-out": model,
-         "--metrics": metrics, "--curve": curve},
+         "--metrics": metrics, "--curve": curve, "--checkpoints": checkpoints(f"grpo_{run}")},
         deps=(TASKS_DIR, SFT_DIR), params=("profile", "seed", *grpo_keys(new.cfg), f"methods.{section}"),
         dir_outs=(model,), metrics=(metrics,), plots=(curve,),
     )  # fmt: skip
@@ -178,14 +197,15 @@ def evaluate(new: _StageFactory, model_name: str, task: str, model_dir: str) -> 
 
 
 def tables(new: _StageFactory, stages: list[Stage]) -> Stage:
-    """Aggregates every evaluation, GRPO curve and SFT rollout score."""
+    """Aggregates every evaluation, GRPO curve, SFT rollout score and credit measurement."""
     evals = tuple(m for s in stages if s.script == "stages/evaluate.py" for m in s.metrics)
     curves = tuple(p for s in stages if s.script == "stages/grpo.py" for p in s.plots)
     rollouts = tuple(m for s in stages if s.script == "stages/reward.py" for m in s.metrics)
+    credits = tuple(p for s in stages if s.script == "stages/credit.py" for p in s.plots)
     return new(
         "tables", "tables",
-        {"--evals": evals, "--curves": curves, "--rollouts": rollouts, "--out": "data/tables"},
-        deps=(*evals, *curves, *rollouts), params=("profile", "grpo.methods", "grpo.seeds", "tasks"),
+        {"--evals": evals, "--curves": curves, "--rollouts": rollouts, "--credit": credits, "--out": "data/tables"},
+        deps=(*evals, *curves, *rollouts, *credits), params=("profile", "grpo.methods", "grpo.seeds", "tasks"),
         dir_outs=("data/tables",),
     )  # fmt: skip
 

@@ -41,7 +41,9 @@ def encode_examples(tok, task: Task, examples: list[Example]) -> Encoded:
     for ex in examples:
         ids = encode(tok, ex.answer)
         if len(ids) >= length:
-            raise ValueError(f"{task.name} example {ex.id}: answer has {len(ids)} tokens, needs < {length} (room for EOS)")
+            raise ValueError(
+                f"{task.name} example {ex.id}: answer has {len(ids)} tokens, needs < {length} (room for EOS)"
+            )
         rows.append(ids + [tok.eos_token_id] * (length - len(ids)))
     completion = torch.tensor(rows, dtype=torch.long)
     return Encoded(encode_prompts(tok, task, examples), completion, completion_mask(completion, tok.eos_token_id))

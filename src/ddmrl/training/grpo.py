@@ -8,17 +8,23 @@ Per rollout batch (TRL's buffering, as in d1 and MaskGRPO):
   5. for each step of the views' schedule (view j at step j for most methods): current log-probs on the step's
      views, the method's objective, one optimiser step (over ``gradient_accumulation_steps`` micro-batches).
 
-Each view is consumed at its own step (the paper intent). d1 and MaskGRPO index views by the micro-step counter,
-which with gradient accumulation gives each micro-batch only every A-th view (maskgrpo.md section 2); that quirk
-is reproduced by ``legacy_micro_step_views``. Every random draw comes from a generator derived from (seed, purpose,
-iteration), never from the global RNG.
+Each view is consumed at its own step (the paper intent). d1 indexes views by the micro-step counter
+(``_step % mu`` after the increment), which with gradient accumulation gives each micro-batch only every A-th view
+(baselines.md 1.4); ``legacy_micro_step_views`` reproduces d1's indexing. MaskGRPO's copy is shifted by one
+(``m % mu``, maskgrpo.md section 2) and is not reproduced. Every random draw comes from a generator derived from (seed, purpose,
+iteration), never from the global RNG, so a run resumed from a checkpoint at a rollout-batch boundary continues
+exactly as the uninterrupted run would have.
+
+Numerical faults (``on_nonfinite``): a non-finite reward or advantage skips the whole rollout batch, a non-finite
+loss skips its optimiser step; both are counted (``nonfinite_skipped``). With ``stop`` the run ends with a
+diagnostic instead, as it does after 10 consecutive skipped rollout batches.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
 import torch
@@ -34,6 +40,13 @@ from ddmrl.objectives.weights import realised_ratio
 from ddmrl.rollout import Rollouts, rewards, rollout
 from ddmrl.seeding import derive_seed, generator
 from ddmrl.tasks.base import Example, Task
+from ddmrl.training.resume import Checkpointer
+
+MAX_CONSECUTIVE_SKIPS = 10
+
+
+class NonFiniteError(RuntimeError):
+    """A non-finite reward, advantage or loss with ``on_nonfinite: stop``."""
 
 
 @dataclass
@@ -62,15 +75,26 @@ def make_views(cfg: GRPOConfig, batch: Rollouts, seed: int, pad_id: int, mask_id
     """The method's views of a rollout batch, their weights and model inputs (steps 3 of the loop)."""
     method = METHODS[cfg.method]
     views = build_views(
-        cfg.remasking or method.remasking, mu=cfg.num_iterations, seed=seed, completion_mask=batch.completion_mask,
-        prompt_ids=batch.prompt_ids, pad_id=pad_id, reveal_step=batch.reveal_step, coupling=cfg.coupling,
-        gamma=cfg.gamma, p_mask_prompt=cfg.p_mask_prompt, shrink=cfg.shrink, views_per_step=cfg.views_per_step,
+        cfg.remasking or method.remasking,
+        mu=cfg.num_iterations,
+        seed=seed,
+        completion_mask=batch.completion_mask,
+        prompt_ids=batch.prompt_ids,
+        pad_id=pad_id,
+        reveal_step=batch.reveal_step,
+        coupling=cfg.coupling,
+        gamma=cfg.gamma,
+        p_mask_prompt=cfg.p_mask_prompt,
+        shrink=cfg.shrink,
+        views_per_step=cfg.views_per_step,
         block_length=cfg.sampler.block_length,
     )
-    weights, z = token_weights(method.weighting, views, batch.completion_mask, cfg.rebrl_mode,
-                               cfg.legacy_broadcast_weighting)
-    inputs = torch.stack([apply_view(batch.prompt_ids, batch.completion_ids, views, v, mask_id)
-                          for v in range(views.masks.shape[0])])
+    weights, z = token_weights(
+        method.weighting, views, batch.completion_mask, cfg.rebrl_mode, cfg.legacy_broadcast_weighting
+    )
+    inputs = torch.stack(
+        [apply_view(batch.prompt_ids, batch.completion_ids, views, v, mask_id) for v in range(views.masks.shape[0])]
+    )
     return views, weights, z, inputs
 
 
@@ -82,8 +106,8 @@ def view_logps(model, inputs: torch.Tensor, completion_ids: torch.Tensor) -> tor
 def step_views(views: Views, step: int, micro: int, cfg: GRPOConfig) -> tuple[int, ...]:
     """View indices of inner step ``step`` for micro-batch ``micro``.
 
-    Paper intent: the schedule's entry for the step, whatever the micro-batch. ``legacy_micro_step_views``: d1 and
-    MaskGRPO's ``(_step % mu)`` after the increment, with one count per micro-batch.
+    Paper intent: the schedule's entry for the step, whatever the micro-batch. ``legacy_micro_step_views``: d1's
+    ``(_step % mu)`` after the increment, with one count per micro-batch.
     """
     if cfg.legacy_micro_step_views:
         mu = views.masks.shape[0]
@@ -117,20 +141,32 @@ def train_grpo(
     cfg: GRPOConfig,
     seed: int,
     on_iteration: Callable[[dict[str, float]], None] | None = None,
+    checkpointer: Checkpointer | None = None,
 ) -> tuple[list[dict[str, float]], Timing]:
     """Run ``cfg.max_steps`` optimiser steps of GRPO; ``draw_prompts(iteration)`` gives each rollout batch's prompts.
 
-    Returns the curve (one row per rollout batch) and the time spent per phase.
+    Returns the curve (one row per rollout batch) and the time spent per phase. With a ``checkpointer`` the
+    state is saved at the first rollout-batch boundary after every ``cfg.save_steps`` steps, and the run resumes
+    from the newest intact checkpoint.
     """
     objective = OBJECTIVES[METHODS[cfg.method].objective]
-    opt = torch.optim.AdamW(policy.parameters(), lr=cfg.learning_rate, betas=(0.9, 0.99), weight_decay=cfg.weight_decay)
+    opt = torch.optim.AdamW(
+        policy.parameters(), lr=cfg.learning_rate, betas=(0.9, 0.99), weight_decay=cfg.weight_decay
+    )
     g, ga = cfg.num_generations, cfg.gradient_accumulation_steps
     rows_per_micro = cfg.num_prompts * g // ga
     micro_rows = [slice(a * rows_per_micro, (a + 1) * rows_per_micro) for a in range(ga)]
-    timing, curve, step, it = Timing(), [], 0, 0
+    timing, curve, step, it, skipped, consecutive = Timing(), [], 0, 0, 0, 0
+    if checkpointer is not None and (found := checkpointer.latest()):
+        path, meta = found
+        checkpointer.restore(path, policy, opt)
+        curve, step, it, skipped = meta["curve"], meta["step"], meta["iteration"], meta["skipped"]
+        timing = Timing(**meta["timing"])
+        print(f"resuming grpo from {path} (step {step})", flush=True)
     ref.eval()
-    bar = tqdm(total=cfg.max_steps, desc=f"grpo {cfg.method}", mininterval=5)
+    bar = tqdm(total=cfg.max_steps, initial=step, desc=f"grpo {cfg.method}", mininterval=5)
     while step < cfg.max_steps:
+        saved_at = step
         # 1-2. rollouts, rewards, advantages
         t0 = time.time()
         policy.eval()
@@ -138,9 +174,15 @@ def train_grpo(
         batch = rollout(policy, tok, task, examples, g, cfg.sampler, generator(seed, "rollout", it))
         r = rewards(task, examples, batch.texts, g)  # [N]
         adv, zero_std = group_advantages(r, g, cfg.scale_rewards)
+        if not (torch.isfinite(r).all() and torch.isfinite(adv).all()):
+            skipped, consecutive, it = skipped + 1, consecutive + 1, it + 1
+            _nonfinite(cfg, f"rollout batch {it - 1}: non-finite reward or advantage", consecutive)
+            continue
+        consecutive = 0
         # 3. views and weights, all from the rollout seed
-        views, weights, z, inputs = make_views(cfg, batch, derive_seed(seed, "views", it), tok.pad_token_id,
-                                               tok.mask_token_id)
+        views, weights, z, inputs = make_views(
+            cfg, batch, derive_seed(seed, "views", it), tok.pad_token_id, tok.mask_token_id
+        )
         b = Batch(batch, r, adv, zero_std, views, weights, z, inputs)
         t1 = time.time()
         # 4. old and KL-target log-probs on identical views, once per rollout batch
@@ -160,12 +202,18 @@ def train_grpo(
                 ids = step_views(views, s, a, cfg)
                 logps = torch.stack([token_logps(policy, inputs[v, rows], batch.completion_ids[rows]) for v in ids])
                 out = objective(objective_inputs(b, old, kl_ref, logps, ids, rows, g), cfg)
+                if not torch.isfinite(out.loss):
+                    break
                 (out.loss / ga).backward()
                 stats["loss"] += out.loss.item() / (ga * inner)
                 stats["kl"] += out.kl / (ga * inner)
                 stats["clip_ratio"] += out.clip_ratio / (ga * inner)
-            torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
-            opt.step()
+            if torch.isfinite(out.loss):
+                torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+                opt.step()
+            else:
+                skipped += 1
+                _nonfinite(cfg, f"step {step + 1}: non-finite loss", 1)
             step += 1
             bar.update(1)
         t3 = time.time()
@@ -179,12 +227,26 @@ def train_grpo(
             "frac_reward_zero_std": zero_std.float().mean().item(),
             **stats,
             "completions/mean_length": batch.completion_mask.sum(1).float().mean().item(),
+            "nonfinite_skipped": skipped,
             "time": timing.gen + timing.old_ref_logp + timing.update,
         }
         curve.append(row)
         if on_iteration:
             on_iteration(row)
         it += 1
+        if checkpointer is not None and cfg.save_steps and step // cfg.save_steps > saved_at // cfg.save_steps:
+            if step < cfg.max_steps:
+                meta = {"curve": curve, "iteration": it, "skipped": skipped, "timing": asdict(timing)}
+                checkpointer.save(step, policy, opt, meta)
     bar.close()
     policy.eval()
     return curve, timing
+
+
+def _nonfinite(cfg: GRPOConfig, what: str, consecutive: int) -> None:
+    """Stop with a diagnostic when configured to, or after too many consecutive skipped rollout batches."""
+    if cfg.on_nonfinite == "stop":
+        raise NonFiniteError(f"{what} (on_nonfinite: stop)")
+    if consecutive >= MAX_CONSECUTIVE_SKIPS:
+        raise NonFiniteError(f"{what}: {consecutive} consecutive rollout batches skipped; giving up")
+    print(f"warning: {what}; skipped (on_nonfinite: skip)", flush=True)

@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from ddmrl.config import TrainConfig
 from ddmrl.training.data import Encoded
+from ddmrl.training.resume import Checkpointer
 
 
 def mdm_loss(model, x: torch.Tensor, maskable: torch.Tensor, mask_id: int, gen: torch.Generator, eps: float = 1e-3):
@@ -61,14 +62,28 @@ def train_mdm(
     objective: str,
     gen: torch.Generator,
     desc: str = "train",
+    checkpointer: Checkpointer | None = None,
 ) -> list[dict[str, float]]:
-    """Train ``model`` for ``cfg.max_steps`` on ``next_batch(step)``; returns the loss curve (one row per log)."""
+    """Train ``model`` for ``cfg.max_steps`` on ``next_batch(step)``; returns the loss curve (one row per log).
+
+    With a ``checkpointer``, the state is saved every ``cfg.save_steps`` steps and a run resumes from the newest
+    intact checkpoint; batches depend only on the step and the masking generator's state is saved, so a resumed
+    run ends with the same weights and curve as an uninterrupted one.
+    """
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.warmup_steps, cfg.max_steps))
     mask_id, pad_id = model.config.mask_token_id, model.config.pad_token_id
+    curve, window, start, elapsed = [], [], 0, 0.0
+    if checkpointer is not None and (found := checkpointer.latest()):
+        path, meta = found
+        checkpointer.restore(path, model, opt, sched, {"mask": gen})
+        curve, window, start, elapsed = meta["curve"], meta["window"], meta["step"], meta["elapsed"]
+        print(f"resuming {desc} from {path} (step {start})", flush=True)
     model.train()
-    curve, window, start = [], [], time.time()
-    for step in (bar := tqdm(range(cfg.max_steps), desc=desc, mininterval=5)):
+    t0 = time.time() - elapsed
+    for step in (
+        bar := tqdm(range(start, cfg.max_steps), desc=desc, mininterval=5, initial=start, total=cfg.max_steps)
+    ):
         x, maskable = sequences(next_batch(step), objective, pad_id)
         loss = mdm_loss(model, x, maskable, mask_id, gen)
         opt.zero_grad(set_to_none=True)
@@ -78,10 +93,22 @@ def train_mdm(
         sched.step()
         window.append(loss.item())
         if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.max_steps:
-            row = {"step": step + 1, "loss": sum(window) / len(window), "lr": sched.get_last_lr()[0],
-                   "time": time.time() - start}
+            row = {
+                "step": step + 1,
+                "loss": sum(window) / len(window),
+                "lr": sched.get_last_lr()[0],
+                "time": time.time() - t0,
+            }
             curve.append(row)
             bar.set_postfix(loss=f"{row['loss']:.3f}")
             window = []
+        if (
+            checkpointer is not None
+            and cfg.save_steps
+            and (step + 1) % cfg.save_steps == 0
+            and step + 1 < cfg.max_steps
+        ):
+            meta = {"curve": curve, "window": window, "elapsed": time.time() - t0}
+            checkpointer.save(step + 1, model, opt, meta, sched, {"mask": gen})
     model.eval()
     return curve

@@ -1,0 +1,75 @@
+"""credit: the gradient each token receives as a function of the sampler step that revealed it, per method.
+
+Measured on a real batch (the SFT model's scored rollouts) through each method's own objective (see
+``ddmrl.diagnostics``): the empirical form of RebRL's Eq. 10. Besides every configured method section, RebRL's
+rebalancing modes are measured under trajectory masks (views that follow the sampler's own order), where a
+token's reveal step decides in how many views it is masked, as in Eq. 10.
+
+    python stages/credit.py --params params.yaml --tasks data/download/tasks --model data/sft/model \
+        --task sudoku4 --rollouts data/reward/sft/sudoku4.jsonl --out data/credit/sudoku4.csv
+"""
+
+import argparse
+import dataclasses
+
+import pandas as pd
+import torch
+
+from ddmrl import config
+from ddmrl.cli import run_stage, write_csv
+from ddmrl.diagnostics import credit_by_reveal_step, token_credit
+from ddmrl.io import read_jsonl
+from ddmrl.models.checkpoint import load_checkpoint
+from ddmrl.objectives import group_advantages
+from ddmrl.rollout import Rollouts
+from ddmrl.seeding import derive_seed
+from ddmrl.tasks.base import Example
+from ddmrl.tasks.store import load_task
+from ddmrl.training.data import completion_mask, encode_prompts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--params", required=True)
+    ap.add_argument("--tasks", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--task", required=True)
+    ap.add_argument("--rollouts", required=True)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    cfg = config.load(args.params)
+
+    model, tok = load_checkpoint(args.model)
+    task, _ = load_task(args.tasks, args.task)
+    records = read_jsonl(args.rollouts, required=("example", "completion_ids", "reveal_step", "reward", "sample"))
+    g = 1 + max(r["sample"] for r in records)
+    ids = torch.tensor([r["completion_ids"] for r in records])
+    batch = Rollouts(
+        encode_prompts(tok, task, [Example.from_record(r["example"]) for r in records]),
+        ids,
+        completion_mask(ids, tok.eos_token_id),
+        torch.tensor([r["reveal_step"] for r in records]),
+        [r["completion"] for r in records],
+        0,
+    )
+    rewards = torch.tensor([r["reward"] for r in records], dtype=torch.float32)
+
+    variants = {name: cfg.methods[name] for name in cfg.grpo.methods}
+    if "rebrl" in cfg.methods:
+        for mode in ("none", "t1", "t2", "token"):
+            variants[f"rebrl[{mode}, trajectory]"] = dataclasses.replace(
+                cfg.methods["rebrl"], rebrl_mode=mode, coupling="trajectory"
+            )
+    frames = []
+    for name, mcfg in variants.items():
+        adv, _ = group_advantages(rewards, g, mcfg.scale_rewards)
+        seed = derive_seed(cfg.seed, "credit", args.task)
+        credit = token_credit(
+            model, dataclasses.replace(mcfg, num_generations=g), batch, adv, seed, tok.pad_token_id, tok.mask_token_id
+        )
+        frames.append(credit_by_reveal_step(credit, batch, adv).assign(method=name, task=args.task))
+    write_csv(args.out, pd.concat(frames).to_dict("records"))
+
+
+if __name__ == "__main__":
+    run_stage(main)

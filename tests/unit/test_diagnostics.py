@@ -1,0 +1,104 @@
+"""Credit diagnostics (ddmrl.diagnostics.token_credit, credit_by_reveal_step) on hand-made rollouts and a tiny model.
+
+Setting: N = 4 rollouts (2 prompts x G = 2) of L = 8 tokens, all valid (no EOS), advantages (1, -0.5, 2, -1.5);
+mu = 4 views; the sampler revealed c = 2 tokens per step at steps 0..3, in a different order in every rollout.
+token_credit evaluates the objective at ratio 1 (policy = old = reference), where the clipped surrogate's gradient
+w.r.t. log p_j(i, k) is -A_i times the token's weight and the k3 KL gradient vanishes.
+
+RebRL token mode (lambda = t, 1/F): omega_j(k) = delta_j(k) / F(k), Z_i = (1/mu) sum_j sum_k omega_j(k), and the
+loss of view j is mean_i sum_k omega_j(k) l_j(i, k) / Z_i, so C_i(k) = sum_j omega_j(k) / (N Z_i) = 1 / (N Z_i) for
+every token with F(k) > 0: the same for every token of a rollout, whatever the coupling.
+
+RebRL mode none under trajectory masks with t_j = j/mu: view j masks the c j latest-revealed tokens (realised
+ratio exactly j/mu), omega_j(k) = delta_j(k) mu / j. A token revealed at sampler step s is among the c j latest iff
+j >= mu - s, so C(k) is proportional to H(s) = sum_{j = mu - s}^{mu} 1/j; the token mean of H is
+(1/mu) sum_s H(s) = (1/mu) sum_j j (1/j) = 1, so the relative credit is exactly H(s): for mu = 4,
+1/4, 7/12, 13/12, 25/12 at s = 0..3, strictly increasing (tokens revealed late are masked in more views).
+
+diffu-GRPO: every view masks the whole completion with weight 1 and token_mean aggregation: C_i(k) = mu / (N L).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ddmrl.config import GRPOConfig
+from ddmrl.diagnostics import credit_by_reveal_step, token_credit
+from ddmrl.methods import METHODS
+from ddmrl.rollout import Rollouts
+from ddmrl.training.grpo import make_views
+
+N, L, P, MU, C = 4, 8, 3, 4, 2
+ADV = torch.tensor([1.0, -0.5, 2.0, -1.5])
+
+
+def rollouts(valid: torch.Tensor | None = None) -> Rollouts:
+    g = torch.Generator().manual_seed(0)
+    steps = torch.arange(L) // C  # [0, 0, 1, 1, 2, 2, 3, 3]
+    reveal = torch.stack([steps[torch.randperm(L, generator=g)] for _ in range(N)])  # 2 tokens per step, shuffled
+    reveal[0] = steps  # left to right in row 0
+    prompt = torch.randint(5, 10, (N, P), generator=g)
+    completion = torch.randint(6, 10, (N, L), generator=g)
+    cm = torch.ones(N, L, dtype=torch.bool) if valid is None else valid
+    return Rollouts(prompt, completion, cm, reveal, [""] * N, 0)
+
+
+def config(method: str, **kw) -> GRPOConfig:
+    base = dict(method=method, num_iterations=MU, num_generations=2, num_prompts=2, beta=0.04, epsilon=0.2)
+    return GRPOConfig(**{**base, **METHODS[method].defaults, **METHODS[method].fixed, **kw})
+
+
+def credit_for(tok, make_model, cfg: GRPOConfig, batch: Rollouts, adv: torch.Tensor = ADV) -> torch.Tensor:
+    model = make_model(max_positions=P + L, seed=1)
+    return token_credit(model, cfg, batch, adv, 7, tok.pad_token_id, tok.mask_token_id)
+
+
+@pytest.mark.parametrize("coupling", ["independent", "nested", "trajectory"])
+def test_rebrl_token_mode_gives_every_token_of_a_rollout_the_same_credit(tok, make_model, coupling):
+    batch = rollouts()
+    cfg = config("rebrl", rebrl_mode="token", coupling=coupling)
+    views, _, z, _ = make_views(cfg, batch, 7, tok.pad_token_id, tok.mask_token_id)
+    assert bool(((views.masks & batch.completion_mask[None]).sum(0) > 0).all()), "a token with F = 0: vacuous"
+    credit = credit_for(tok, make_model, cfg, batch)
+    assert torch.allclose(credit, (1 / (N * z))[:, None].expand(N, L), rtol=1e-5)  # C_i(k) = 1 / (N Z_i)
+    frame = credit_by_reveal_step(credit, batch, ADV)
+    assert frame["reveal_step"].tolist() == [0, 1, 2, 3]
+    assert frame["count"].tolist() == [N * C] * MU
+    assert frame["relative_credit"].tolist() == pytest.approx([1.0] * MU, abs=1e-5)
+
+
+def test_rebrl_none_mode_trajectory_credit_grows_with_the_reveal_step(tok, make_model):
+    """Module docstring: relative credit H(s) = sum_{j = mu - s}^{mu} 1/j = 1/4, 7/12, 13/12, 25/12."""
+    batch = rollouts()
+    cfg = config("rebrl", rebrl_mode="none", coupling="trajectory")
+    views, _, _, _ = make_views(cfg, batch, 7, tok.pad_token_id, tok.mask_token_id)
+    assert views.masks.sum(-1)[:, 0].tolist() == [2, 4, 6, 8]  # c j latest-revealed tokens per view
+    credit = credit_for(tok, make_model, cfg, batch)
+    frame = credit_by_reveal_step(credit, batch, ADV)
+    rel = frame["relative_credit"].tolist()
+    want = [sum(1 / j for j in range(MU - s, MU + 1)) for s in range(MU)]
+    assert want == pytest.approx([1 / 4, 7 / 12, 13 / 12, 25 / 12])
+    assert rel == pytest.approx(want, abs=1e-4)
+    assert all(a < b for a, b in zip(rel, rel[1:], strict=False))
+
+
+def test_diffu_grpo_credit_is_flat(tok, make_model):
+    batch = rollouts()
+    credit = credit_for(tok, make_model, config("diffu_grpo"), batch)
+    assert torch.allclose(credit, torch.full((N, L), MU / (N * L)), rtol=1e-5)
+    frame = credit_by_reveal_step(credit, batch, ADV)
+    assert frame["relative_credit"].tolist() == pytest.approx([1.0] * MU, abs=1e-5)
+
+
+def test_zero_advantage_rows_and_post_eos_tokens_get_no_credit(tok, make_model):
+    """A_i = 0: credit 0 and the row is left out of the per-step table; tokens after EOS: credit 0 and not counted."""
+    valid = torch.ones(N, L, dtype=torch.bool)
+    valid[1, 6:] = False
+    batch = rollouts(valid)
+    adv = torch.tensor([1.0, -0.5, 0.0, -1.5])
+    credit = credit_for(tok, make_model, config("rebrl", rebrl_mode="token", coupling="trajectory"), batch, adv)
+    assert bool((credit[2] == 0).all()) and bool((credit[1, 6:] == 0).all())
+    assert bool((credit[[0, 1, 3]][valid[[0, 1, 3]]] > 0).all())
+    frame = credit_by_reveal_step(credit, batch, adv)
+    assert int(frame["count"].sum()) == 3 * L - 2

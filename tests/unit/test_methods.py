@@ -1,0 +1,157 @@
+"""The method records (ddmrl.methods) and how params.yaml resolves them (ddmrl.config.load, Method.validate).
+
+Precedence (ddmrl.config._build_config): dataclass defaults < the method's ``defaults`` < explicit ``grpo:`` keys <
+the method's ``fixed`` values < ``methods.<name>``, and a method section contradicting a fixed value is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from ddmrl.config import ConfigError, GRPOConfig, load
+from ddmrl.masking import VIEWS
+from ddmrl.methods import METHODS
+from ddmrl.objectives.losses import OBJECTIVES
+from ddmrl.objectives.weights import WEIGHTINGS
+
+ALL = ["diffu_grpo", "unigrpo", "maskgrpo", "rebrl", "tracerl", "gdpo", "spg", "wd1"]
+FIELDS = {f.name for f in dataclasses.fields(GRPOConfig)}
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "params.yaml"
+    path.write_text(text)
+    return path
+
+
+def refused(tmp_path: Path, text: str) -> str:
+    """The one-line ConfigError message of loading ``text``."""
+    with pytest.raises(ConfigError) as info:
+        load(write(tmp_path, text))
+    msg = str(info.value)
+    assert "\n" not in msg, f"not one line: {msg!r}"
+    return msg
+
+
+def every_method(extra: str = "") -> str:
+    return f"grpo:\n  methods: [{', '.join(ALL)}]\n{extra}"
+
+
+def test_there_are_eight_well_formed_method_records():
+    """Each record names a known view sampler, weighting and objective; its defaults and fixed values are GRPOConfig
+    fields, disjoint (a fixed value is not a default), and the record's key is its name."""
+    assert sorted(METHODS) == sorted(ALL)
+    for name, m in METHODS.items():
+        assert m.name == name
+        assert m.remasking in VIEWS and m.weighting in WEIGHTINGS and m.objective in OBJECTIVES, name
+        assert set(m.defaults) <= FIELDS and set(m.fixed) <= FIELDS, name
+        assert not set(m.defaults) & set(m.fixed), name
+        assert m.paper
+    assert {m.objective for m in METHODS.values()} == set(OBJECTIVES)
+
+
+def test_all_eight_methods_load_with_their_defaults_and_fixed_values(tmp_path):
+    cfg = load(write(tmp_path, every_method()))
+    assert cfg.grpo.methods == tuple(ALL) and set(cfg.methods) == set(ALL)
+    assert len(cfg.run_names()) == 8 * len(cfg.tasks) * len(cfg.grpo.seeds)
+    for name in ALL:
+        hp, rec = cfg.methods[name], METHODS[name]
+        assert hp.method == name
+        for k, v in {**rec.defaults, **rec.fixed}.items():
+            assert getattr(hp, k) == v, (name, k)
+    assert cfg.methods["gdpo"].views_per_step == 3 and cfg.methods["gdpo"].scale_rewards == "none"
+    assert cfg.methods["spg"].beta == 0.0 and cfg.methods["spg"].eubo_mix == 0.5
+    assert cfg.methods["wd1"].beta == 0.0 and cfg.methods["wd1"].scale_rewards == "none"
+    assert cfg.methods["tracerl"].kl_target == "old" and cfg.methods["tracerl"].loss_type == "seq_mean"
+
+
+def test_fixed_values_win_over_explicit_grpo_keys(tmp_path):
+    """grpo.beta = 0.04 and grpo.scale_rewards = group apply to the methods that leave them free, but SPG and wd1 keep
+    beta 0 and GDPO and wd1 keep scale_rewards none (their definitions)."""
+    cfg = load(write(tmp_path, every_method("  beta: 0.04\n  scale_rewards: group\n")))
+    assert cfg.methods["unigrpo"].beta == 0.04 and cfg.methods["gdpo"].beta == 0.04
+    assert cfg.methods["spg"].beta == 0.0 and cfg.methods["wd1"].beta == 0.0
+    assert cfg.methods["unigrpo"].scale_rewards == "group" and cfg.methods["spg"].scale_rewards == "group"
+    assert cfg.methods["gdpo"].scale_rewards == "none" and cfg.methods["wd1"].scale_rewards == "none"
+
+
+def test_explicit_grpo_keys_win_over_method_defaults_and_sections_win_over_both(tmp_path):
+    """grpo.views_per_step = 5 overrides GDPO's and SPG's defaults (3 and 2); methods.gdpo.views_per_step = 4 overrides
+    grpo; a method section may restate a fixed value (methods.spg.beta: 0.0)."""
+    text = every_method("  views_per_step: 5\nmethods:\n  gdpo: {views_per_step: 4}\n  spg: {beta: 0.0}\n")
+    cfg = load(write(tmp_path, text))
+    assert cfg.methods["spg"].views_per_step == 5 and cfg.methods["gdpo"].views_per_step == 4
+    assert cfg.methods["spg"].beta == 0.0
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "words"),
+    [
+        ("methods: {spg: {beta: 0.1}}\n", "methods.spg.beta", "requires 0.0"),
+        ("methods: {wd1: {beta: 0.01}}\n", "methods.wd1.beta", "requires 0.0"),
+        ("methods: {gdpo: {scale_rewards: group}}\n", "methods.gdpo.scale_rewards", "requires 'none'"),
+        ("methods: {spg_b2: {method: spg, beta: 0.1}}\n", "methods.spg_b2.beta", "spg requires"),
+    ],
+)
+def test_a_method_section_contradicting_a_fixed_value_is_refused(tmp_path, text, key, words):
+    msg = refused(tmp_path, every_method(text))
+    assert key in msg and words in msg, msg
+
+
+def test_rebrl_on_full_completion_views_is_refused(tmp_path):
+    msg = refused(tmp_path, every_method("methods: {rebrl: {remasking: full_completion}}\n"))
+    assert "methods.rebrl.remasking" in msg and "full_completion" in msg
+
+
+def test_maskgrpo_with_trajectory_coupling_is_refused(tmp_path):
+    msg = refused(tmp_path, every_method("methods: {maskgrpo: {coupling: trajectory}}\n"))
+    assert "methods.maskgrpo.coupling" in msg and "trajectory" in msg
+
+
+def test_trajectory_coupling_is_accepted_where_it_applies(tmp_path):
+    cfg = load(write(tmp_path, every_method("methods: {rebrl: {coupling: trajectory}}\n")))
+    assert cfg.methods["rebrl"].coupling == "trajectory"
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("grpo: {num_prompts: 6, gradient_accumulation_steps: 4}\n", "grpo.gradient_accumulation_steps"),
+        ("methods: {unigrpo: {gradient_accumulation_steps: 3}}\n", "methods.unigrpo.gradient_accumulation_steps"),
+    ],
+)
+def test_gradient_accumulation_must_divide_num_prompts(tmp_path, text, key):
+    msg = refused(tmp_path, text)
+    assert key in msg and "must divide num_prompts" in msg, msg
+
+
+def test_gradient_accumulation_dividing_num_prompts_is_accepted(tmp_path):
+    cfg = load(write(tmp_path, "grpo: {num_prompts: 6, gradient_accumulation_steps: 3}\n"))
+    assert cfg.methods["unigrpo"].gradient_accumulation_steps == 3
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("methods: {foo: {learning_rate: 0.1}}\n", "methods.foo"),
+        ("methods: {bar: {method: ppo}}\n", "methods.bar.method"),
+    ],
+)
+def test_an_unlisted_section_with_an_unknown_method_is_refused(tmp_path, text, key):
+    msg = refused(tmp_path, text)
+    assert key in msg and "unknown method" in msg, msg
+
+
+def test_an_unlisted_section_of_a_known_method_is_resolved_but_not_run(tmp_path):
+    cfg = load(write(tmp_path, "grpo: {methods: [spg]}\nmethods: {spg_b2: {method: spg, eubo_beta: 2.0}}\n"))
+    assert cfg.methods["spg_b2"].method == "spg" and cfg.methods["spg_b2"].eubo_beta == 2.0
+    assert cfg.methods["spg_b2"].beta == 0.0
+    assert not any(r.startswith("spg_b2_") for r in cfg.run_names())
+
+
+def test_an_unknown_remasking_is_refused_at_load(tmp_path):
+    msg = refused(tmp_path, "methods: {unigrpo: {remasking: bogus}}\n")
+    assert "methods.unigrpo.remasking" in msg
