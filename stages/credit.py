@@ -1,12 +1,12 @@
-"""credit: the gradient each token receives as a function of the sampler step that revealed it, per method.
+"""credit: the gradient each token receives as a function of the sampler step that revealed it, for one method.
 
-Measured on a real batch (the SFT model's scored rollouts) through each method's own objective (see
-``ddmrl.diagnostics``): the empirical form of RebRL's Eq. 10. Besides every configured method section, RebRL's
-rebalancing modes are measured under trajectory masks (views that follow the sampler's own order), where a
-token's reveal step decides in how many views it is masked, as in Eq. 10.
+Measured on a real batch (the SFT model's scored rollouts) through the method's own objective (see
+``ddmrl.diagnostics``): the empirical form of RebRL's Eq. 10. For a RebRL section, its rebalancing modes are also
+measured under trajectory masks (views that follow the sampler's own order), where a token's reveal step decides
+in how many views it is masked, as in Eq. 10.
 
     python stages/credit.py --params params.yaml --tasks data/download/tasks --model data/sft/model \
-        --task sudoku4 --rollouts data/reward/sft/sudoku4.jsonl --out data/credit/sudoku4.csv
+        --task sudoku4 --method rebrl --rollouts data/reward/sft/sudoku4.jsonl --out data/credit/rebrl/sudoku4.csv
 """
 
 import argparse
@@ -34,6 +34,7 @@ def main() -> None:
     ap.add_argument("--tasks", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--task", required=True)
+    ap.add_argument("--method", required=True, help="a method section of params.yaml")
     ap.add_argument("--rollouts", required=True)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
@@ -61,7 +62,7 @@ def main() -> None:
                 cfg.methods["rebrl"], rebrl_mode=mode, coupling="trajectory"
             )
     frames = []
-    for name, mcfg in variants.items():
+    for name, vcfg in variants.items():
         adv, _ = group_advantages(rewards, g, mcfg.scale_rewards)
         seed = derive_seed(cfg.seed, "credit", args.task)
         credit = token_credit(

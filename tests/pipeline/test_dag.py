@@ -86,7 +86,22 @@ def test_every_path_travels_as_a_flag(stages):
             values.update(v if isinstance(v, tuple) else (v,))
         paths = {v for v in values if v.startswith("data/")}
         declared = {d for d in s.deps if d.startswith("data/")} | set(s.outputs)
-        assert paths == declared, s.name
+        # checkpoints are the one path that is neither a dep nor an output: no engine may delete them
+        checkpoints = {v for flag, v in s.args if flag == "--checkpoints"}
+        assert checkpoints <= {dag.checkpoints(s.name)}, s.name
+        assert paths - checkpoints == declared, s.name
+
+
+def test_checkpoints_are_never_outputs(stages):
+    """A killed training job's checkpoints must survive both engines' cleanup (Snakemake removes the outputs of
+    incomplete jobs, DVC removes a stage's outputs before running it)."""
+    trainers = [s for s in stages if s.script in ("stages/download.py", "stages/sft.py", "stages/grpo.py")]
+    assert trainers
+    for s in trainers:
+        ckpt = dag.checkpoints(s.name)
+        assert ("--checkpoints", ckpt) in s.args
+        for out in (o for t in stages for o in t.outputs):
+            assert not ckpt.startswith(out) and not out.startswith(ckpt), (s.name, out)
 
 
 def test_no_output_overlaps_another(stages):
@@ -115,7 +130,7 @@ def test_build_expands_runs_and_tasks(cfg, stages):
     assert sorted(n for n in names if n.startswith("reward_")) == sorted(f"reward_sft_{t}" for t in tasks)
     evals = {f"evaluate_{m}_{t}" for m in ("base", "sft") for t in tasks} | {f"evaluate_{r}" for r in runs}
     assert {n for n in names if n.startswith("evaluate_")} == evals
-    assert len(stages) == 3 + 4 * len(tasks) + 2 * len(runs)
+    assert len(stages) == 3 + 4 * len(tasks) + 2 * len(runs) + len(cfg.grpo.methods) * len(tasks)  # + credit
     by_name = {s.name: s for s in stages}
     for r in runs:  # each run is evaluated on its own task
         _, task, _ = cfg.run(r)
@@ -133,6 +148,7 @@ def test_changing_one_method_section_touches_only_its_runs(tmp_path, cfg):
     before, after = params_by_stage(cfg), params_by_stage(edited_config(tmp_path, edit))
     changed = {name for name in before if before[name] != after[name]}
     rebrl = {f"grpo_{r}" for r in cfg.run_names() if r.startswith("rebrl_")}
+    rebrl |= {f"credit_rebrl_{t}" for t in cfg.tasks}  # the method's own credit measurement
     assert rebrl and changed == rebrl
 
 

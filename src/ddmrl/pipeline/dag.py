@@ -72,7 +72,8 @@ def build(cfg: Config, params_file: str = "params.yaml") -> list[Stage]:
     new = _StageFactory(cfg, params_file)
     stages = [download(new), sft(new)]
     for task in cfg.tasks:
-        stages += [rollout(new, task), reward(new, task), credit(new, task)]
+        stages += [rollout(new, task), reward(new, task)]
+    stages += [credit(new, section, task) for task in cfg.tasks for section in cfg.grpo.methods]
     stages += [grpo(new, section, task, seed) for section, task, seed in _runs(cfg)]
     models = [(m, t, d) for t in cfg.tasks for m, d in (("base", BASE_DIR), ("sft", SFT_DIR))]
     models += [(run_name(*r), r[1], grpo_dir(run_name(*r)) + "/model") for r in _runs(cfg)]
@@ -157,13 +158,14 @@ def reward(new: _StageFactory, task: str) -> Stage:
     )  # fmt: skip
 
 
-def credit(new: _StageFactory, task: str) -> Stage:
-    """Per-token credit of every method on the scored SFT rollouts (RebRL's Eq. 10, measured)."""
-    rollouts, out = f"data/reward/sft/{task}.jsonl", f"data/credit/{task}.csv"
+def credit(new: _StageFactory, section: str, task: str) -> Stage:
+    """Per-token credit of one method section on the scored SFT rollouts (RebRL's Eq. 10, measured)."""
+    rollouts, out = f"data/reward/sft/{task}.jsonl", f"data/credit/{section}/{task}.csv"
     return new(
-        "credit", f"credit_{task}",
-        {"--tasks": TASKS_DIR, "--model": SFT_DIR, "--task": task, "--rollouts": rollouts, "--out": out},
-        deps=(TASKS_DIR, SFT_DIR, rollouts), params=("profile", "seed", *grpo_keys(new.cfg), "grpo.methods", "methods"),
+        "credit", f"credit_{section}_{task}",
+        {"--tasks": TASKS_DIR, "--model": SFT_DIR, "--task": task, "--method": section, "--rollouts": rollouts,
+         "--out": out},
+        deps=(TASKS_DIR, SFT_DIR, rollouts), params=("profile", "seed", *grpo_keys(new.cfg), f"methods.{section}"),
         plots=(out,),
     )  # fmt: skip
 

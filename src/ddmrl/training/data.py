@@ -11,7 +11,8 @@ from ddmrl.tasks.base import Example, Task
 
 
 class Encoded(NamedTuple):
-    """prompt_ids [N, P]; completion_ids [N, L] (answer then EOS padding); completion_mask [N, L] (answer + first EOS)."""
+    """prompt_ids [N, P]; completion_ids [N, L] (answer, then EOS padding); completion_mask [N, L] (answer and
+    the first EOS)."""
 
     prompt_ids: torch.Tensor
     completion_ids: torch.Tensor

@@ -1,0 +1,400 @@
+"""Kill and resume: training stages killed with SIGKILL mid-run resume from their checkpoints and end exactly where
+an uninterrupted run ends, both as bare stage commands and under Snakemake and DVC.
+
+Every workspace is a temporary copy of the repository on the smoke profile (as in tests/pipeline/test_smoke.py),
+with an overlay that makes the training runs long enough to be killed mid-way and checkpoint often:
+
+* grpo: 60 optimiser steps, num_iterations 2, save_steps 3 (so saves fall on the first rollout-batch boundary
+  after every 3 steps: steps 4, 6, 10, 12, ...). 12 steps (as in the issue) run in about 0.2 s on this model,
+  too short to kill reliably between a checkpoint and the end of the run; 60 take about 1 s.
+* sft: 40 steps, save_steps 5.
+
+Stage commands are the exact ``Stage.cmd`` of :func:`ddmrl.pipeline.dag.build`, run in the workspace with
+``OMP_NUM_THREADS=1`` (the same for reference and resumed runs, so float results are comparable bit for bit).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from ddmrl import config
+from ddmrl.pipeline import dag
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+pytestmark = pytest.mark.slow
+
+RUN = "rebrl_sudoku4_s0"
+GRPO = f"grpo_{RUN}"
+OVERLAY = {
+    "sft": {"max_steps": 40, "save_steps": 5},
+    "grpo": {"max_steps": 60, "num_iterations": 2, "save_steps": 3},
+}
+ENV = {
+    **os.environ,
+    "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    "OMP_NUM_THREADS": "1",
+    "PYTHONUNBUFFERED": "1",
+    "DVC_NO_ANALYTICS": "1",
+}
+# seeded choice of the kill point: after the first or the second checkpoint
+KILL_AFTER = random.Random(20260101).choice([1, 2])
+TIMING_KEYS = {"seconds", "timing", "eval_seconds", "time"}
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def make_workspace(dst: Path, overlay: dict = OVERLAY, params: dict | None = None, export: bool = False) -> Path:
+    """A copy of workflow/, stages/, profiles/ and params.yaml (profile smoke, ``params`` merged in), with
+    ``overlay`` merged into the workspace's profiles/smoke.yaml (the profile overlays params.yaml)."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for name in ("workflow", "stages", "profiles"):
+        shutil.copytree(REPO / name, dst / name)
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    raw["profile"] = "smoke"
+    raw = deep_merge(raw, params or {})
+    (dst / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    smoke = yaml.safe_load((dst / "profiles" / "smoke.yaml").read_text())
+    (dst / "profiles" / "smoke.yaml").write_text(yaml.safe_dump(deep_merge(smoke, overlay), sort_keys=False))
+    if export:
+        run([BIN / "python", "-m", "ddmrl.pipeline.export"], dst)
+    return dst
+
+
+def clone(src: Path, dst: Path, drop: tuple[str, ...] = ()) -> Path:
+    """A copy of workspace ``src`` without ``drop`` (paths relative to it) and without any checkpoints."""
+    shutil.copytree(src, dst, symlinks=True)
+    for rel in (*drop, "data/checkpoints"):
+        shutil.rmtree(dst / rel, ignore_errors=True)
+    return dst
+
+
+def run(cmd: list, cwd: Path, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
+    out = subprocess.run(
+        [str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=ENV
+    )
+    if check and out.returncode != 0:
+        raise AssertionError(f"{cmd} failed ({out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+    return out
+
+
+def stage_argv(ws: Path, name: str) -> list[str]:
+    """The exact command of stage ``name`` for workspace ``ws`` (``python`` -> this interpreter)."""
+    stage = next(s for s in dag.build(config.load(ws / "params.yaml")) if s.name == name)
+    argv = shlex.split(stage.cmd)
+    assert argv[0] == "python"
+    return [sys.executable, *argv[1:]]
+
+
+def stage(ws: Path, name: str) -> dag.Stage:
+    return next(s for s in dag.build(config.load(ws / "params.yaml")) if s.name == name)
+
+
+def run_stage(ws: Path, name: str) -> str:
+    """Run stage ``name`` to completion; its stdout + stderr."""
+    out = run(stage_argv(ws, name), ws)
+    return out.stdout + out.stderr
+
+
+def steps_present(root: Path) -> list[int]:
+    """Steps of the complete checkpoints under ``root`` (a dir ``step-N`` holding a manifest)."""
+    if not root.is_dir():
+        return []
+    return sorted(int(p.name[5:]) for p in root.glob("step-*") if (p / "manifest.json").is_file())
+
+
+def popen(argv: list, ws: Path, log: Path) -> subprocess.Popen:
+    """Start ``argv`` in its own process group (so that the whole group can be killed), output to ``log``."""
+    with open(log, "w") as f:
+        return subprocess.Popen(
+            [str(a) for a in argv], cwd=ws, stdout=f, stderr=subprocess.STDOUT, env=ENV, start_new_session=True
+        )
+
+
+def kill_after_checkpoints(proc: subprocess.Popen, roots, n: int, log: Path, timeout: float = 300) -> None:
+    """Poll until ``n`` distinct checkpoints have appeared under the root(s) (a path or a glob pattern in the
+    workspace), then SIGKILL the whole process group of ``proc``."""
+    seen: set[tuple[str, int]] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while len(seen) < n:
+            for root in roots():
+                seen |= {(root.name, s) for s in steps_present(root)}
+            if len(seen) >= n:
+                break
+            if proc.poll() is not None:
+                raise AssertionError(
+                    f"finished (rc {proc.returncode}) before {n} checkpoint(s) were seen ({sorted(seen)}); "
+                    f"the run is too short to be killed mid-way:\n{log.read_text()[-3000:]}"
+                )
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {n} checkpoint(s) after {timeout} s:\n{log.read_text()[-3000:]}")
+            time.sleep(0.005)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, f"exited by itself (rc {proc.returncode}) before the kill"
+
+
+def public(metrics: dict) -> dict:
+    """Metrics without wall-clock keys."""
+    return {k: v for k, v in metrics.items() if k not in TIMING_KEYS}
+
+
+def read_curve(path: Path) -> list[dict[str, str]]:
+    """Curve rows as written (strings), without the wall-clock ``time`` column."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert rows, f"{path} is empty"
+    return [{k: v for k, v in r.items() if k != "time"} for r in rows]
+
+
+def assert_same_weights(a: Path, b: Path) -> None:
+    ta, tb = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
+    assert ta.keys() == tb.keys()
+    for k in ta:
+        assert ta[k].dtype == tb[k].dtype and torch.equal(ta[k], tb[k]), f"tensor {k} differs"
+
+
+def assert_same_outputs(ref: Path, ws: Path, st: dag.Stage) -> None:
+    """``st``'s outputs in ``ws`` equal those in ``ref``: metrics but timing, curves but time, weights exactly."""
+    for m in st.metrics:
+        assert public(json.loads((ws / m).read_text())) == public(json.loads((ref / m).read_text())), m
+    for p in st.plots:
+        assert read_curve(ws / p) == read_curve(ref / p), p
+    for d in st.dir_outs:
+        assert_same_weights(ref / d, ws / d)
+
+
+def assert_outputs_absent(ws: Path, st: dag.Stage) -> None:
+    for out in st.outputs:
+        assert not (ws / out).exists(), f"{out} exists after the kill"
+
+
+def resumed_step(output: str, what: str) -> int:
+    """The step of the ``resuming <what> from ... (step N)`` line (exactly one such line)."""
+    lines = [ln for ln in output.splitlines() if ln.startswith(f"resuming {what} from ")]
+    assert len(lines) == 1, f"expected one 'resuming {what}' line:\n{output[-3000:]}"
+    return int(lines[0].rsplit("(step ", 1)[1].rstrip(")"))
+
+
+# ------------------------------------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture(scope="module")
+def base_ws(tmp_path_factory) -> Path:
+    """download + sft (40 steps, save_steps 5) run once, uninterrupted: the start of every stage-level test and
+    the SFT reference."""
+    ws = make_workspace(tmp_path_factory.mktemp("base"))
+    run_stage(ws, "download")
+    out = run_stage(ws, "sft")
+    assert "resuming" not in out
+    assert not (ws / dag.checkpoints("sft")).exists(), "sft left its checkpoints behind"
+    return ws
+
+
+@pytest.fixture(scope="module")
+def grpo_ref(base_ws, tmp_path_factory) -> Path:
+    """The GRPO run, uninterrupted."""
+    ws = clone(base_ws, tmp_path_factory.mktemp("grpo_ref") / "ws")
+    out = run_stage(ws, GRPO)
+    assert "resuming" not in out
+    assert not (ws / dag.checkpoints(GRPO)).exists(), "grpo left its checkpoints behind"
+    # the comparison is only meaningful if the policy moved away from the SFT model
+    sft = load_file(str(ws / "data/sft/model/model.safetensors"))
+    pol = load_file(str(ws / f"data/grpo/{RUN}/model/model.safetensors"))
+    assert any(not torch.equal(sft[k], pol[k]) for k in sft), "GRPO did not change the policy"
+    return ws
+
+
+# ------------------------------------------------------------------------------------------------ stages
+
+
+def test_grpo_killed_after_a_checkpoint_resumes_to_the_uninterrupted_result(base_ws, grpo_ref, tmp_path):
+    ws = clone(base_ws, tmp_path / "ws")
+    st, root = stage(ws, GRPO), ws / dag.checkpoints(GRPO)
+    proc = popen(stage_argv(ws, GRPO), ws, tmp_path / "killed.log")
+    kill_after_checkpoints(proc, lambda: [root], KILL_AFTER, tmp_path / "killed.log")
+    assert_outputs_absent(ws, st)
+    present = steps_present(root)
+    assert present, "no checkpoint survived the kill"
+    # saves fall on rollout-batch boundaries (num_iterations 2), the first after every save_steps (3) steps
+    assert all(s % 2 == 0 for s in present), present
+
+    out = run_stage(ws, GRPO)
+    assert resumed_step(out, "grpo") == present[-1]
+    assert_same_outputs(grpo_ref, ws, st)
+    assert not root.exists(), "checkpoints were not removed after the outputs were written"
+
+
+def test_grpo_skips_a_truncated_latest_checkpoint_and_resumes_from_the_previous(base_ws, grpo_ref, tmp_path):
+    ws = clone(base_ws, tmp_path / "ws")
+    st, root = stage(ws, GRPO), ws / dag.checkpoints(GRPO)
+    assert config.load(ws / "params.yaml").methods["rebrl"].save_total_limit >= 2
+    proc = popen(stage_argv(ws, GRPO), ws, tmp_path / "killed.log")
+    kill_after_checkpoints(proc, lambda: [root], 2, tmp_path / "killed.log")
+    present = steps_present(root)
+    assert len(present) >= 2, present
+    newest = root / f"step-{present[-1]:08d}" / "model.safetensors"
+    with open(newest, "r+b") as f:
+        f.truncate(newest.stat().st_size // 2)
+
+    out = run_stage(ws, GRPO)
+    warnings = [ln for ln in out.splitlines() if ln.startswith("warning: skipping checkpoint")]
+    assert len(warnings) == 1 and f"step-{present[-1]:08d}" in warnings[0], out[-3000:]
+    assert "model.safetensors fails its checksum" in warnings[0]
+    assert resumed_step(out, "grpo") == present[-2]
+    assert_same_outputs(grpo_ref, ws, st)
+    assert not root.exists()
+
+
+def test_grpo_ignores_a_checkpoint_of_other_parameters_and_starts_from_scratch(base_ws, grpo_ref, tmp_path):
+    ws = clone(base_ws, tmp_path / "ws")
+    st, root = stage(ws, GRPO), ws / dag.checkpoints(GRPO)
+    params = (ws / "params.yaml").read_text()
+    raw = yaml.safe_load(params)
+    raw["methods"]["rebrl"]["epsilon"] = 0.3
+    (ws / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    proc = popen(stage_argv(ws, GRPO), ws, tmp_path / "stale.log")
+    kill_after_checkpoints(proc, lambda: [root], 1, tmp_path / "stale.log")
+    assert steps_present(root)
+
+    (ws / "params.yaml").write_text(params)  # back to the reference's parameters
+    out = run_stage(ws, GRPO)
+    assert "resuming" not in out, out[-3000:]
+    assert "it belongs to a run with other parameters or inputs" in out, out[-3000:]
+    assert_same_outputs(grpo_ref, ws, st)
+    assert not root.exists()
+
+
+def test_sft_killed_after_a_checkpoint_resumes_to_the_uninterrupted_result(base_ws, tmp_path):
+    ws = clone(base_ws, tmp_path / "ws", drop=("data/sft",))
+    st, root = stage(ws, "sft"), ws / dag.checkpoints("sft")
+    proc = popen(stage_argv(ws, "sft"), ws, tmp_path / "killed.log")
+    kill_after_checkpoints(proc, lambda: [root], KILL_AFTER, tmp_path / "killed.log")
+    assert_outputs_absent(ws, st)
+    present = steps_present(root)
+    assert present and all(s % 5 == 0 for s in present), present
+
+    out = run_stage(ws, "sft")
+    assert resumed_step(out, "sft") == present[-1]
+    assert_same_outputs(base_ws, ws, st)
+    assert not root.exists()
+
+
+# ------------------------------------------------------------------------------------------------ engines
+
+# one task, two methods, one seed: a dozen jobs
+ENGINE_PARAMS = {"tasks": ["sudoku4"], "grpo": {"methods": ["diffu_grpo", "rebrl"], "seeds": [0]}}
+ENGINE_OVERLAY = {"grpo": OVERLAY["grpo"]}
+
+
+def grpo_roots(ws: Path):
+    return lambda: sorted((ws / "data" / "checkpoints").glob("grpo_*"))
+
+
+def resumable(ws: Path) -> set[str]:
+    """Stage names with a complete checkpoint now."""
+    return {r.name for r in grpo_roots(ws)() if steps_present(r)}
+
+
+@pytest.fixture(scope="module")
+def snakemake_killed(tmp_path_factory):
+    """A smoke workspace whose ``snakemake --cores 2`` was SIGKILLed (the whole process group) once a GRPO job had
+    written a checkpoint; then the plain rerun ``snakemake --cores 2 --rerun-incomplete`` (its result is kept).
+
+    Returns (workspace, stages with a checkpoint at the kill, the plain rerun's CompletedProcess).
+    """
+    tmp = tmp_path_factory.mktemp("smk_kill")
+    ws = make_workspace(tmp / "ws", ENGINE_OVERLAY, ENGINE_PARAMS)
+    profile = REPO / "workflow" / "profiles" / "default" / "config.yaml"
+    assert profile.exists() and yaml.safe_load(profile.read_text()).get("rerun-incomplete") is True
+    log = tmp / "killed.log"
+    proc = popen([BIN / "snakemake", "--cores", "2"], ws, log)
+    kill_after_checkpoints(proc, grpo_roots(ws), KILL_AFTER, log)
+    killed = resumable(ws)
+    assert killed
+    rerun = run([BIN / "snakemake", "--cores", "2", "--rerun-incomplete"], ws, check=False)
+    return ws, killed, rerun
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: after a SIGKILLed snakemake the documented rerun (`snakemake --cores all`, rerun-incomplete from "
+    "workflow/profiles/default) stops at once with Snakemake's LockException (stale .snakemake/locks); "
+    "it needs `snakemake --unlock` first, which neither the profile nor the README says",
+)
+def test_snakemake_rerun_after_sigkill_completes_without_unlock(snakemake_killed):
+    _, _, rerun = snakemake_killed
+    assert rerun.returncode == 0, f"{rerun.stdout[-1500:]}\n{rerun.stderr[-1500:]}"
+
+
+def test_snakemake_killed_mid_grpo_completes_on_rerun_with_identical_results(snakemake_killed, tmp_path):
+    ws, killed, _ = snakemake_killed
+    # a SIGKILLed snakemake leaves its locks behind: clear them (what the user is told to do), then rerun
+    run([BIN / "snakemake", "--cores", "2", "--unlock"], ws)
+    out = run([BIN / "snakemake", "--cores", "2", "--rerun-incomplete"], ws, check=False)
+    assert out.returncode == 0, f"rerun after the kill failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
+    assert (ws / "data" / "tables" / "text_table.md").exists()
+    assert not list(grpo_roots(ws)()), "checkpoints left behind"
+    for name in killed:
+        assert "resuming grpo from" in (ws / "logs" / f"{name}.log").read_text(), name
+
+    # reference: the same workspace, every GRPO job (and what follows it) rerun uninterrupted
+    ref = clone(ws, tmp_path / "ref")
+    grpo_jobs = [s.name for s in dag.build(config.load(ws / "params.yaml")) if s.script == "stages/grpo.py"]
+    run([BIN / "snakemake", "--cores", "2", "--forcerun", *grpo_jobs], ref)
+    for name in grpo_jobs:
+        assert "resuming" not in (ref / "logs" / f"{name}.log").read_text()
+    metrics = sorted(p.relative_to(ws) for p in ws.glob("data/grpo/*/metrics.json"))
+    evals = sorted(p.relative_to(ws) for p in ws.glob("data/evaluate/*/*.json"))
+    assert len(metrics) == 2 and len(evals) == 4
+    for rel in (*metrics, *evals):
+        assert public(json.loads((ws / rel).read_text())) == public(json.loads((ref / rel).read_text())), rel
+    for rel in metrics:
+        assert read_curve(ws / rel.parent / "curve.csv") == read_curve(ref / rel.parent / "curve.csv")
+        assert_same_weights(ws / rel.parent / "model", ref / rel.parent / "model")
+
+
+def test_dvc_repro_killed_mid_grpo_completes_and_resumes_on_rerun(tmp_path):
+    params = deep_merge(ENGINE_PARAMS, {"grpo": {"methods": ["rebrl"]}})
+    ws = make_workspace(tmp_path / "ws", ENGINE_OVERLAY, params, export=True)
+    run(["git", "init", "-q"], ws)
+    run([BIN / "dvc", "init", "-q"], ws)
+    log = tmp_path / "killed.log"
+    proc = popen([BIN / "dvc", "repro"], ws, log)
+    kill_after_checkpoints(proc, grpo_roots(ws), KILL_AFTER, log)
+    assert resumable(ws) == {GRPO}
+    assert not (ws / f"data/grpo/{RUN}/metrics.json").exists()
+
+    out = run([BIN / "dvc", "repro"], ws, check=False)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, f"dvc repro after the kill failed:\n{text[-4000:]}"
+    assert "resuming grpo from" in text, text[-4000:]
+    assert (ws / "data" / "tables" / "text_table.md").exists()
+    assert not list(grpo_roots(ws)()), "checkpoints left behind"
+    assert "up to date" in run([BIN / "dvc", "status"], ws).stdout

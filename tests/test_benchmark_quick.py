@@ -1,0 +1,40 @@
+"""Smoke test of benchmarks/bench_samplers_grpo.py: its --quick mode runs and covers every sampler and method.
+
+Speed itself is measured and reported by the benchmark, never asserted here (timings are machine-specific).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddmrl.methods import METHODS
+from ddmrl.samplers import SAMPLERS
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_samplers_grpo.py"
+SAMPLER_CASES = {"llada_low_confidence", "llada_random", "llada_cfg1", "maskgit", "emerge"}
+
+
+@pytest.mark.slow
+def test_quick_benchmark_covers_every_sampler_and_method(tmp_path):
+    """One thread: a 2-thread team on a busy 2-core machine can stall for seconds at each barrier."""
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(tmp_path), "--quick", "--threads", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert {r["sampler"] for r in results["samplers"]} == SAMPLER_CASES
+    assert {r["name"] for r in results["samplers"]} == set(SAMPLERS)
+    assert all(r["tokens_per_s"] > 0 and min(r["nfe"]) >= 1 for r in results["samplers"])
+    assert set(results["methods"]) == set(METHODS)
+    assert all(r["median"]["total"] > 0 for r in results["methods"].values())
+    assert {r["method"] for r in results["scaling"]} == {"diffu_grpo", "rebrl"}
+    assert {"torch", "threads", "cpu_count", "date"} <= set(results["machine"])
+    assert (tmp_path / "summary.md").read_text().startswith("# Sampler and GRPO speed")
