@@ -55,18 +55,20 @@ def main() -> None:
     )
     rewards = torch.tensor([r["reward"] for r in records], dtype=torch.float32)
 
-    variants = {name: cfg.methods[name] for name in cfg.grpo.methods}
-    if "rebrl" in cfg.methods:
+    if args.method not in cfg.methods:
+        raise config.ConfigError(f"--method {args.method}: not a method section; sections: {', '.join(cfg.methods)}")
+    variants = {args.method: cfg.methods[args.method]}
+    if variants[args.method].method == "rebrl":
         for mode in ("none", "t1", "t2", "token"):
-            variants[f"rebrl[{mode}, trajectory]"] = dataclasses.replace(
-                cfg.methods["rebrl"], rebrl_mode=mode, coupling="trajectory"
+            variants[f"{args.method}[{mode}, trajectory]"] = dataclasses.replace(
+                cfg.methods[args.method], rebrl_mode=mode, coupling="trajectory"
             )
     frames = []
+    seed = derive_seed(cfg.seed, "credit", args.task)
     for name, vcfg in variants.items():
-        adv, _ = group_advantages(rewards, g, mcfg.scale_rewards)
-        seed = derive_seed(cfg.seed, "credit", args.task)
+        adv, _ = group_advantages(rewards, g, vcfg.scale_rewards)
         credit = token_credit(
-            model, dataclasses.replace(mcfg, num_generations=g), batch, adv, seed, tok.pad_token_id, tok.mask_token_id
+            model, dataclasses.replace(vcfg, num_generations=g), batch, adv, seed, tok.pad_token_id, tok.mask_token_id
         )
         frames.append(credit_by_reveal_step(credit, batch, adv).assign(method=name, task=args.task))
     write_csv(args.out, pd.concat(frames).to_dict("records"))

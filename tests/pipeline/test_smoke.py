@@ -59,12 +59,28 @@ def snakemake_ws(tmp_path_factory):
 
 def test_snakemake_runs_the_whole_dag_and_writes_tables(snakemake_ws):
     tables = snakemake_ws / "data" / "tables"
-    for name in ("text_table.md", "text_table.csv", "reward_curves.png", "kl_curves.png", "sft_rollouts.md",
-                 "credit_by_reveal_step.png"):
+    for name in (
+        "text_table.md",
+        "text_table.csv",
+        "reward_curves.png",
+        "kl_curves.png",
+        "sft_rollouts.md",
+        "credit_by_reveal_step.png",
+    ):
         assert (tables / name).stat().st_size > 0, name
     text = (tables / "text_table.md").read_text()
-    for row in ("| base |", "| SFT |", "| diffu-GRPO |", "| UniGRPO |", "| MaskGRPO |", "| RebRL |", "| TraceRL |",
-                "| GDPO |", "| SPG |", "| wd1 |"):
+    for row in (
+        "| base |",
+        "| SFT |",
+        "| diffu-GRPO |",
+        "| UniGRPO |",
+        "| MaskGRPO |",
+        "| RebRL |",
+        "| TraceRL |",
+        "| GDPO |",
+        "| SPG |",
+        "| wd1 |",
+    ):
         assert row in text
     assert not list((snakemake_ws / "data" / "checkpoints").glob("*/step-*")), "checkpoints are cleared after success"
 

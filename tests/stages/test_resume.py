@@ -93,9 +93,7 @@ def clone(src: Path, dst: Path, drop: tuple[str, ...] = ()) -> Path:
 
 
 def run(cmd: list, cwd: Path, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
-    out = subprocess.run(
-        [str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=ENV
-    )
+    out = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=ENV)
     if check and out.returncode != 0:
         raise AssertionError(f"{cmd} failed ({out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
     return out
