@@ -25,7 +25,10 @@ DEFAULT_PROFILE = "tiny"
 
 
 class ConfigError(ValueError):
-    """A params.yaml problem; its message is one line naming the key."""
+    """A params.yaml problem; its message is one line naming the key (line breaks are folded)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(str(message).split()))
 
 
 # ------------------------------------------------------------------------------------------------ sections
@@ -119,6 +122,15 @@ class RolloutConfig:
     num_generations: int = 8
     sampler: SamplerConfig = field(default_factory=lambda: SamplerConfig(temperature=1.0))
 
+    def __post_init__(self) -> None:
+        _check(self.num_prompts >= 1, "num_prompts", self.num_prompts, "must be >= 1")
+        _check(
+            self.num_generations >= 2,
+            "num_generations",
+            self.num_generations,
+            "must be >= 2 (groups measure the reward spread)",
+        )
+
 
 @dataclass(frozen=True)
 class EvaluateConfig:
@@ -126,6 +138,9 @@ class EvaluateConfig:
 
     batch_size: int = 128
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
+
+    def __post_init__(self) -> None:
+        _check(self.batch_size >= 1, "batch_size", self.batch_size, "must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -255,7 +270,7 @@ def load(path: str | Path) -> Config:
     if profile != DEFAULT_PROFILE:
         overlay_path = profile_path(path, profile)
         if not overlay_path.exists():
-            raise ConfigError(f"{path.name}: profile = {profile!r}: no overlay file {overlay_path}")
+            raise ConfigError(f"{path.name}: profile = {profile!r}: no overlay file {str(overlay_path)!r}")
         raw = deep_merge(raw, _read_yaml(overlay_path))
     try:
         return _build_config(raw)
@@ -280,6 +295,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         data = yaml.safe_load(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot be read as UTF-8 text ({e})") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
@@ -291,7 +308,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 def _build_config(raw: dict[str, Any]) -> Config:
     from ddmrl.methods import METHODS  # late import: methods imports nothing from here at module level
-    from ddmrl.tasks import TASKS
+    from ddmrl.tasks import TASKS, make_task
 
     known = {f.name for f in dataclasses.fields(Config)} - {"raw"}
     for key in raw:
@@ -305,9 +322,13 @@ def _build_config(raw: dict[str, Any]) -> Config:
     for t, kw in task_params.items():
         _check_choice("task_params", t, tuple(TASKS))
         _check(isinstance(kw, dict), f"task_params.{t}", kw, "must be a mapping of generator parameters")
+        try:  # the generator itself checks its parameters
+            make_task(t, **kw)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"task_params.{t} = {kw!r}: {e}") from None
 
-    grpo_raw = dict(raw.get("grpo", {}) or {})
-    _check(isinstance(grpo_raw, dict), "grpo", grpo_raw, "must be a mapping")
+    _check(isinstance(raw.get("grpo") or {}, dict), "grpo", raw.get("grpo"), "must be a mapping")
+    grpo_raw = dict(raw.get("grpo") or {})
     head = {k: grpo_raw.pop(k) for k in ("methods", "seeds") if k in grpo_raw}
     defaults = _section(GRPOConfig, grpo_raw, "grpo")
     grpo = GRPOSection(
@@ -321,10 +342,16 @@ def _build_config(raw: dict[str, Any]) -> Config:
     methods: dict[str, GRPOConfig] = {}
     # every section is validated (a typo fails even if the section is not listed in grpo.methods)
     for name in dict.fromkeys([*grpo.methods, *methods_raw]):
-        _check(name.replace("_", "").isalnum(), "grpo.methods", name, "section names use letters, digits and _ only")
+        _check(
+            isinstance(name, str) and name.replace("_", "").isalnum(),
+            "methods" if name not in grpo.methods else "grpo.methods",
+            name,
+            "section names use letters, digits and _ only",
+        )
         section = methods_raw.get(name) or {}
         _check(isinstance(section, dict), f"methods.{name}", section, "must be a mapping of hyperparameters")
         method = section.get("method", name)
+        _check(isinstance(method, str), f"methods.{name}.method", method, "must be a method name")
         if method not in METHODS:
             where = (
                 f"methods.{name}.method"

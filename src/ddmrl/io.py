@@ -14,7 +14,10 @@ from typing import Any
 
 
 class DataError(ValueError):
-    """A malformed input file; the message names the file and line."""
+    """A malformed input file; the message is one line naming the file and line (line breaks are folded)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(str(message).split()))
 
 
 @contextmanager
@@ -50,6 +53,8 @@ def read_json(path: str | Path) -> Any:
         return json.loads(Path(path).read_text())
     except FileNotFoundError:
         raise DataError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: cannot be read as UTF-8 text ({e})") from None
     except json.JSONDecodeError as e:
         raise DataError(f"{path} line {e.lineno}: not valid JSON ({e.msg})") from None
 
@@ -57,9 +62,17 @@ def read_json(path: str | Path) -> Any:
 def read_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Records of a JSONL file; a malformed line or a missing ``required`` key names the file and line."""
     try:
-        lines = Path(path).read_text().splitlines()
+        raw_lines = Path(path).read_bytes().split(b"\n")  # JSON lines end at \n only (not at U+2028 and friends)
     except FileNotFoundError:
         raise DataError(f"{path}: file not found") from None
+    except OSError as e:
+        raise DataError(f"{path}: cannot be read ({e})") from None
+    lines = []
+    for n, raw in enumerate(raw_lines, 1):
+        try:
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise DataError(f"{path} line {n}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     out = []
     for n, line in enumerate(lines, 1):
         if not line.strip():

@@ -99,16 +99,15 @@ def run(cmd: list, cwd: Path, check: bool = True, timeout: float = 600) -> subpr
     return out
 
 
-def stage_argv(ws: Path, name: str) -> list[str]:
-    """The exact command of stage ``name`` for workspace ``ws`` (``python`` -> this interpreter)."""
-    stage = next(s for s in dag.build(config.load(ws / "params.yaml")) if s.name == name)
-    argv = shlex.split(stage.cmd)
-    assert argv[0] == "python"
-    return [sys.executable, *argv[1:]]
-
-
 def stage(ws: Path, name: str) -> dag.Stage:
     return next(s for s in dag.build(config.load(ws / "params.yaml")) if s.name == name)
+
+
+def stage_argv(ws: Path, name: str) -> list[str]:
+    """The exact command of stage ``name`` for workspace ``ws`` (``python`` -> this interpreter)."""
+    argv = shlex.split(stage(ws, name).cmd)
+    assert argv[0] == "python"
+    return [sys.executable, *argv[1:]]
 
 
 def run_stage(ws: Path, name: str) -> str:
@@ -119,9 +118,10 @@ def run_stage(ws: Path, name: str) -> str:
 
 def steps_present(root: Path) -> list[int]:
     """Steps of the complete checkpoints under ``root`` (a dir ``step-N`` holding a manifest)."""
-    if not root.is_dir():
+    try:  # the running stage may rotate or clear them while we look
+        return sorted(int(p.name[5:]) for p in root.glob("step-*") if (p / "manifest.json").is_file())
+    except FileNotFoundError:
         return []
-    return sorted(int(p.name[5:]) for p in root.glob("step-*") if (p / "manifest.json").is_file())
 
 
 def popen(argv: list, ws: Path, log: Path) -> subprocess.Popen:
@@ -133,8 +133,8 @@ def popen(argv: list, ws: Path, log: Path) -> subprocess.Popen:
 
 
 def kill_after_checkpoints(proc: subprocess.Popen, roots, n: int, log: Path, timeout: float = 300) -> None:
-    """Poll until ``n`` distinct checkpoints have appeared under the root(s) (a path or a glob pattern in the
-    workspace), then SIGKILL the whole process group of ``proc``."""
+    """Poll until ``n`` distinct checkpoints have appeared under the checkpoint roots that ``roots()`` lists, then
+    SIGKILL the whole process group of ``proc`` (the stage, or an engine and every job it started)."""
     seen: set[tuple[str, int]] = set()
     deadline = time.monotonic() + timeout
     try:
@@ -304,15 +304,47 @@ def test_sft_killed_after_a_checkpoint_resumes_to_the_uninterrupted_result(base_
     assert not root.exists()
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: stages/credit.py writes a header-less one-byte CSV when no rollout has a non-zero advantage "
+    "(every group's rewards equal, as with the smoke profile's 10-step SFT model), and stages/tables.py then "
+    "dies in pd.read_csv with pandas EmptyDataError (a traceback, exit 1): the whole DAG fails",
+)
+def test_credit_of_rollouts_without_signal_is_readable_by_tables(base_ws, tmp_path):
+    import pandas as pd
+
+    ws = clone(base_ws, tmp_path / "ws")
+    run_stage(ws, "rollout_sft_sudoku4")
+    rollouts = [json.loads(line) for line in (ws / "data/rollout/sft/sudoku4.jsonl").read_text().splitlines()]
+    scored = ws / "data/reward/sft/sudoku4.jsonl"
+    scored.parent.mkdir(parents=True, exist_ok=True)
+    scored.write_text("".join(json.dumps({**r, "reward": 0.0}) + "\n" for r in rollouts))
+    run_stage(ws, "credit_rebrl_sudoku4")
+    pd.read_csv(ws / "data/credit/rebrl/sudoku4.csv")  # what stages/tables.py does with every --credit file
+
+
 # ------------------------------------------------------------------------------------------------ engines
 
-# one task, two methods, one seed: a dozen jobs
-ENGINE_PARAMS = {"tasks": ["sudoku4"], "grpo": {"methods": ["diffu_grpo", "rebrl"], "seeds": [0]}}
-ENGINE_OVERLAY = {"grpo": OVERLAY["grpo"]}
+# one task, two methods, one seed: a dozen jobs (in the overlay, which has the last word). SFT runs 40 steps as in
+# the stage tests: after smoke's 10 steps every SFT rollout scores 0, the credit stages write empty CSVs and the
+# tables stage fails (test_credit_of_rollouts_without_signal_is_readable_by_tables)
+ENGINE_OVERLAY = {
+    "tasks": ["sudoku4"],
+    "sft": OVERLAY["sft"],
+    "grpo": {**OVERLAY["grpo"], "methods": ["diffu_grpo", "rebrl"], "seeds": [0]},
+}
 
 
 def grpo_roots(ws: Path):
-    return lambda: sorted((ws / "data" / "checkpoints").glob("grpo_*"))
+    """A function listing the GRPO checkpoint roots of ``ws`` now."""
+
+    def roots() -> list[Path]:
+        try:
+            return sorted((ws / "data" / "checkpoints").glob("grpo_*"))
+        except FileNotFoundError:
+            return []
+
+    return roots
 
 
 def resumable(ws: Path) -> set[str]:
@@ -328,7 +360,7 @@ def snakemake_killed(tmp_path_factory):
     Returns (workspace, stages with a checkpoint at the kill, the plain rerun's CompletedProcess).
     """
     tmp = tmp_path_factory.mktemp("smk_kill")
-    ws = make_workspace(tmp / "ws", ENGINE_OVERLAY, ENGINE_PARAMS)
+    ws = make_workspace(tmp / "ws", ENGINE_OVERLAY)
     profile = REPO / "workflow" / "profiles" / "default" / "config.yaml"
     assert profile.exists() and yaml.safe_load(profile.read_text()).get("rerun-incomplete") is True
     log = tmp / "killed.log"
@@ -336,6 +368,9 @@ def snakemake_killed(tmp_path_factory):
     kill_after_checkpoints(proc, grpo_roots(ws), KILL_AFTER, log)
     killed = resumable(ws)
     assert killed
+    for st in dag.build(config.load(ws / "params.yaml")):
+        if st.name in killed:
+            assert_outputs_absent(ws, st)
     rerun = run([BIN / "snakemake", "--cores", "2", "--rerun-incomplete"], ws, check=False)
     return ws, killed, rerun
 
@@ -362,10 +397,13 @@ def test_snakemake_killed_mid_grpo_completes_on_rerun_with_identical_results(sna
     for name in killed:
         assert "resuming grpo from" in (ws / "logs" / f"{name}.log").read_text(), name
 
-    # reference: the same workspace, every GRPO job (and what follows it) rerun uninterrupted
+    # reference: the same workspace, every GRPO job and the evaluation of its policy rerun uninterrupted
     ref = clone(ws, tmp_path / "ref")
-    grpo_jobs = [s.name for s in dag.build(config.load(ws / "params.yaml")) if s.script == "stages/grpo.py"]
-    run([BIN / "snakemake", "--cores", "2", "--forcerun", *grpo_jobs], ref)
+    stages = dag.build(config.load(ws / "params.yaml"))
+    grpo_jobs = [s.name for s in stages if s.script == "stages/grpo.py"]
+    evals = [m for s in stages if s.name in {f"evaluate_{g[5:]}" for g in grpo_jobs} for m in s.metrics]
+    assert len(evals) == len(grpo_jobs) == 2
+    run([BIN / "snakemake", "--cores", "2", *evals, "--forcerun", *grpo_jobs], ref)
     for name in grpo_jobs:
         assert "resuming" not in (ref / "logs" / f"{name}.log").read_text()
     metrics = sorted(p.relative_to(ws) for p in ws.glob("data/grpo/*/metrics.json"))
@@ -379,8 +417,7 @@ def test_snakemake_killed_mid_grpo_completes_on_rerun_with_identical_results(sna
 
 
 def test_dvc_repro_killed_mid_grpo_completes_and_resumes_on_rerun(tmp_path):
-    params = deep_merge(ENGINE_PARAMS, {"grpo": {"methods": ["rebrl"]}})
-    ws = make_workspace(tmp_path / "ws", ENGINE_OVERLAY, params, export=True)
+    ws = make_workspace(tmp_path / "ws", deep_merge(ENGINE_OVERLAY, {"grpo": {"methods": ["rebrl"]}}), export=True)
     run(["git", "init", "-q"], ws)
     run([BIN / "dvc", "init", "-q"], ws)
     log = tmp_path / "killed.log"

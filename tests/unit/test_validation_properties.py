@@ -214,61 +214,31 @@ def refused(workdir: Path, raw: Any) -> str:
     return msg
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: config._build_config does dict(raw.get('grpo')) before checking the type: `grpo: [1, 2]`/`grpo: 5` "
-    "raise TypeError and `grpo: ab` ValueError instead of ConfigError",
-)
 @pytest.mark.parametrize("value", [[1, 2], 5, "ab"])
 def test_grpo_section_of_the_wrong_type_is_a_config_error(workdir, value):
     assert "grpo" in refused(workdir, mutated(grpo=value))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: config._build_config calls name.replace() on every methods: key: `methods: {1: {}}` raises "
-    "AttributeError ('int' object has no attribute 'replace') instead of ConfigError",
-)
 def test_non_string_method_section_name_is_a_config_error(workdir):
     raw = copy.deepcopy(BASE)
     raw["methods"][1] = {}
     assert "methods" in refused(workdir, raw)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: config._build_config tests `method not in METHODS` on the raw value: `methods.rebrl.method: [x]` "
-    "raises TypeError (unhashable type: 'list') instead of ConfigError",
-)
 def test_unhashable_method_value_is_a_config_error(workdir):
     raw = copy.deepcopy(BASE)
     raw["methods"]["rebrl"]["method"] = ["rebrl"]
     assert "methods.rebrl.method" in refused(workdir, raw)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: config._read_yaml formats yaml.reader.ReaderError (no .problem) with str(e), which spans two "
-    "lines ('unacceptable character #x0001 ...\\n  in \"<unicode string>\", position 3')",
-)
 def test_yaml_reader_error_is_one_line(workdir):
     refused(workdir, "seed: \x01\n")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason='BUG: config.load prints the overlay path raw: `profile: "a\\nb"` gives a ConfigError spanning two '
-    "lines ('... no overlay file profiles/a<newline>b.yaml')",
-)
 def test_profile_name_with_a_line_break_gives_a_one_line_error(workdir):
     refused(workdir, mutated(profile="a\nb"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: config._read_yaml reads with path.read_text() and catches only FileNotFoundError and YAMLError: a "
-    "params file that is not UTF-8 raises UnicodeDecodeError instead of ConfigError",
-)
 def test_params_file_that_is_not_utf8_is_a_config_error(workdir):
     path = workdir / "params.yaml"
     path.write_bytes(b"seed: 0\n\xff\xfe\n")
@@ -277,12 +247,6 @@ def test_params_file_that_is_not_utf8_is_a_config_error(workdir):
     assert_one_line(str(info.value))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: config.load accepts values the stages cannot run with (not validated before work, contrary to the "
-    "README): task_params are passed to the task constructor unchecked (download then dies with a ValueError/"
-    "TypeError traceback) and evaluate.batch_size 0 gives `range(0, n, 0)` in ddmrl.evaluation.evaluate",
-)
 @pytest.mark.parametrize(
     "raw",
     [
@@ -300,9 +264,15 @@ def test_values_the_stages_cannot_run_with_are_refused_at_load(workdir, raw):
 # ------------------------------------------------------------------------------------------------ JSONL
 
 REQUIRED = ("id", "prompt")
+
+
+def _containers(inner: st.SearchStrategy) -> st.SearchStrategy:
+    return st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3))
+
+
 json_values = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=10)),
-    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+    _containers,
     max_leaves=8,
 )
 # str.splitlines() splits on these, though JSON allows U+0085, U+2028 and U+2029 raw inside strings
@@ -392,11 +362,6 @@ def test_read_jsonl_on_random_bytes_is_records_or_a_data_error(workdir, data):
         assert all(isinstance(r, dict) and all(k in r for k in REQUIRED) for r in records)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: io.read_jsonl uses Path.read_text() and catches only FileNotFoundError: a file with bytes that "
-    "are not UTF-8 raises UnicodeDecodeError instead of DataError naming the file and line",
-)
 def test_jsonl_that_is_not_utf8_is_a_data_error(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_bytes(b'{"id": 1, "prompt": "a"}\n\xff\xfe\n')
@@ -404,12 +369,6 @@ def test_jsonl_that_is_not_utf8_is_a_data_error(tmp_path):
         read_jsonl(path, required=REQUIRED)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: io.read_jsonl splits with str.splitlines(), which also breaks lines at U+2028/U+2029/U+0085 "
-    "(and \\r, \\x0b, \\x0c, \\x1c-\\x1e): a valid JSONL line whose string holds a raw U+2028 (legal JSON, "
-    "json.dumps(..., ensure_ascii=False)) is reported as 'not valid JSON', and later line numbers are shifted",
-)
 def test_jsonl_line_with_a_unicode_line_separator_in_a_string_is_read(tmp_path):
     path = tmp_path / "sep.jsonl"
     rec = {"id": 1, "prompt": "a\u2028b"}
@@ -501,12 +460,6 @@ def test_load_task_on_malformed_directories_fails_with_one_line(workdir, case):
         assert "task.json" in msg, msg
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: tasks.store.load_task passes task.json's params to the task constructor unchecked and calls "
-    "meta.get() on whatever JSON it holds: bad params raise ValueError/TypeError, a non-object task.json "
-    "AttributeError, an unregistered task name ValueError, instead of DataError naming task.json",
-)
 @pytest.mark.parametrize(
     "meta",
     [
@@ -527,11 +480,6 @@ def test_load_task_with_bad_task_json_is_a_data_error(tmp_path, meta):
     assert "task.json" in str(info.value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: tasks.store.load_task on a directory of an unregistered task (task.json names it) raises "
-    "ValueError from ddmrl.tasks.make_task, which run_stage does not catch (traceback, exit 1)",
-)
 def test_load_task_of_an_unknown_task_is_a_data_or_config_error(tmp_path):
     (tmp_path / "nosuch").mkdir()
     (tmp_path / "nosuch" / "task.json").write_text(json.dumps({"name": "nosuch", "params": {}}))

@@ -1,4 +1,5 @@
-"""Likelihood estimators: per-token log-likelihoods of a view, for the policy, old and reference models."""
+"""Likelihood estimators: per-token log-likelihoods of a view, for the policy, old and reference models, and the
+sequence-level estimates built from them (``ESTIMATORS``)."""
 
 from __future__ import annotations
 
@@ -16,3 +17,32 @@ def token_logps(model, input_ids: torch.Tensor, completion_ids: torch.Tensor) ->
     length = completion_ids.shape[1]
     logits = model(input_ids).logits[:, -length:].float()  # [N, L, V]
     return torch.log_softmax(logits, -1).gather(-1, completion_ids[..., None]).squeeze(-1)
+
+
+def sequence_elbo(logps: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """sum_v sum_k omega_v(k) log p_v(k): GDPO's sequence ELBO when omega = delta q_n / t_n (Gauss-Legendre nodes
+    t_n, weights q_n; Rojas et al. 2026). [V, N, L] -> [N]."""
+    return (weights * logps).sum((0, 2))
+
+
+def elbo_proxy(logps: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """SPG's ELBO proxy: per view the mean log-prob over its targets, averaged over views. [V, N, L] -> [N]."""
+    t = targets.float()
+    return ((t * logps).sum(-1) / t.sum(-1).clamp_min(1)).mean(0)
+
+
+def eubo_proxy(logps: torch.Tensor, targets: torch.Tensor, ratio: torch.Tensor, valid: torch.Tensor, beta: float):
+    """SPG's EUBO proxy (Wang et al. 2026): per token, the log of the view-average of p^beta delta / t; mean over
+    the tokens targeted at least once; divided by beta. ``ratio`` [V, N] realised masked fractions. -> [N]."""
+    t = targets.float()
+    term = (torch.exp(beta * logps) * t / ratio.clamp_min(1e-8)[..., None]).mean(0)  # [N, L]
+    seen = targets.any(0) & valid
+    return (torch.log(term.clamp_min(1e-30)) * seen).sum(-1) / seen.sum(-1).clamp_min(1) / beta
+
+
+ESTIMATORS = {
+    "token_logps": token_logps,
+    "sequence_elbo": sequence_elbo,
+    "elbo_proxy": elbo_proxy,
+    "eubo_proxy": eubo_proxy,
+}

@@ -127,6 +127,23 @@ def _ensure_one(masks: torch.Tensor, valid: torch.Tensor, priority: torch.Tensor
     return masks
 
 
+class ViewRequest(NamedTuple):
+    """What a view sampler gets (see :func:`build_views` for each field)."""
+
+    mu: int
+    seed: int
+    completion_mask: torch.Tensor
+    prompt_ids: torch.Tensor
+    pad_id: int
+    reveal_step: torch.Tensor | None
+    coupling: str
+    gamma: float
+    p_mask_prompt: float
+    shrink: int
+    views_per_step: int
+    block_length: int
+
+
 def build_views(
     remasking: str,
     *,
@@ -143,7 +160,7 @@ def build_views(
     views_per_step: int = 1,
     block_length: int = 4,
 ) -> Views:
-    """Build the mu views of a rollout batch.
+    """Build the training views of a rollout batch with the view sampler ``VIEWS[remasking]``.
 
     Args:
         remasking: key of ``VIEWS``: full_completion (d1, wd1), unigrpo (MMaDA), maskgrpo_fading (MaskGRPO
@@ -155,92 +172,102 @@ def build_views(
         completion_mask: [N, L] bool, valid completion tokens (up to and including the first EOS).
         prompt_ids: [N, P] prompt tokens (left-padded with ``pad_id``).
         reveal_step: [N, L] the sampler's reveal step per token (``coupling="trajectory"``, ``tracerl``).
+        coupling: independent | nested | trajectory, for the ratio-based samplers (module docstring).
+        gamma: MaskGRPO's smallest ratio.
+        p_mask_prompt: probability of masking a prompt token (d1, SPG).
         shrink: TraceRL merges this many consecutive sampler steps into one trace step.
         views_per_step: views each optimiser step averages (SPG's num_t) or GDPO's quadrature nodes.
         block_length: SPG's block size (the sampler's semi-AR block).
     """
-    n, length = completion_mask.shape
-    no_prompt = torch.zeros(mu, *prompt_ids.shape, dtype=torch.bool)
-    if remasking == "full_completion":
-        # d1: the whole completion masked; each prompt token masked with probability p_mask_prompt, fresh per view
-        real = prompt_ids != pad_id
-        pm = torch.stack([torch.rand(prompt_ids.shape, generator=generator(seed, "view", j)) for j in range(mu)])
-        masks = torch.ones(mu, n, length, dtype=torch.bool)
-        return Views(masks, (pm < p_mask_prompt) & real, torch.ones(mu, n), seed)
-    if remasking == "tracerl":
-        return tracerl_views(reveal_step, shrink, seed, prompt_ids.shape)
-    if remasking == "block_random":
-        return block_random_views(
-            mu * views_per_step, views_per_step, seed, completion_mask, prompt_ids, pad_id, p_mask_prompt, block_length
-        )
-    if remasking == "gdpo_quadrature":
-        nodes, _ = gauss_legendre(views_per_step)
-        t = nodes[:, None].expand(views_per_step, n).clone()
-        # no forced token here: an empty view contributes 0 to the ELBO, which keeps the estimator unbiased
-        masks = _uniforms(tuple(t.shape) + (length,), seed, "independent") < t[..., None]
-        all_nodes = tuple(range(views_per_step))
-        no_prompt = torch.zeros(views_per_step, *prompt_ids.shape, dtype=torch.bool)
-        return Views(masks, no_prompt, t, seed, schedule=(all_nodes,) * mu)
-    if remasking == "unigrpo":
-        t = unigrpo_ratios(mu, n, generator(seed, "start"))
-    elif remasking == "rebrl_linear":
-        t = linear_ratios(mu, n, 0.0)
-    elif remasking == "maskgrpo_random":
-        t = linear_ratios(mu, n, gamma)
-    elif remasking == "maskgrpo_fading":
-        t = linear_ratios(mu, n, gamma)
-        if coupling == "trajectory":
-            raise ValueError("maskgrpo_fading has its own position-wise curve; use coupling independent or nested")
-        u = _uniforms((mu, n, length), seed, coupling)
-        masks = u > fading_keep_prob(t, length)
-        # nested: token k becomes masked once 2 (1 - t) d_k < u_k, so the larger u_k / d_k, the earlier
-        priority = u[0] / torch.linspace(1, 0, length).clamp_min(1e-9) if coupling == "nested" else None
-        return Views(
-            _ensure_one(masks, completion_mask, _random(seed, n, length) if priority is None else priority),
-            no_prompt,
-            t,
-            seed,
-        )
-    else:
+    if remasking not in VIEWS:
         raise ValueError(f"unknown remasking '{remasking}'; choose one of {', '.join(VIEWS)}")
-    if coupling == "trajectory":
-        if reveal_step is None:
+    request = ViewRequest(mu, seed, completion_mask, prompt_ids, pad_id, reveal_step, coupling, gamma,
+                          p_mask_prompt, shrink, views_per_step, block_length)  # fmt: skip
+    return VIEWS[remasking](request)
+
+
+def full_completion_views(r: ViewRequest) -> Views:
+    """d1: the whole completion masked; each prompt token masked with probability p_mask_prompt, fresh per view."""
+    n, length = r.completion_mask.shape
+    pm = torch.stack([torch.rand(r.prompt_ids.shape, generator=generator(r.seed, "view", j)) for j in range(r.mu)])
+    masks = torch.ones(r.mu, n, length, dtype=torch.bool)
+    return Views(masks, (pm < r.p_mask_prompt) & (r.prompt_ids != r.pad_id), torch.ones(r.mu, n), r.seed)
+
+
+def ratio_views(r: ViewRequest, t: torch.Tensor) -> Views:
+    """Mask each completion position at ratio t [mu, N] with the request's coupling."""
+    n, length = r.completion_mask.shape
+    if r.coupling == "trajectory":
+        if r.reveal_step is None:
             raise ValueError("coupling 'trajectory' needs the rollout's reveal_step")
-        masks = trajectory_masks(t, reveal_step)
-        priority = reveal_order(reveal_step).double()
+        masks = trajectory_masks(t, r.reveal_step)
+        priority = reveal_order(r.reveal_step).double()
     else:
-        u = _uniforms((mu, n, length), seed, coupling)
+        u = _uniforms((r.mu, n, length), r.seed, r.coupling)
         masks = u < t[..., None]
-        priority = -u[0] if coupling == "nested" else _random(seed, n, length)
-    return Views(_ensure_one(masks, completion_mask, priority), no_prompt, t, seed)
+        priority = -u[0] if r.coupling == "nested" else _random(r.seed, n, length)
+    no_prompt = torch.zeros(r.mu, *r.prompt_ids.shape, dtype=torch.bool)
+    return Views(_ensure_one(masks, r.completion_mask, priority), no_prompt, t, r.seed)
 
 
-def tracerl_views(reveal_step: torch.Tensor | None, shrink: int, seed: int, prompt_shape: tuple[int, ...]) -> Views:
+def unigrpo_views(r: ViewRequest) -> Views:
+    return ratio_views(r, unigrpo_ratios(r.mu, r.completion_mask.shape[0], generator(r.seed, "start")))
+
+
+def rebrl_views(r: ViewRequest) -> Views:
+    return ratio_views(r, linear_ratios(r.mu, r.completion_mask.shape[0], 0.0))
+
+
+def maskgrpo_random_views(r: ViewRequest) -> Views:
+    return ratio_views(r, linear_ratios(r.mu, r.completion_mask.shape[0], r.gamma))
+
+
+def maskgrpo_fading_views(r: ViewRequest) -> Views:
+    """MaskGRPO (text): truncated ratios with the AR-like fading curve over completion positions."""
+    n, length = r.completion_mask.shape
+    t = linear_ratios(r.mu, n, r.gamma)
+    if r.coupling == "trajectory":
+        raise ValueError("maskgrpo_fading has its own position-wise curve; use coupling independent or nested")
+    u = _uniforms((r.mu, n, length), r.seed, r.coupling)
+    masks = u > fading_keep_prob(t, length)
+    # nested: token k becomes masked once 2 (1 - t) d_k < u_k, so the larger u_k / d_k, the earlier
+    priority = (
+        u[0] / torch.linspace(1, 0, length).clamp_min(1e-9) if r.coupling == "nested" else _random(r.seed, n, length)
+    )
+    no_prompt = torch.zeros(r.mu, *r.prompt_ids.shape, dtype=torch.bool)
+    return Views(_ensure_one(masks, r.completion_mask, priority), no_prompt, t, r.seed)
+
+
+def gdpo_views(r: ViewRequest) -> Views:
+    """GDPO: one independent mask per Gauss-Legendre node; every optimiser step uses all the nodes."""
+    n, length = r.completion_mask.shape
+    nodes, _ = gauss_legendre(r.views_per_step)
+    t = nodes[:, None].expand(r.views_per_step, n).clone()
+    # no forced token here: an empty view contributes 0 to the ELBO, which keeps the estimator unbiased
+    masks = _uniforms((r.views_per_step, n, length), r.seed, "independent") < t[..., None]
+    no_prompt = torch.zeros(r.views_per_step, *r.prompt_ids.shape, dtype=torch.bool)
+    return Views(masks, no_prompt, t, r.seed, schedule=(tuple(range(r.views_per_step)),) * r.mu)
+
+
+def tracerl_views(r: ViewRequest) -> Views:
     """TraceRL (Wang et al. 2026): trace step tau = sampler step // shrink; view tau masks every token of trace
     step >= tau and trains on the tokens of step tau only, so every token is a target exactly once (F = 1)."""
-    if reveal_step is None:
+    if r.reveal_step is None:
         raise ValueError("tracerl views need the rollout's reveal_step")
-    trace = reveal_step.long() // shrink  # [N, L]
+    trace = r.reveal_step.long() // r.shrink  # [N, L]
     k = int(trace.max()) + 1
     tau = torch.arange(k)[:, None, None]  # [K, 1, 1]
     masks, targets = trace[None] >= tau, trace[None] == tau  # [K, N, L]
     t = masks.float().mean(-1)  # [K, N]
-    return Views(masks, torch.zeros(k, *prompt_shape, dtype=torch.bool), t, seed, targets=targets)
+    return Views(masks, torch.zeros(k, *r.prompt_ids.shape, dtype=torch.bool), t, r.seed, targets=targets)
 
 
-def block_random_views(
-    v: int,
-    per_step: int,
-    seed: int,
-    completion_mask: torch.Tensor,
-    prompt_ids: torch.Tensor,
-    pad_id: int,
-    p_mask_prompt: float,
-    block_length: int,
-) -> Views:
+def block_random_views(r: ViewRequest) -> Views:
     """SPG's ``block_random`` views (Wang et al. 2026): a random block b; every block after b fully masked; inside
     b a random count in [1, block_length] of random positions masked; prompt tokens masked with p_mask_prompt.
-    Mirrors semi-AR decoding. ``per_step`` consecutive views form one optimiser step."""
+    Mirrors semi-AR decoding. ``views_per_step`` consecutive views form one optimiser step (mu steps in all)."""
+    completion_mask, prompt_ids, block_length, seed = r.completion_mask, r.prompt_ids, r.block_length, r.seed
+    v, per_step = r.mu * r.views_per_step, r.views_per_step
     n, length = completion_mask.shape
     num_blocks = -(-length // block_length)
     pos = torch.arange(length)
@@ -252,7 +279,7 @@ def block_random_views(
         block = pos[None] // block_length  # [1, L]
         order = torch.rand(n, length, generator=g).masked_fill(block != b, 2.0).argsort(1).argsort(1)
         masks.append((block > b) | ((block == b) & (order < count)))
-        prompt_masks.append((torch.rand(prompt_ids.shape, generator=g) < p_mask_prompt) & (prompt_ids != pad_id))
+        prompt_masks.append((torch.rand(prompt_ids.shape, generator=g) < r.p_mask_prompt) & (prompt_ids != r.pad_id))
     masks_t = _ensure_one(torch.stack(masks), completion_mask, _random(seed, n, length))
     t = masks_t.float().mean(-1)
     schedule = tuple(tuple(range(s, s + per_step)) for s in range(0, v, per_step))
@@ -272,16 +299,16 @@ def apply_view(
     return x.masked_fill(masked, mask_id)
 
 
-VIEWS = (
-    "full_completion",
-    "unigrpo",
-    "maskgrpo_fading",
-    "maskgrpo_random",
-    "rebrl_linear",
-    "tracerl",
-    "gdpo_quadrature",
-    "block_random",
-)
+VIEWS = {
+    "full_completion": full_completion_views,
+    "unigrpo": unigrpo_views,
+    "maskgrpo_fading": maskgrpo_fading_views,
+    "maskgrpo_random": maskgrpo_random_views,
+    "rebrl_linear": rebrl_views,
+    "tracerl": tracerl_views,
+    "gdpo_quadrature": gdpo_views,
+    "block_random": block_random_views,
+}
 
 
 def mask_frequency(views: Views, completion_mask: torch.Tensor) -> torch.Tensor:

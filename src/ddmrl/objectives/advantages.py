@@ -18,11 +18,14 @@ def group_advantages(
     Returns:
         advantages [B * G] and a [B] bool flag per group with zero reward spread (TRL's frac_reward_zero_std).
     """
+    if scale_rewards not in ADVANTAGES:
+        raise ValueError(f"unknown scale_rewards '{scale_rewards}'; choose one of {', '.join(ADVANTAGES)}")
     r = rewards.view(-1, num_generations)  # [B, G]
-    centred = r - r.mean(1, keepdim=True)
     std = r.std(1, keepdim=True)
-    if scale_rewards == "group":
-        centred = centred / (std + eps)
-    elif scale_rewards != "none":
-        raise ValueError(f"unknown scale_rewards '{scale_rewards}'; choose group or none")
-    return centred.flatten(), std.squeeze(1) < 1e-6
+    return ADVANTAGES[scale_rewards](r, std, eps).flatten(), std.squeeze(1) < 1e-6
+
+
+ADVANTAGES = {
+    "group": lambda r, std, eps: (r - r.mean(1, keepdim=True)) / (std + eps),  # GRPO z-score
+    "none": lambda r, std, eps: r - r.mean(1, keepdim=True),  # mean-only (d1's code, GDPO, wd1)
+}

@@ -19,6 +19,7 @@ from typing import NamedTuple
 import torch
 
 from ddmrl.config import GRPOConfig
+from ddmrl.likelihood import elbo_proxy, eubo_proxy, sequence_elbo
 from ddmrl.objectives.policy_loss import aggregate, clipped_token_loss, k3_kl
 
 
@@ -63,11 +64,6 @@ def token_clip(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
     return ObjectiveOutput(torch.stack(losses).mean(), sum(kls) / n, sum(clips) / n)
 
 
-def sequence_elbo(logps: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """sum_v sum_k omega_v(k) log p_v(k): GDPO's sequence ELBO when omega = delta q_n / t_n. [V, N, L] -> [N]."""
-    return (weights * logps).sum((0, 2))
-
-
 def sequence_clip(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
     elbo, elbo_old = sequence_elbo(x.logps, x.weights), sequence_elbo(x.old, x.weights)  # [N]
     length = x.completion_mask.sum(1).clamp_min(1)  # [N]
@@ -81,14 +77,8 @@ def sequence_clip(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
 
 
 def spg(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
-    targets = x.targets.float()  # [V, N, L]
-    # ELBO proxy: per view, the mean log-prob over its targets; averaged over the views
-    elbo = ((targets * x.logps).sum(-1) / targets.sum(-1).clamp_min(1)).mean(0)  # [N]
-    # EUBO proxy: per token, log of the view-average of p^beta delta / t; mean over tokens; divided by beta
-    b = cfg.eubo_beta
-    term = (torch.exp(b * x.logps) * targets / x.t.clamp_min(1e-8)[..., None]).mean(0)  # [N, L]
-    seen = targets.any(0) & x.completion_mask
-    eubo = (torch.log(term.clamp_min(1e-30)) * seen).sum(-1) / seen.sum(-1).clamp_min(1) / b  # [N]
+    elbo = elbo_proxy(x.logps, x.targets)  # [N]
+    eubo = eubo_proxy(x.logps, x.targets, x.t, x.completion_mask, cfg.eubo_beta)  # [N]
     negative = cfg.eubo_mix * eubo + (1 - cfg.eubo_mix) * elbo
     proxy = torch.where(x.advantages > 0, elbo, negative)
     return ObjectiveOutput(-(x.advantages * proxy).mean(), 0.0, 0.0)

@@ -23,8 +23,6 @@ import torch
 from ddmrl.masking import Views, mask_frequency
 from ddmrl.masking.views import gauss_legendre
 
-WEIGHTINGS = ("completion_mean", "masked_mean", "rebrl", "gdpo_elbo")
-
 REBRL_LAMBDA = {"none": 0, "t1": 1, "t2": 2, "token": 1, "token_t2": 2}  # lambda(t) = t ** power
 REBRL_TOKEN = {"token", "token_t2"}  # modes with the 1/F token factor
 
@@ -42,26 +40,49 @@ def token_weights(
     rebrl_mode: str = "token",
     legacy_broadcast: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Weights omega [V, N, L] and, for RebRL, the per-sample normaliser Z [N] (else None)."""
-    targets = (views.target_masks & completion_mask[None]).float()  # [V, N, L]
-    if legacy_broadcast:
-        return views.masks.float().sum(0, keepdim=True).expand_as(targets).clone(), None
-    if weighting == "completion_mean":
-        return completion_mask[None].float().expand_as(targets).clone(), None
-    if weighting == "masked_mean":
-        return targets, None
-    if weighting == "gdpo_elbo":
-        _, q = gauss_legendre(targets.shape[0])  # nodes t_n are views.t; the integrand is (1/t_n) sum_k delta ell
-        return targets * (q[:, None] / views.t.clamp_min(1e-8))[..., None], None
-    if weighting != "rebrl":
+    """Weights omega [V, N, L] of ``WEIGHTINGS[weighting]`` and, for RebRL, the per-sample normaliser Z [N]."""
+    if weighting not in WEIGHTINGS:
         raise ValueError(f"unknown weighting '{weighting}'; choose one of {', '.join(WEIGHTINGS)}")
+    if legacy_broadcast:
+        targets = views.target_masks & completion_mask[None]
+        return views.masks.float().sum(0, keepdim=True).expand(targets.shape).clone(), None
+    return WEIGHTINGS[weighting](views, completion_mask, rebrl_mode)
+
+
+def _targets(views: Views, completion_mask: torch.Tensor) -> torch.Tensor:
+    return (views.target_masks & completion_mask[None]).float()  # [V, N, L]
+
+
+def completion_mean_weights(views: Views, completion_mask: torch.Tensor, _mode: str):
+    return completion_mask[None].float().expand(views.masks.shape).clone(), None
+
+
+def masked_mean_weights(views: Views, completion_mask: torch.Tensor, _mode: str):
+    return _targets(views, completion_mask), None
+
+
+def gdpo_elbo_weights(views: Views, completion_mask: torch.Tensor, _mode: str):
+    targets = _targets(views, completion_mask)
+    _, q = gauss_legendre(targets.shape[0])  # nodes t_n are views.t; the integrand is (1/t_n) sum_k delta ell
+    return targets * (q[:, None] / views.t.clamp_min(1e-8))[..., None], None
+
+
+def rebrl_weights(views: Views, completion_mask: torch.Tensor, rebrl_mode: str):
     if rebrl_mode not in REBRL_LAMBDA:
         raise ValueError(f"unknown rebrl_mode '{rebrl_mode}'; choose one of {', '.join(REBRL_LAMBDA)}")
     t = realised_ratio(views, completion_mask).clamp_min(1e-8)  # [mu, N]
     step_factor = t ** (REBRL_LAMBDA[rebrl_mode] - 1)  # lambda(t) / t
-    w = targets * step_factor[..., None]
+    w = _targets(views, completion_mask) * step_factor[..., None]
     if rebrl_mode in REBRL_TOKEN:
         f = mask_frequency(views, completion_mask).float()  # [N, L]
         w = w * torch.where(f > 0, 1.0 / f.clamp_min(1), 0.0)[None]
     z = w.sum((0, 2)) / w.shape[0]  # [N]
     return w, z
+
+
+WEIGHTINGS = {
+    "completion_mean": completion_mean_weights,
+    "masked_mean": masked_mean_weights,
+    "rebrl": rebrl_weights,
+    "gdpo_elbo": gdpo_elbo_weights,
+}

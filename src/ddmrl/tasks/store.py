@@ -23,10 +23,16 @@ def write_task(root: str | Path, task: Task, params: dict, eval_examples: list[E
 
 def load_task(root: str | Path, name: str) -> tuple[Task, list[Example]]:
     """(task, held-out examples) from a tasks directory."""
-    meta = read_json(Path(root) / name / "task.json")
-    if meta.get("name") != name:
-        raise DataError(f"{root}/{name}/task.json: names task {meta.get('name')!r}, expected {name!r}")
-    task = make_task(name, **meta.get("params", {}))
+    path = Path(root) / name / "task.json"
+    meta = read_json(path)
+    if not isinstance(meta, dict) or meta.get("name") != name:
+        found = meta.get("name") if isinstance(meta, dict) else meta
+        raise DataError(f"{path}: names task {found!r}, expected {name!r}")
+    params = meta.get("params", {})
+    try:
+        task = make_task(name, **(params if isinstance(params, dict) else {"params": params}))
+    except (TypeError, ValueError) as e:
+        raise DataError(f"{path}: cannot build task {name!r} with params {params!r} ({e})") from None
     records = read_jsonl(Path(root) / name / "eval.jsonl", required=("id", "prompt", "answer", "gold"))
     return task, [Example.from_record(r) for r in records]
 
