@@ -22,7 +22,6 @@ from ddmrl.io import read_jsonl
 from ddmrl.models.checkpoint import load_checkpoint
 from ddmrl.objectives import group_advantages
 from ddmrl.rollout import Rollouts
-from ddmrl.seeding import derive_seed
 from ddmrl.tasks.base import Example
 from ddmrl.tasks.store import load_task
 from ddmrl.training.data import completion_mask, encode_prompts
@@ -42,7 +41,9 @@ def main() -> None:
 
     model, tok = load_checkpoint(args.model)
     task, _ = load_task(args.tasks, args.task)
-    records = read_jsonl(args.rollouts, required=("example", "completion_ids", "reveal_step", "reward", "sample"))
+    records = read_jsonl(
+        args.rollouts, required=("example", "completion_ids", "reveal_step", "reward", "sample", "view_seed")
+    )
     g = 1 + max(r["sample"] for r in records)
     ids = torch.tensor([r["completion_ids"] for r in records])
     batch = Rollouts(
@@ -64,14 +65,14 @@ def main() -> None:
                 cfg.methods[args.method], rebrl_mode=mode, coupling="trajectory"
             )
     frames = []
-    seed = derive_seed(cfg.seed, "credit", args.task)
+    seed = records[0]["view_seed"]  # the views regenerate from the seed stored with the rollouts
     for name, vcfg in variants.items():
         adv, _ = group_advantages(rewards, g, vcfg.scale_rewards)
         credit = token_credit(
             model, dataclasses.replace(vcfg, num_generations=g), batch, adv, seed, tok.pad_token_id, tok.mask_token_id
         )
         frames.append(credit_by_reveal_step(credit, batch, adv).assign(method=name, task=args.task))
-    write_csv(args.out, pd.concat(frames).to_dict("records"))
+    write_csv(args.out, pd.concat(frames))  # empty (header only) when no rollout had a non-zero advantage
 
 
 if __name__ == "__main__":

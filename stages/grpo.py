@@ -64,6 +64,7 @@ def main() -> None:
             "method": gcfg.method,
             "task": task_name,
             "seed": seed,
+            "run_seed": run_seed,  # every draw of the run derives from it (ddmrl.seeding.derive_seed)
             "steps": curve[-1]["step"],
             "reward_first": curve[0]["reward"],
             "reward_last": curve[-1]["reward"],

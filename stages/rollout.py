@@ -1,7 +1,9 @@
 """rollout: G completions per training prompt from a model, with the sampler that GRPO uses.
 
 Each record carries what is needed to recompute everything downstream: the prompt, the group and sample index,
-the completion tokens and text, the sampler step that revealed each token, and the seed of the batch.
+the completion tokens and text, the sampler step that revealed each token, the seed of the batch, and the seed
+from which any method's training views of the batch are built (``view_seed``; ``ddmrl.masking.build_views``
+derives one seed per view from it, so the views regenerate identically).
 
     python stages/rollout.py --params params.yaml --tasks data/download/tasks --model data/sft/model \
         --task sudoku4 --out data/rollout/sft/sudoku4.jsonl
@@ -34,6 +36,7 @@ def main() -> None:
     examples = training_draw(task, held_out, cfg.seed, "rollout", rc.num_prompts)(0)
     seed = derive_seed(cfg.seed, "rollout", args.task)
     out = rollout(model, tok, task, examples, rc.num_generations, rc.sampler, generator(seed))
+    view_seed = derive_seed(seed, "views")
 
     g, steps = rc.num_generations, sampler_steps(rc.sampler, task.completion_length)
     write_jsonl(
@@ -48,6 +51,7 @@ def main() -> None:
                 "completion_ids": out.completion_ids[i].tolist(),
                 "reveal_step": out.reveal_step[i].tolist(),
                 "seed": seed,
+                "view_seed": view_seed,
                 "sampler_steps": steps,
             }
             for i, text in enumerate(out.texts)

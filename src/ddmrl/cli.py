@@ -31,7 +31,7 @@ def run_stage(main: Callable[[], None]) -> None:
         sys.exit(2)
 
 
-def write_csv(path: str | Path, rows: list[dict[str, Any]]) -> None:
-    """A curve as CSV, written atomically."""
+def write_csv(path: str | Path, rows: list[dict[str, Any]] | pd.DataFrame) -> None:
+    """A table as CSV (with its header even when empty), written atomically."""
     with atomic_path(path) as tmp:
-        pd.DataFrame(rows).to_csv(tmp, index=False)
+        (rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows)).to_csv(tmp, index=False)

@@ -30,7 +30,9 @@ def token_credit(
 ) -> torch.Tensor:
     """C [N, L]: per-token gradient magnitude over one rollout batch's inner steps, divided by |A_i| (0 if A_i = 0)."""
     views, weights, z, inputs = make_views(cfg, rollouts, seed, pad_id, mask_id)
-    b = Batch(rollouts, advantages, advantages, torch.zeros(0), views, weights, z, inputs)
+    # the objective sees advantages, views and weights; rewards and group flags do not enter the gradient
+    none = torch.zeros(0)
+    b = Batch(rollouts, none, advantages, none, views, weights, z, inputs)
     with torch.no_grad():
         old = view_logps(model, inputs, rollouts.completion_ids)  # [V, N, L]
     objective = OBJECTIVES[METHODS[cfg.method].objective]

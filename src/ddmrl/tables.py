@@ -131,6 +131,13 @@ def plot_credit(frame: pd.DataFrame, path: str | Path) -> None:
     """Relative per-token credit against the sampler step that revealed the token: one panel per task for the
     configured methods, one for RebRL's modes under trajectory masks (RebRL Eq. 10 and its rebalancing)."""
     tasks = sorted(frame["task"].unique())
+    if not tasks:  # no rollout had a non-zero advantage: nothing to measure
+        fig, ax = plt.subplots(figsize=(5, 2))
+        ax.text(0.5, 0.5, "no rollout with a non-zero advantage:\nno gradient credit to measure", ha="center")
+        ax.axis("off")
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        return
     fig, axes = plt.subplots(2, len(tasks), figsize=(5 * len(tasks), 7), squeeze=False)
     for col, task in enumerate(tasks):
         sub = frame[frame["task"] == task]

@@ -118,3 +118,37 @@ def test_training_is_reproducible_from_the_seed(setup):
     for k in ("loss", "reward", "kl", "clip_ratio"):
         assert a[0][k] == b[0][k], k
     assert all(torch.equal(p, q) for p, q in zip(policy.parameters(), twin.parameters(), strict=True))
+
+
+def test_non_finite_rewards_skip_the_rollout_batch_and_are_counted(setup, monkeypatch):
+    """on_nonfinite: skip — a NaN reward skips its rollout batch (no optimiser step, counted); the run still ends."""
+    task, tok, policy, ref = setup
+    calls = []
+
+    def flaky(completion, example):
+        calls.append(1)
+        return float("nan") if len(calls) <= 8 else varied_reward(completion, example)  # first batch: 8 rewards
+
+    monkeypatch.setattr(task, "reward", flaky)
+    curve, _ = train_grpo(policy, ref, tok, task, lambda it: task.generate(2, seed=it), config("unigrpo"), 0)
+    assert curve[-1]["step"] == 2 and curve[-1]["nonfinite_skipped"] == 1
+
+
+def test_non_finite_rewards_stop_the_run_with_a_diagnostic(setup, monkeypatch):
+    from ddmrl.training.grpo import NonFiniteError
+
+    task, tok, policy, ref = setup
+    monkeypatch.setattr(task, "reward", lambda completion, example: float("inf"))
+    with pytest.raises(NonFiniteError, match="non-finite reward or advantage"):
+        train_grpo(
+            policy, ref, tok, task, lambda it: task.generate(2, seed=it), config("unigrpo", on_nonfinite="stop"), 0
+        )
+
+
+def test_persistent_non_finite_rewards_give_up_after_ten_batches(setup, monkeypatch):
+    from ddmrl.training.grpo import MAX_CONSECUTIVE_SKIPS, NonFiniteError
+
+    task, tok, policy, ref = setup
+    monkeypatch.setattr(task, "reward", lambda completion, example: float("nan"))
+    with pytest.raises(NonFiniteError, match=f"{MAX_CONSECUTIVE_SKIPS} consecutive"):
+        train_grpo(policy, ref, tok, task, lambda it: task.generate(2, seed=it), config("unigrpo"), 0)
