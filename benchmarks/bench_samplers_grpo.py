@@ -47,7 +47,7 @@ import ddmrl
 from ddmrl import config
 from ddmrl.config import GRPOConfig, SamplerConfig
 from ddmrl.methods import METHODS
-from ddmrl.models import TinyDDMConfig, TinyDDMForMaskedLM, build_tokenizer
+from ddmrl.models import build_tokenizer, new_tiny_model
 from ddmrl.models.checkpoint import load_checkpoint
 from ddmrl.rollout import sampler_kwargs
 from ddmrl.samplers import SAMPLERS
@@ -102,23 +102,8 @@ def build_model(cfg: config.Config, task, max_length: int, path: str | None):
         model, tok = load_checkpoint(path)
         return model, tok, str(path)
     tok = build_tokenizer(task.alphabet, task.special_tokens)
-    m = cfg.model
     torch.manual_seed(cfg.seed)
-    model = TinyDDMForMaskedLM(
-        TinyDDMConfig(
-            vocab_size=len(tok),
-            hidden_size=m.hidden_size,
-            num_layers=m.num_layers,
-            num_heads=m.num_heads,
-            intermediate_size=m.intermediate_size,
-            dropout=m.dropout,
-            max_position_embeddings=max_length,
-            mask_token_id=tok.mask_token_id,
-            pad_token_id=tok.pad_token_id,
-            bos_token_id=tok.bos_token_id,
-            eos_token_id=tok.eos_token_id,
-        )
-    )
+    model = new_tiny_model(cfg.model, tok, max_length)
     return model.eval(), tok, "random init (params.yaml model:)"
 
 

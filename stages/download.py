@@ -19,7 +19,7 @@ import time
 from ddmrl import config
 from ddmrl.cli import run_stage, write_csv
 from ddmrl.io import write_json
-from ddmrl.models import TinyDDMConfig, TinyDDMForMaskedLM, build_tokenizer
+from ddmrl.models import build_tokenizer, new_tiny_model
 from ddmrl.models.checkpoint import save_checkpoint
 from ddmrl.seeding import derive_seed, generator, seed_everything
 from ddmrl.tasks import make_task
@@ -54,22 +54,7 @@ def main() -> None:
 
     # 2. tokenizer and a fresh model
     tok = build_tokenizer([t.alphabet for t in tasks], [w for t in tasks for w in t.special_tokens])
-    m = cfg.model
-    model = TinyDDMForMaskedLM(
-        TinyDDMConfig(
-            vocab_size=len(tok),
-            hidden_size=m.hidden_size,
-            num_layers=m.num_layers,
-            num_heads=m.num_heads,
-            intermediate_size=m.intermediate_size,
-            dropout=m.dropout,
-            max_position_embeddings=max(prompt_length(t) + t.completion_length for t in tasks),
-            mask_token_id=tok.mask_token_id,
-            pad_token_id=tok.pad_token_id,
-            bos_token_id=tok.bos_token_id,
-            eos_token_id=tok.eos_token_id,
-        )
-    )
+    model = new_tiny_model(cfg.model, tok, max(prompt_length(t) + t.completion_length for t in tasks))
 
     # 3. pre-train on whole sequences, tasks in turn
     def next_batch(step: int):

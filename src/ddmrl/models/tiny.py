@@ -120,6 +120,27 @@ class TinyDDMForMaskedLM(PreTrainedModel):
         return MaskedLMOutput(loss=loss, logits=logits)
 
 
+def new_tiny_model(model_cfg, tok, max_positions: int) -> TinyDDMForMaskedLM:
+    """A freshly initialised TinyDDM with the architecture of ``model_cfg`` (``ddmrl.config.ModelConfig``) over
+    the vocabulary and special tokens of ``tok``, for sequences up to ``max_positions`` tokens."""
+    m = model_cfg
+    return TinyDDMForMaskedLM(
+        TinyDDMConfig(
+            vocab_size=len(tok),
+            hidden_size=m.hidden_size,
+            num_layers=m.num_layers,
+            num_heads=m.num_heads,
+            intermediate_size=m.intermediate_size,
+            dropout=m.dropout,
+            max_position_embeddings=max_positions,
+            mask_token_id=tok.mask_token_id,
+            pad_token_id=tok.pad_token_id,
+            bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id,
+        )
+    )
+
+
 AutoConfig.register("tiny_ddm", TinyDDMConfig)
 AutoModel.register(TinyDDMConfig, TinyDDMForMaskedLM)
 AutoModelForMaskedLM.register(TinyDDMConfig, TinyDDMForMaskedLM)

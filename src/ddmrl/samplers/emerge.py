@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from ddmrl.samplers.llada import SampleOutput, guided_logits
+from ddmrl.samplers.llada import SampleOutput, guided_logits, init_canvas
 from ddmrl.samplers.maskgit import allowed_vocab, mask_schedule, sample_tokens, uniform
 
 
@@ -64,8 +64,7 @@ def generate(
     mask_schedule(schedule, 0.0)  # validate the name before any forward pass
     n, p = prompt_ids.shape
     length, device = completion_length, prompt_ids.device
-    x = torch.cat([prompt_ids, torch.full((n, length), mask_id, dtype=prompt_ids.dtype, device=device)], dim=1)
-    reveal = torch.full((n, length), -1, dtype=torch.long, device=device)
+    x, reveal = init_canvas(prompt_ids, length, mask_id)
     allowed, nfe = None, 0
     for s in range(steps):
         masked = x[:, p:] == mask_id

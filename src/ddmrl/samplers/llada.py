@@ -32,6 +32,13 @@ class SampleOutput(NamedTuple):
     nfe: int
 
 
+def init_canvas(prompt_ids: torch.Tensor, completion_length: int, mask_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The starting state of every sampler: [N, P + L] prompt then L mask tokens, and reveal steps [N, L] of -1."""
+    shape, device = (prompt_ids.shape[0], completion_length), prompt_ids.device
+    masks = torch.full(shape, mask_id, dtype=prompt_ids.dtype, device=device)
+    return torch.cat([prompt_ids, masks], dim=1), torch.full(shape, -1, dtype=torch.long, device=device)
+
+
 def transfer_schedule(num_masked: torch.Tensor, steps: int) -> torch.Tensor:
     """Tokens to commit per step: [N] masked counts -> [N, steps], LLaDA's ``get_num_transfer_tokens``.
 
@@ -77,9 +84,8 @@ def generate(
     generator: torch.Generator | None = None,
 ) -> SampleOutput:
     """Sample completions of ``completion_length`` tokens for ``prompt_ids`` [N, P] (left-padded)."""
-    n, p = prompt_ids.shape
-    x = torch.cat([prompt_ids, torch.full((n, completion_length), mask_id, dtype=prompt_ids.dtype)], dim=1)
-    reveal = torch.full((n, completion_length), -1, dtype=torch.long)
+    p = prompt_ids.shape[1]
+    x, reveal = init_canvas(prompt_ids, completion_length, mask_id)
     num_blocks = -(-completion_length // block_length)
     steps_per_block = max(1, steps // num_blocks)
     step, nfe = 0, 0

@@ -27,7 +27,7 @@ import math
 
 import torch
 
-from ddmrl.samplers.llada import SampleOutput, guided_logits
+from ddmrl.samplers.llada import SampleOutput, guided_logits, init_canvas
 
 SCHEDULES = ("cosine", "linear")
 
@@ -136,9 +136,8 @@ def generate(
         raise ValueError("steps must be >= 1")
     mask_schedule(schedule, 0.0)  # validate the name before any forward pass
     n, p = prompt_ids.shape
-    length, device = completion_length, prompt_ids.device
-    x = torch.cat([prompt_ids, torch.full((n, length), mask_id, dtype=prompt_ids.dtype, device=device)], dim=1)
-    reveal = torch.full((n, length), -1, dtype=torch.long, device=device)
+    length = completion_length
+    x, reveal = init_canvas(prompt_ids, length, mask_id)
     taus = noise_scales(noise_temperature, steps, legacy_compound_noise)
     allowed, nfe = None, 0
     for s in range(steps):
