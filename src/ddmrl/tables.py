@@ -1,8 +1,8 @@
 """The papers' comparison table and curves, computed only from the runs' own metric files.
 
 Rows: base, SFT, then one row per GRPO method section; columns per task: held-out accuracy (percent, d1's
-aggregation) and mean reward, then RL optimiser steps and wall time per run. With several seeds a cell is
-``mean ± std`` over seeds: the std is the run-to-run spread.
+aggregation) and mean reward, then RL optimiser steps and wall time per run (means over the row's runs). With
+several seeds an accuracy or reward cell is ``mean ± std`` over seeds: the std is the run-to-run spread.
 """
 
 from __future__ import annotations
@@ -26,6 +26,10 @@ DISPLAY = {
     "unigrpo": "UniGRPO",
     "maskgrpo": "MaskGRPO",
     "rebrl": "RebRL",
+    "tracerl": "TraceRL",
+    "gdpo": "GDPO",
+    "spg": "SPG",
+    "wd1": "wd1",
 }
 
 
@@ -73,6 +77,11 @@ def _cell(values: pd.Series, digits: int) -> str:
     return f"{values.mean():.{digits}f} ± {values.std():.{digits}f}"
 
 
+def _mean(values: pd.Series) -> str:
+    values = values.dropna()
+    return "—" if values.empty else f"{values.mean():.0f}"
+
+
 def main_table(cfg: Config, frame: pd.DataFrame) -> pd.DataFrame:
     """The comparison table: rows base, SFT, methods; per-task accuracy and reward, RL steps and wall time."""
     order = ["base", "sft", *cfg.grpo.methods]
@@ -86,8 +95,8 @@ def main_table(cfg: Config, frame: pd.DataFrame) -> pd.DataFrame:
             st = sub[sub["task"] == t]
             row[f"{t} acc (%)"] = _cell(st["accuracy"], 1)
             row[f"{t} reward"] = _cell(st["mean_reward"], 3)
-        row["RL steps"] = _cell(sub["steps"], 0)
-        row["RL wall time (s)"] = _cell(sub["seconds"], 0)
+        row["RL steps"] = _mean(sub["steps"])
+        row["RL wall time per run (s)"] = _mean(sub["seconds"])
         row["seeds"] = str(sub["seed"].nunique())
         out.append(row)
     return pd.DataFrame(out)
