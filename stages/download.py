@@ -4,6 +4,11 @@ Embedded profiles (``tiny``, ``smoke``) build everything locally, with no networ
 every task, a character tokenizer, and a TinyDDM pre-trained from scratch with the masked-diffusion (ELBO) loss
 on whole [prompt | answer] sequences drawn fresh from the task generators (LLaDA pre-training; Nie et al. 2025).
 
+With ``--modality image`` it builds the text-to-image branch (``image:`` in params.yaml) instead: one unified
+model in MMaDA's layout (prompt, <soi>, image tokens, <eoi>), trained as MMaDA trains text-to-image: the prompt is
+never masked, the image tokens are, and the caption is dropped with probability ``image.cond_dropout_prob`` so
+that classifier-free guidance works.
+
     python stages/download.py --params params.yaml --tasks-out data/download/tasks \
         --model-out data/download/base --metrics data/download/metrics.json --curve data/download/curve.csv \
         --checkpoints data/checkpoints/download
@@ -21,10 +26,11 @@ from ddmrl.cli import run_stage, write_csv
 from ddmrl.io import write_json
 from ddmrl.models import build_tokenizer, new_tiny_model
 from ddmrl.models.checkpoint import save_checkpoint
+from ddmrl.models.layout import for_task
 from ddmrl.seeding import derive_seed, generator, seed_everything
 from ddmrl.tasks import make_task
 from ddmrl.tasks.store import training_draw, write_task
-from ddmrl.training.data import encode_examples, prompt_length
+from ddmrl.training.data import drop_prompts, encode_examples, prompt_length
 from ddmrl.training.mdm import train_mdm
 from ddmrl.training.resume import Checkpointer, fingerprint
 
@@ -37,41 +43,54 @@ def main() -> None:
     ap.add_argument("--metrics", required=True)
     ap.add_argument("--curve", required=True)
     ap.add_argument("--checkpoints", help="directory for resumable checkpoints (not an output)")
+    ap.add_argument("--modality", choices=("text", "image"), default="text")
     args = ap.parse_args()
     cfg = config.load(args.params)
+    branch = cfg.image if args.modality == "image" else cfg  # both have tasks, task_params, model, download
     seed_everything(cfg.seed)
     start = time.time()
 
     # 1. tasks and their held-out sets
     tasks, draws = [], []
-    for name in cfg.tasks:
-        params = cfg.task_params.get(name, {})
+    for name in branch.tasks:
+        params = branch.task_params.get(name, {})
         task = make_task(name, **params)
-        held_out = task.generate(cfg.download.num_eval, derive_seed(cfg.seed, "eval", name))
+        held_out = task.generate(branch.download.num_eval, derive_seed(cfg.seed, "eval", name))
         write_task(args.tasks_out, task, params, held_out)
         tasks.append(task)
-        draws.append(training_draw(task, held_out, cfg.seed, "pretrain", cfg.download.pretrain.batch_size))
+        draws.append(training_draw(task, held_out, cfg.seed, "pretrain", branch.download.pretrain.batch_size))
 
-    # 2. tokenizer and a fresh model
+    # 2. tokenizer and a fresh model (images: seen through MMaDA's layout, which appends <eoi>)
     tok = build_tokenizer([t.alphabet for t in tasks], [w for t in tasks for w in t.special_tokens])
-    model = new_tiny_model(cfg.model, tok, max(prompt_length(t) + t.completion_length for t in tasks))
+    positions = max(prompt_length(t) + t.completion_length + len(getattr(t, "completion_suffix", ())) for t in tasks)
+    model = new_tiny_model(branch.model, tok, positions)
+    trained = for_task(model, tok, tasks[0]) if args.modality == "image" else model
 
-    # 3. pre-train on whole sequences, tasks in turn
+    # 3. pre-train, tasks in turn: text on whole sequences; images on the image tokens, with caption dropout
     def next_batch(step: int):
         i = step % len(tasks)
-        return encode_examples(tok, tasks[i], draws[i](step))
+        batch = encode_examples(tok, tasks[i], draws[i](step))
+        if args.modality == "text":
+            return batch
+        dropout = generator(cfg.seed, "cond_dropout", step)
+        return batch._replace(
+            prompt_ids=drop_prompts(batch.prompt_ids, cfg.image.cond_dropout_prob, tok.mask_token_id, dropout)
+        )
 
-    pre = cfg.download.pretrain
+    pre = branch.download.pretrain
     run_id = fingerprint(
         "download",
+        args.modality,
         cfg.seed,
-        cfg.tasks,
-        cfg.task_params,
-        dataclasses.asdict(cfg.model),
-        dataclasses.asdict(cfg.download),
+        branch.tasks,
+        branch.task_params,
+        dataclasses.asdict(branch.model),
+        dataclasses.asdict(branch.download),
+        cfg.image.cond_dropout_prob if args.modality == "image" else None,
     )
+    objective = "sft" if args.modality == "image" else "pretrain"  # MMaDA never masks the caption
     ckpt = Checkpointer(args.checkpoints, run_id, pre.save_total_limit)
-    curve = train_mdm(model, next_batch, pre, "pretrain", generator(cfg.seed, "pretrain"), "pretrain", ckpt)
+    curve = train_mdm(trained, next_batch, pre, objective, generator(cfg.seed, "pretrain"), "pretrain", ckpt)
 
     # 4. outputs
     save_checkpoint(model, tok, args.model_out)

@@ -1,20 +1,32 @@
-"""evaluate: held-out accuracy of one model on one task with d1's protocol (greedy, low-confidence, semi-AR).
+"""evaluate: held-out accuracy of one model on one task.
 
-Writes every generation (d1's record fields: question, ground_truth, generation) and the metrics: accuracy in
-percent (Sudoku: cell accuracy over the empty cells, pooled; Countdown: exact), and the mean training reward.
+Text tasks use d1's protocol (greedy, low-confidence, semi-AR). It writes every generation (d1's record fields:
+question, ground_truth, generation) and the metrics: accuracy in percent (Sudoku: cell accuracy over the empty
+cells, pooled; Countdown: exact), and the mean training reward.
 
     python stages/evaluate.py --params params.yaml --tasks data/download/tasks --model data/sft/model \
         --task sudoku4 --name sft --generations data/evaluate/sft/sudoku4.jsonl \
         --metrics data/evaluate/sft/sudoku4.json
+
+Text-to-image tasks use GenEval's protocol (``image.evaluate``: several sampled images per prompt). The images go
+to ``--images`` in GenEval's folder layout (``<NNNNN>/metadata.jsonl``, ``<NNNNN>/samples/<kkkk>.png``), and the
+results JSONL that GenEval's evaluator would write for that folder goes to ``--results``; the metrics are GenEval's
+summary of it (per-tag accuracy, Overall = unweighted mean of tags, in percent).
+
+    python stages/evaluate.py --params params.yaml --tasks data/download/image/tasks \
+        --model data/download/image/base --task geneval_mini --name base \
+        --generations data/evaluate/base/geneval_mini.jsonl --metrics data/evaluate/base/geneval_mini.json \
+        --images data/evaluate/base/geneval_mini --results data/evaluate/base/geneval_mini_results.jsonl
 """
 
 import argparse
 
 from ddmrl import config
 from ddmrl.cli import run_stage
-from ddmrl.evaluation import evaluate
+from ddmrl.evaluation import evaluate, evaluate_images
 from ddmrl.io import write_json, write_jsonl
 from ddmrl.models.checkpoint import load_checkpoint
+from ddmrl.models.layout import for_task
 from ddmrl.tasks.store import load_task
 
 
@@ -27,12 +39,22 @@ def main() -> None:
     ap.add_argument("--name", required=True, help="model name in the tables: base, sft or a GRPO run")
     ap.add_argument("--generations", required=True)
     ap.add_argument("--metrics", required=True)
+    ap.add_argument("--images", help="image tasks: GenEval folder layout of the generated images")
+    ap.add_argument("--results", help="image tasks: GenEval results JSONL of those images")
     args = ap.parse_args()
     cfg = config.load(args.params)
 
     model, tok = load_checkpoint(args.model)
     task, held_out = load_task(args.tasks, args.task)
-    metrics, records = evaluate(model, tok, task, held_out, cfg.evaluate.sampler, cfg.evaluate.batch_size, cfg.seed)
+    model = for_task(model, tok, task)
+    if task.modality == "image":
+        if not (args.images and args.results):
+            ap.error(f"{args.task} is an image task: pass --images and --results")
+        metrics, records, rows = evaluate_images(model, tok, task, held_out, cfg.image.evaluate, args.images, cfg.seed)
+        write_jsonl(args.results, rows)
+    else:
+        ecfg = cfg.evaluate
+        metrics, records = evaluate(model, tok, task, held_out, ecfg.sampler, ecfg.batch_size, cfg.seed)
 
     write_jsonl(args.generations, records)
     write_json(args.metrics, {"model": args.name, "task": args.task, **metrics})

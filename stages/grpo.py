@@ -1,4 +1,4 @@
-"""grpo: online RL of the SFT model with one GRPO-family method on one task.
+"""grpo: online RL of the SFT model (text) or the base model (images) with one GRPO-family method on one task.
 
 The method (diffu-GRPO, UniGRPO, MaskGRPO or RebRL; ``ddmrl.methods``) fixes the training views and token
 weights; the loop (``ddmrl.training.grpo``) is shared: LLaDA semi-AR rollouts, task rewards, group advantages,
@@ -22,6 +22,7 @@ from ddmrl import config
 from ddmrl.cli import run_stage, write_csv
 from ddmrl.io import write_json
 from ddmrl.models.checkpoint import load_checkpoint, save_checkpoint
+from ddmrl.models.layout import for_task, unwrap
 from ddmrl.seeding import derive_seed, seed_everything
 from ddmrl.tasks.store import load_task, training_draw
 from ddmrl.training.grpo import train_grpo
@@ -45,9 +46,10 @@ def main() -> None:
     seed_everything(run_seed)
     start = time.time()
 
-    policy, tok = load_checkpoint(args.model)
-    ref = copy.deepcopy(policy).requires_grad_(False)
     task, held_out = load_task(args.tasks, task_name)
+    policy, tok = load_checkpoint(args.model)
+    policy = for_task(policy, tok, task)  # images: MMaDA's layout, logits sliced to the image codes
+    ref = copy.deepcopy(policy).requires_grad_(False)
     draw = training_draw(task, held_out, run_seed, "grpo", gcfg.num_prompts)
     run_id = fingerprint(
         "grpo", args.run, run_seed, dataclasses.asdict(gcfg), file_digest(Path(args.model) / "model.safetensors")
@@ -55,7 +57,7 @@ def main() -> None:
     ckpt = Checkpointer(args.checkpoints, run_id, gcfg.save_total_limit)
     curve, timing = train_grpo(policy, ref, tok, task, draw, gcfg, run_seed, checkpointer=ckpt)
 
-    save_checkpoint(policy, tok, args.model_out)
+    save_checkpoint(unwrap(policy), tok, args.model_out)
     write_csv(args.curve, curve)
     write_json(
         args.metrics,

@@ -134,13 +134,16 @@ class RolloutConfig:
 
 @dataclass(frozen=True)
 class EvaluateConfig:
-    """Held-out evaluation: greedy decoding as in d1's protocol."""
+    """Held-out evaluation: greedy decoding as in d1's protocol (text); for images, GenEval's several sampled
+    images per prompt."""
 
     batch_size: int = 128
+    samples_per_prompt: int = 1  # generations per held-out prompt (GenEval: 4 images per prompt)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
 
     def __post_init__(self) -> None:
         _check(self.batch_size >= 1, "batch_size", self.batch_size, "must be >= 1")
+        _check(self.samples_per_prompt >= 1, "samples_per_prompt", self.samples_per_prompt, "must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -223,6 +226,32 @@ class GRPOSection:
 
 
 @dataclass(frozen=True)
+class ImageConfig:
+    """``image:``, the text-to-image branch in MMaDA's layout (prompt, <soi>, image tokens, <eoi>): its tasks, its
+    own base model (pre-trained by the download stage with caption dropout, so that classifier-free guidance
+    works), its GRPO runs (every ``grpo:`` key, then ``image.grpo``, then ``methods.<name>``, then
+    ``image.method_overrides.<name>``) and its evaluation (GenEval's protocol: several sampled images per prompt)."""
+
+    tasks: tuple[str, ...] = ()
+    task_params: dict[str, Any] = field(default_factory=dict)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    download: DownloadConfig = field(default_factory=DownloadConfig)
+    cond_dropout_prob: float = 0.1  # MMaDA's caption dropout during pre-training (the CFG's unconditional form)
+    seeds: tuple[int, ...] = ()  # empty: grpo.seeds
+    methods: tuple[str, ...] = ()  # image runs: method sections (as grpo.methods)
+    grpo: dict[str, Any] = field(default_factory=dict)  # grpo keys overridden for every image run
+    method_overrides: dict[str, Any] = field(default_factory=dict)  # section -> its image-only keys
+    evaluate: EvaluateConfig = field(
+        default_factory=lambda: EvaluateConfig(
+            samples_per_prompt=4, sampler=SamplerConfig(name="maskgit", steps=24, temperature=1.0)
+        )
+    )
+
+    def __post_init__(self) -> None:
+        _check(0 <= self.cond_dropout_prob < 1, "cond_dropout_prob", self.cond_dropout_prob, "must be in [0, 1)")
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole params.yaml, after the profile overlay."""
 
@@ -236,20 +265,26 @@ class Config:
     rollout: RolloutConfig
     evaluate: EvaluateConfig
     grpo: GRPOSection
-    methods: dict[str, GRPOConfig]  # run section name -> resolved hyperparameters
+    methods: dict[str, GRPOConfig]  # run section name -> resolved hyperparameters (text runs)
     raw: dict[str, Any]  # the merged mapping, for provenance and for the DAG's rerun triggers
+    image: ImageConfig = field(default_factory=ImageConfig)
+    image_methods: dict[str, GRPOConfig] = field(default_factory=dict)  # image run section -> hyperparameters
+
+    def runs(self) -> list[tuple[str, str, int]]:
+        """(method section, task, seed) of every GRPO run: text runs, then image runs."""
+        text = [(m, t, s) for m in self.grpo.methods for t in self.tasks for s in self.grpo.seeds]
+        seeds = self.image.seeds or self.grpo.seeds
+        return text + [(m, t, s) for m in self.image_methods for t in self.image.tasks for s in seeds]
 
     def run_names(self) -> list[str]:
         """Every GRPO run: ``<method section>_<task>_s<seed>``."""
-        return [run_name(m, t, s) for m in self.grpo.methods for t in self.tasks for s in self.grpo.seeds]
+        return [run_name(*r) for r in self.runs()]
 
     def run(self, name: str) -> tuple[GRPOConfig, str, int]:
         """(hyperparameters, task, seed) of a run name."""
-        for m in self.grpo.methods:
-            for t in self.tasks:
-                for s in self.grpo.seeds:
-                    if run_name(m, t, s) == name:
-                        return self.methods[m], t, s
+        for m, t, s in self.runs():
+            if run_name(m, t, s) == name:
+                return (self.image_methods if t in self.image.tasks else self.methods)[m], t, s
         raise ConfigError(f"unknown run '{name}'; runs are: {', '.join(self.run_names())}")
 
 
@@ -307,25 +342,13 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 
 def _build_config(raw: dict[str, Any]) -> Config:
-    from ddmrl.methods import METHODS  # late import: methods imports nothing from here at module level
-    from ddmrl.tasks import TASKS, make_task
-
     known = {f.name for f in dataclasses.fields(Config)} - {"raw"}
     for key in raw:
         if key not in known:
             raise ConfigError(f"{key}: unknown section; sections are: {', '.join(sorted(known))}")
-    tasks = tuple(_as(raw.get("tasks", ["sudoku4", "countdown3"]), tuple[str, ...], "tasks"))
+    tasks = _tasks(raw.get("tasks", ["sudoku4", "countdown3"]), "tasks", "text")
     _check(len(tasks) >= 1, "tasks", list(tasks), "must name at least one task")
-    for t in tasks:
-        _check_choice("tasks", t, tuple(TASKS))
-    task_params = _as(raw.get("task_params", {}) or {}, dict[str, Any], "task_params")
-    for t, kw in task_params.items():
-        _check_choice("task_params", t, tuple(TASKS))
-        _check(isinstance(kw, dict), f"task_params.{t}", kw, "must be a mapping of generator parameters")
-        try:  # the generator itself checks its parameters
-            make_task(t, **kw)
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"task_params.{t} = {kw!r}: {e}") from None
+    task_params = _task_params(raw.get("task_params", {}), "task_params")
 
     _check(isinstance(raw.get("grpo") or {}, dict), "grpo", raw.get("grpo"), "must be a mapping")
     grpo_raw = dict(raw.get("grpo") or {})
@@ -339,33 +362,29 @@ def _build_config(raw: dict[str, Any]) -> Config:
     _check(len(grpo.seeds) >= 1, "grpo.seeds", list(grpo.seeds), "must list at least one seed")
     methods_raw = raw.get("methods", {}) or {}
     _check(isinstance(methods_raw, dict), "methods", methods_raw, "must be a mapping of method sections")
-    methods: dict[str, GRPOConfig] = {}
     # every section is validated (a typo fails even if the section is not listed in grpo.methods)
-    for name in dict.fromkeys([*grpo.methods, *methods_raw]):
-        _check(
-            isinstance(name, str) and name.replace("_", "").isalnum(),
-            "methods" if name not in grpo.methods else "grpo.methods",
-            name,
-            "section names use letters, digits and _ only",
-        )
-        section = methods_raw.get(name) or {}
-        _check(isinstance(section, dict), f"methods.{name}", section, "must be a mapping of hyperparameters")
-        method = section.get("method", name)
-        _check(isinstance(method, str), f"methods.{name}.method", method, "must be a method name")
-        if method not in METHODS:
-            where = (
-                f"methods.{name}.method"
-                if "method" in section
-                else ("grpo.methods" if name in grpo.methods else f"methods.{name}")
-            )
-            raise ConfigError(f"{where} = {method!r}: unknown method; choose one of {', '.join(METHODS)}")
-        # precedence: dataclass defaults < the method's own defaults < explicit grpo: keys < what the method's
-        # definition fixes (e.g. SPG has no KL) < methods.<name> (validated against the fixed values below)
-        merged = deep_merge(dataclasses.asdict(GRPOConfig()), METHODS[method].defaults)
-        merged = deep_merge(deep_merge(deep_merge(merged, grpo_raw), METHODS[method].fixed), section)
-        merged["method"] = method
-        methods[name] = _section(GRPOConfig, merged, f"methods.{name}")
-        METHODS[method].validate(methods[name], f"methods.{name}")
+    methods = {
+        name: _resolve_run(name, methods_raw.get(name), grpo_raw, name in grpo.methods)
+        for name in dict.fromkeys([*grpo.methods, *methods_raw])
+    }
+
+    image = _section(ImageConfig, raw.get("image", {}), "image")
+    image = dataclasses.replace(
+        image,
+        tasks=_tasks(list(image.tasks), "image.tasks", "image"),
+        task_params=_task_params(image.task_params, "image.task_params"),
+    )
+    _check(len(image.tasks) <= 1, "image.tasks", list(image.tasks), "one image task per pipeline (one layout)")
+    _section(GRPOConfig, image.grpo, "image.grpo")  # names and types of the image overrides
+    image_grpo = deep_merge(grpo_raw, image.grpo)
+    image_methods = {}
+    for name in dict.fromkeys([*image.methods, *image.method_overrides]):
+        over = image.method_overrides.get(name) or {}
+        _check(isinstance(over, dict), f"image.method_overrides.{name}", over, "must be a mapping of hyperparameters")
+        section = deep_merge(methods_raw.get(name) or {}, over)
+        resolved = _resolve_run(name, section, image_grpo, True, "image.method_overrides")
+        if name in image.methods:
+            image_methods[name] = resolved
 
     return Config(
         profile=_as(raw.get("profile", DEFAULT_PROFILE), str, "profile"),
@@ -380,7 +399,68 @@ def _build_config(raw: dict[str, Any]) -> Config:
         grpo=grpo,
         methods=methods,
         raw=raw,
+        image=image,
+        image_methods=image_methods,
     )
+
+
+def _tasks(value: Any, key: str, modality: str) -> tuple[str, ...]:
+    """Task names of ``key``, each registered and of ``modality`` (text tasks under ``tasks``, images under
+    ``image.tasks``)."""
+    from ddmrl.tasks import TASKS
+
+    tasks = tuple(_as(value, tuple[str, ...], key))
+    for t in tasks:
+        _check_choice(key, t, tuple(TASKS))
+        _check(TASKS[t].modality == modality, key, t, f"is not a {modality} task")
+    return tasks
+
+
+def _task_params(value: Any, key: str) -> dict[str, Any]:
+    """``task_params`` mapping, each task's generator parameters checked by building the task."""
+    from ddmrl.tasks import TASKS, make_task
+
+    task_params = _as(value or {}, dict[str, Any], key)
+    for t, kw in task_params.items():
+        _check_choice(key, t, tuple(TASKS))
+        _check(isinstance(kw, dict), f"{key}.{t}", kw, "must be a mapping of generator parameters")
+        try:  # the generator itself checks its parameters
+            make_task(t, **kw)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{key}.{t} = {kw!r}: {e}") from None
+    return task_params
+
+
+def _resolve_run(name: Any, section: Any, grpo_raw: dict[str, Any], listed: bool, where: str = "methods"):
+    """The hyperparameters of run section ``name``.
+
+    Precedence: dataclass defaults < the method's own defaults < explicit grpo: keys < what the method's definition
+    fixes (e.g. SPG has no KL) < the section's keys (validated against the fixed values by the method)."""
+    from ddmrl.methods import METHODS
+
+    _check(
+        isinstance(name, str) and name.replace("_", "").isalnum(),
+        "grpo.methods" if listed and where == "methods" else where,
+        name,
+        "section names use letters, digits and _ only",
+    )
+    section = section or {}
+    _check(isinstance(section, dict), f"{where}.{name}", section, "must be a mapping of hyperparameters")
+    method = section.get("method", name)
+    _check(isinstance(method, str), f"{where}.{name}.method", method, "must be a method name")
+    if method not in METHODS:
+        key = (
+            f"{where}.{name}.method"
+            if "method" in section
+            else ("grpo.methods" if listed and where == "methods" else f"{where}.{name}")
+        )
+        raise ConfigError(f"{key} = {method!r}: unknown method; choose one of {', '.join(METHODS)}")
+    merged = deep_merge(dataclasses.asdict(GRPOConfig()), METHODS[method].defaults)
+    merged = deep_merge(deep_merge(deep_merge(merged, grpo_raw), METHODS[method].fixed), section)
+    merged["method"] = method
+    resolved = _section(GRPOConfig, merged, f"{where}.{name}")
+    METHODS[method].validate(resolved, f"{where}.{name}")
+    return resolved
 
 
 def _section(cls: type, data: Any, prefix: str) -> Any:

@@ -17,7 +17,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from ddmrl.config import Config  # noqa: E402
+from ddmrl.config import Config, run_name  # noqa: E402
+from ddmrl.geneval import summarize  # noqa: E402
+from ddmrl.io import read_json  # noqa: E402
 
 DISPLAY = {
     "base": "base",
@@ -39,12 +41,7 @@ def display(name: str) -> str:
 
 def run_of(cfg: Config, model: str) -> tuple[str, str, int] | None:
     """(method section, task, seed) of a GRPO run name, or None for base / sft."""
-    for m in cfg.grpo.methods:
-        for t in cfg.tasks:
-            for s in cfg.grpo.seeds:
-                if f"{m}_{t}_s{s}" == model:
-                    return m, t, s
-    return None
+    return next((r for r in cfg.runs() if run_name(*r) == model), None)
 
 
 def results_frame(cfg: Config, evals: list[dict[str, Any]], curves: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -110,15 +107,27 @@ def to_markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_curves(cfg: Config, curves: dict[str, pd.DataFrame], key: str, path: str | Path, ylabel: str) -> None:
-    """One panel per task, one line per method (seeds averaged), ``key`` against optimiser step."""
-    fig, axes = plt.subplots(1, len(cfg.tasks), figsize=(5 * len(cfg.tasks), 3.6), squeeze=False)
-    for ax, task in zip(axes[0], cfg.tasks, strict=True):
-        for m in cfg.grpo.methods:
-            runs = [curves[f"{m}_{task}_s{s}"] for s in cfg.grpo.seeds if f"{m}_{task}_s{s}" in curves]
-            if not runs:
+def mean_curve(cfg: Config, curves: dict[str, pd.DataFrame], method: str, task: str, key: str) -> pd.Series | None:
+    """``key`` against optimiser step for one method section and task, averaged over its seeds (None: no run)."""
+    runs = [curves.get(run_name(m, t, s)) for m, t, s in cfg.runs() if (m, t) == (method, task)]
+    runs = [r for r in runs if r is not None]
+    if not runs:
+        return None
+    return pd.concat([r.set_index("step")[key] for r in runs], axis=1).mean(axis=1)
+
+
+def plot_curves(
+    cfg: Config, curves: dict[str, pd.DataFrame], key: str, path: str | Path, ylabel: str, image: bool = False
+) -> None:
+    """One panel per task, one line per method (seeds averaged), ``key`` against optimiser step; text tasks, or
+    with ``image`` the text-to-image tasks."""
+    tasks, methods = (cfg.image.tasks, list(cfg.image_methods)) if image else (cfg.tasks, cfg.grpo.methods)
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.6), squeeze=False)
+    for ax, task in zip(axes[0], tasks, strict=True):
+        for m in methods:
+            mean = mean_curve(cfg, curves, m, task, key)
+            if mean is None:
                 continue
-            mean = pd.concat([r.set_index("step")[key] for r in runs], axis=1).mean(axis=1)
             ax.plot(mean.index, mean.rolling(3, min_periods=1).mean(), label=display(m))
         ax.set_title(task)
         ax.set_xlabel("optimiser step")
@@ -164,3 +173,94 @@ def plot_credit(frame: pd.DataFrame, path: str | Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------------------ text-to-image
+
+#: GenEval's tags and the column names of RebRL's and MaskGRPO's tables
+IMAGE_COLUMNS = {
+    "single_object": "Single",
+    "two_object": "Two",
+    "counting": "Counting",
+    "colors": "Colors",
+    "position": "Position",
+    "color_attr": "Attr. binding",
+}
+
+
+def image_frame(cfg: Config, results: list[str | Path]) -> pd.DataFrame:
+    """One row per (row label, task, seed): per-tag accuracy and Overall (percent), GenEval's summary of each
+    results JSONL ``data/evaluate/<model>/<task>_results.jsonl``."""
+    rows = []
+    for path in map(Path, results):
+        model, task = path.parent.name, path.name.removesuffix("_results.jsonl")
+        summary = summarize(path)
+        run = run_of(cfg, model)
+        label, seed = (run[0], run[2]) if run else (model, 0)
+        tags = {col: summary["tags"].get(t, {}).get("accuracy", math.nan) for t, col in IMAGE_COLUMNS.items()}
+        rows.append({"row": label, "task": task, "seed": seed, **tags, "Overall": summary["overall"]})
+    return pd.DataFrame(rows)
+
+
+def steps_to_reach(curve: pd.Series, target: float, window: int = 3) -> float:
+    """The first optimiser step at which the reward, smoothed over ``window`` rollout batches, reaches ``target``
+    (nan if it never does)."""
+    smooth = curve.rolling(window, min_periods=1).mean()
+    hit = smooth[smooth >= target - 1e-12]
+    return float(hit.index[0]) if len(hit) else math.nan
+
+
+def image_table(cfg: Config, frame: pd.DataFrame, curves: dict[str, pd.DataFrame], target: str = "unigrpo"):
+    """RebRL's GenEval table: rows base and the image methods; columns the six tags and Overall (GenEval's
+    unweighted mean of tag accuracies), mean ± std over seeds; plus the optimiser steps each method needed to reach
+    ``target``'s final rollout reward (its last 3 rollout batches, seeds averaged; RebRL reports ~40 % fewer)."""
+    task = cfg.image.tasks[0]
+    final = mean_curve(cfg, curves, target, task, "reward")
+    goal = float(final.iloc[-3:].mean()) if final is not None else math.nan
+    out = []
+    for label in ["base", *cfg.image_methods]:
+        sub = frame[frame["row"] == label]
+        if sub.empty:
+            continue
+        row = {"model": display(label)}
+        row |= {col: _cell(sub[col], 1) for col in [*IMAGE_COLUMNS.values(), "Overall"]}
+        curve = mean_curve(cfg, curves, label, task, "reward")
+        steps = steps_to_reach(curve, goal) if curve is not None else math.nan
+        row[f"steps to {display(target)}'s final reward"] = "—" if math.isnan(steps) else f"{steps:.0f}"
+        row["seeds"] = str(sub["seed"].nunique())
+        out.append(row)
+    return pd.DataFrame(out), goal
+
+
+def contact_sheet(folder: str | Path, prompts: list[str], path: str | Path, title: str) -> None:
+    """The sample PNGs of the given prompt folders (GenEval layout ``<folder>/<NNNNN>/samples/*.png``) side by side,
+    one row per prompt, labelled with its prompt text."""
+    from PIL import Image
+
+    folder = Path(folder)
+    fig, axes = plt.subplots(len(prompts), 1, figsize=(6, 1.25 * len(prompts) + 0.4), squeeze=False)
+    for ax, name in zip(axes[:, 0], prompts, strict=True):
+        samples = sorted((folder / name / "samples").glob("*.png"))
+        images = [Image.open(p).convert("RGB") for p in samples]
+        strip = Image.new("RGB", (sum(i.width + 4 for i in images), max(i.height for i in images)), "white")
+        x = 0
+        for i in images:
+            strip.paste(i, (x, 0))
+            x += i.width + 4
+        ax.imshow(strip)
+        ax.set_title(read_json(folder / name / "metadata.jsonl")["prompt"], fontsize=8, loc="left")
+        ax.axis("off")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def contact_prompts(folder: str | Path, per_tag: int = 2) -> list[str]:
+    """The first ``per_tag`` prompt folders of every tag in a GenEval layout folder (the contact sheets' rows)."""
+    chosen: dict[str, list[str]] = {}
+    for sub in sorted(p for p in Path(folder).iterdir() if p.name.isdigit()):
+        tag = read_json(sub / "metadata.jsonl")["tag"]
+        if len(chosen.setdefault(tag, [])) < per_tag:
+            chosen[tag].append(sub.name)
+    return [name for names in chosen.values() for name in names]

@@ -62,6 +62,8 @@ class Stage:
 TASKS_DIR = "data/download/tasks"
 BASE_DIR = "data/download/base"
 SFT_DIR = "data/sft/model"
+IMAGE_TASKS_DIR = "data/download/image/tasks"
+IMAGE_BASE_DIR = "data/download/image/base"
 
 
 def build(cfg: Config, params_file: str = "params.yaml") -> list[Stage]:
@@ -71,12 +73,15 @@ def build(cfg: Config, params_file: str = "params.yaml") -> list[Stage]:
     """
     new = _StageFactory(cfg, params_file)
     stages = [download(new), sft(new)]
+    if cfg.image.tasks:
+        stages.append(download(new, "image"))
     for task in cfg.tasks:
         stages += [rollout(new, task), reward(new, task)]
     stages += [credit(new, section, task) for task in cfg.tasks for section in cfg.grpo.methods]
-    stages += [grpo(new, section, task, seed) for section, task, seed in _runs(cfg)]
+    stages += [grpo(new, section, task, seed) for section, task, seed in cfg.runs()]
     models = [(m, t, d) for t in cfg.tasks for m, d in (("base", BASE_DIR), ("sft", SFT_DIR))]
-    models += [(run_name(*r), r[1], grpo_dir(run_name(*r)) + "/model") for r in _runs(cfg)]
+    models += [("base", t, IMAGE_BASE_DIR) for t in cfg.image.tasks]
+    models += [(run_name(*r), r[1], grpo_dir(run_name(*r)) + "/model") for r in cfg.runs()]
     stages += [evaluate(new, name, task, model_dir) for name, task, model_dir in models]
     stages.append(tables(new, stages))
     return stages
@@ -114,14 +119,23 @@ def checkpoints(stage_name: str) -> str:
     return f"data/checkpoints/{stage_name}"
 
 
-def download(new: _StageFactory) -> Stage:
-    metrics, curve = "data/download/metrics.json", "data/download/curve.csv"
+def download(new: _StageFactory, modality: str = "text") -> Stage:
+    """The text base model and tasks, or (``image``) the text-to-image branch's own."""
+    if modality == "text":
+        name, root, tasks, base = "download", "data/download", TASKS_DIR, BASE_DIR
+        params = ("tasks", "task_params", "model", "download")
+        extra = {}
+    else:
+        name, root, tasks, base = "download_image", "data/download/image", IMAGE_TASKS_DIR, IMAGE_BASE_DIR
+        params = tuple(f"image.{k}" for k in ("tasks", "task_params", "model", "download", "cond_dropout_prob"))
+        extra = {"--modality": "image"}
+    metrics, curve = f"{root}/metrics.json", f"{root}/curve.csv"
     return new(
-        "download", "download",
-        {"--tasks-out": TASKS_DIR, "--model-out": BASE_DIR, "--metrics": metrics, "--curve": curve,
-         "--checkpoints": checkpoints("download")},
-        deps=(), params=("profile", "seed", "tasks", "task_params", "model", "download"),
-        dir_outs=(TASKS_DIR, BASE_DIR), metrics=(metrics,), plots=(curve,), threads="all",
+        "download", name,
+        {"--tasks-out": tasks, "--model-out": base, "--metrics": metrics, "--curve": curve,
+         "--checkpoints": checkpoints(name), **extra},
+        deps=(), params=("profile", "seed", *params),
+        dir_outs=(tasks, base), metrics=(metrics,), plots=(curve,), threads="all",
     )  # fmt: skip
 
 
@@ -175,48 +189,67 @@ def grpo_dir(run: str) -> str:
 
 
 def grpo(new: _StageFactory, section: str, task: str, seed: int) -> Stage:
+    """Text runs start from the SFT model; image runs from the image base model (as RebRL and MaskGRPO start from
+    MMaDA-8B-Base)."""
     run = run_name(section, task, seed)
     model, metrics, curve = f"{grpo_dir(run)}/model", f"{grpo_dir(run)}/metrics.json", f"{grpo_dir(run)}/curve.csv"
+    tasks, start = _task_inputs(new.cfg, task)
+    image = ("image.grpo", f"image.method_overrides.{section}") if task in new.cfg.image.tasks else ()
     return new(
         "grpo", f"grpo_{run}",
-        {"--run": run, "--tasks": TASKS_DIR, "--model": SFT_DIR, "--model-out": model,
+        {"--run": run, "--tasks": tasks, "--model": start, "--model-out": model,
          "--metrics": metrics, "--curve": curve, "--checkpoints": checkpoints(f"grpo_{run}")},
-        deps=(TASKS_DIR, SFT_DIR), params=("profile", "seed", *grpo_keys(new.cfg), f"methods.{section}"),
+        deps=(tasks, start), params=("profile", "seed", *grpo_keys(new.cfg), f"methods.{section}", *image),
         dir_outs=(model,), metrics=(metrics,), plots=(curve,),
     )  # fmt: skip
 
 
+def _task_inputs(cfg: Config, task: str) -> tuple[str, str]:
+    """(tasks directory, model a GRPO run of ``task`` starts from)."""
+    return (IMAGE_TASKS_DIR, IMAGE_BASE_DIR) if task in cfg.image.tasks else (TASKS_DIR, SFT_DIR)
+
+
 def evaluate(new: _StageFactory, model_name: str, task: str, model_dir: str) -> Stage:
-    """``model_name`` is ``base``, ``sft`` (evaluated on every task) or a run name (on its own task)."""
-    generations, metrics = f"data/evaluate/{model_name}/{task}.jsonl", f"data/evaluate/{model_name}/{task}.json"
+    """``model_name`` is ``base``, ``sft`` (evaluated on every task) or a run name (on its own task).
+
+    Image tasks also write GenEval's folder layout (``<task>/<NNNNN>/metadata.jsonl``, ``samples/<k>.png``) and
+    the evaluator's results JSONL (``<task>_results.jsonl``) judged from those PNGs."""
+    root = f"data/evaluate/{model_name}"
+    generations, metrics = f"{root}/{task}.jsonl", f"{root}/{task}.json"
     name = f"evaluate_{model_name}_{task}" if model_name in ("base", "sft") else f"evaluate_{model_name}"
+    args = {"--tasks": TASKS_DIR, "--model": model_dir, "--task": task, "--name": model_name,
+            "--generations": generations, "--metrics": metrics}  # fmt: skip
+    if task not in new.cfg.image.tasks:
+        return new(
+            "evaluate", name, args, deps=(TASKS_DIR, model_dir), params=("profile", "evaluate"),
+            outs=(generations,), metrics=(metrics,),
+        )  # fmt: skip
+    images, results = f"{root}/{task}", f"{root}/{task}_results.jsonl"
+    args |= {"--tasks": IMAGE_TASKS_DIR, "--images": images, "--results": results}
     return new(
-        "evaluate", name,
-        {"--tasks": TASKS_DIR, "--model": model_dir, "--task": task, "--name": model_name,
-         "--generations": generations, "--metrics": metrics},
-        deps=(TASKS_DIR, model_dir), params=("profile", "evaluate"), outs=(generations,), metrics=(metrics,),
+        "evaluate", name, args, deps=(IMAGE_TASKS_DIR, model_dir), params=("profile", "image.evaluate"),
+        outs=(generations, results), dir_outs=(images,), metrics=(metrics,),
     )  # fmt: skip
 
 
 def tables(new: _StageFactory, stages: list[Stage]) -> Stage:
     """Aggregates every evaluation, GRPO curve, SFT rollout score and credit measurement."""
-    evals = tuple(m for s in stages if s.script == "stages/evaluate.py" for m in s.metrics)
+    evaluations = [s for s in stages if s.script == "stages/evaluate.py"]
+    evals = tuple(m for s in evaluations if not s.dir_outs for m in s.metrics)
     curves = tuple(p for s in stages if s.script == "stages/grpo.py" for p in s.plots)
     rollouts = tuple(m for s in stages if s.script == "stages/reward.py" for m in s.metrics)
     credits = tuple(p for s in stages if s.script == "stages/credit.py" for p in s.plots)
+    args = {"--evals": evals, "--curves": curves, "--rollouts": rollouts, "--credit": credits}
+    image_results = tuple(o for s in evaluations if s.dir_outs for o in s.outs if o.endswith("_results.jsonl"))
+    image_folders = tuple(d for s in evaluations for d in s.dir_outs)
+    if image_results:
+        args |= {"--image-results": image_results, "--image-folders": image_folders}
+    deps = tuple(dict.fromkeys(p for v in args.values() for p in v))
     return new(
-        "tables", "tables",
-        {"--evals": evals, "--curves": curves, "--rollouts": rollouts, "--credit": credits, "--out": "data/tables"},
-        deps=(*evals, *curves, *rollouts, *credits), params=("profile", "grpo.methods", "grpo.seeds", "tasks"),
+        "tables", "tables", {**args, "--out": "data/tables"}, deps=deps,
+        params=("profile", "grpo.methods", "grpo.seeds", "tasks", "image.tasks", "image.methods", "image.seeds"),
         dir_outs=("data/tables",),
     )  # fmt: skip
-
-
-def _runs(cfg: Config) -> list[tuple[str, str, int]]:
-    """(method section, task, seed) of every GRPO run, in the order of ``cfg.run_names()``."""
-    runs = [(m, t, s) for m in cfg.grpo.methods for t in cfg.tasks for s in cfg.grpo.seeds]
-    assert [run_name(*r) for r in runs] == cfg.run_names()
-    return runs
 
 
 def grpo_keys(cfg: Config) -> tuple[str, ...]:

@@ -36,12 +36,14 @@ def encode_prompts(tok, task: Task, examples: list[Example]) -> torch.Tensor:
 
 
 def encode_examples(tok, task: Task, examples: list[Example]) -> Encoded:
-    """Prompts and reference answers (for pre-training and SFT)."""
+    """Prompts and reference answers (for pre-training and SFT). An image answer fills the completion exactly."""
     length = task.completion_length
     rows = []
     for ex in examples:
         ids = encode(tok, ex.answer)
-        if len(ids) >= length:
+        if task.modality == "image" and len(ids) != length:
+            raise ValueError(f"{task.name} example {ex.id}: image has {len(ids)} tokens, expected {length}")
+        if task.modality != "image" and len(ids) >= length:
             raise ValueError(
                 f"{task.name} example {ex.id}: answer has {len(ids)} tokens, needs < {length} (room for EOS)"
             )
@@ -55,3 +57,11 @@ def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
     is_eos = completion_ids == eos_id
     before = is_eos.long().cumsum(1) - is_eos.long()  # EOS seen strictly before position k
     return before == 0
+
+
+def drop_prompts(prompt_ids: torch.Tensor, prob: float, mask_id: int, gen: torch.Generator) -> torch.Tensor:
+    """Caption dropout for classifier-free guidance (MMaDA's ``cond_dropout_prob``): each row's whole prompt is
+    replaced, with probability ``prob``, by the unconditional form the samplers use (every prompt position masked;
+    ``ddmrl.samplers.llada.guided_logits``). [N, P] -> [N, P]."""
+    drop = torch.rand(prompt_ids.shape[0], generator=gen) < prob  # [N]
+    return prompt_ids.masked_fill(drop[:, None], mask_id)

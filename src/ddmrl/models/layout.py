@@ -1,0 +1,68 @@
+"""MMaDA's text-to-image sequence layout around any masked diffusion model.
+
+MMaDA (Yang et al. 2025; baselines.md section 3.4) writes one bidirectional sequence per image:
+prompt tokens, ``<soi>``, the N image tokens, ``<eoi>``. The prompt is never masked, and the image positions'
+logits are sliced to the image codebook's columns both when sampling and when computing log-probs (the 8192
+MAGVIT-v2 codes of MMaDA-8B; the image-code tokens of geneval-mini here).
+
+Every sampler, estimator and training loop in ddmrl works on ``[prompt | completion]`` and reads
+``model(x).logits``. :class:`ImageLayout` lets them run unchanged on images: the task's prompt already ends with
+``<soi>``, the completion is the N image tokens, and the wrapper appends the ``<eoi>`` suffix before the forward
+pass, drops its logits, and leaves only the image codes with finite logits at the completion positions.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+from torch import nn
+
+from ddmrl.tasks.base import Task
+
+#: the logit given to tokens outside the codebook: finite, so that p * log p stays 0 (not nan) for them
+EXCLUDED_LOGIT = -1e9
+
+
+class ImageLayout(nn.Module):
+    """``model`` seen through the layout ``[prompt | completion | suffix]`` with completion logits restricted.
+
+    ``forward(input_ids [N, P + L]) -> .logits [N, P + L, V]``: the logits of the wrapped model on
+    ``input_ids`` followed by ``suffix_ids``, with the suffix positions dropped and, at the last ``L`` positions,
+    every token outside ``code_ids`` set to :data:`EXCLUDED_LOGIT`.
+    """
+
+    def __init__(self, model: nn.Module, suffix_ids: list[int], code_ids: list[int], completion_length: int) -> None:
+        super().__init__()
+        self.model = model
+        self.config = model.config
+        self.completion_length = completion_length
+        self.register_buffer("suffix", torch.tensor(suffix_ids, dtype=torch.long), persistent=False)
+        codes = torch.zeros(model.config.vocab_size, dtype=torch.bool)
+        codes[code_ids] = True
+        self.register_buffer("codes", codes, persistent=False)
+
+    def forward(self, input_ids: torch.Tensor, **kwargs) -> SimpleNamespace:
+        n, t = input_ids.shape
+        x = torch.cat([input_ids, self.suffix.expand(n, -1)], dim=1)  # [N, P + L + S]
+        logits = self.model(x).logits[:, :t]  # [N, P + L, V]
+        outside = torch.zeros_like(logits[0], dtype=torch.bool)  # [P + L, V]
+        outside[t - self.completion_length :] = ~self.codes
+        return SimpleNamespace(logits=logits.masked_fill(outside, EXCLUDED_LOGIT))
+
+
+def for_task(model: nn.Module, tok, task: Task) -> nn.Module:
+    """``model`` as ``task`` needs it: unchanged for text, wrapped in :class:`ImageLayout` for image tasks."""
+    if task.modality != "image":
+        return model
+    return ImageLayout(
+        model,
+        tok.convert_tokens_to_ids(list(task.completion_suffix)),
+        tok.convert_tokens_to_ids(list(task.image_tokens)),
+        task.completion_length,
+    )
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The model inside a layout wrapper (what is saved as the checkpoint)."""
+    return model.model if isinstance(model, ImageLayout) else model
