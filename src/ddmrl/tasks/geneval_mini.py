@@ -26,6 +26,7 @@ import math
 import random
 import re
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ __all__ = [
     "check",
     "detect",
     "evaluate",
+    "make_metadata",
     "parse_grid",
     "read_png",
     "relative_position",
@@ -222,7 +224,10 @@ def _metadata(tag: str, include: list[dict[str, Any]], prompt: str, exclude: lis
     return {"tag": tag, "include": include, **({"exclude": exclude} if exclude else {}), "prompt": prompt}
 
 
-def _make(tag: str, args: tuple) -> dict[str, Any]:
+def make_metadata(tag: str, args: tuple) -> dict[str, Any]:
+    """The GenEval metadata line of a tag and its arguments, built as ``prompts/create_prompts.py`` does:
+    ``(cls,)``, ``(cls_a, cls_b)``, ``(cls, n)``, ``(cls, color)``, ``(cls_a, cls_b, relation)`` for "a photo of
+    a A relation a B", ``(cls_a, cls_b, color_a, color_b)``."""
     if tag == "single_object":
         (a,) = args
         return _metadata(tag, [{"class": a, "count": 1}], f"a photo of {with_article(a)}")
@@ -259,29 +264,28 @@ def _make(tag: str, args: tuple) -> dict[str, Any]:
     )
 
 
-def _choices(tag: str) -> list[tuple]:
+@cache
+def _choices(tag: str) -> tuple[tuple, ...]:
     """Every argument tuple of a tag (distinct classes, distinct colours in ``color_attr``, as GenEval)."""
     pairs = list(itertools.permutations(SHAPES, 2))
-    return {
-        "single_object": [(a,) for a in SHAPES],
-        "two_object": pairs,
-        "counting": [(a, n) for a in SHAPES for n in (2, 3, 4)],
-        "colors": [(a, c) for a in SHAPES for c in COLORS],
-        "position": [(a, b, rel) for a, b in pairs for rel in POSITIONS],
-        "color_attr": [(a, b, ca, cb) for a, b in pairs for ca, cb in itertools.permutations(COLORS, 2)],
-    }[tag]
+    return tuple(
+        {
+            "single_object": [(a,) for a in SHAPES],
+            "two_object": pairs,
+            "counting": [(a, n) for a in SHAPES for n in (2, 3, 4)],
+            "colors": [(a, c) for a in SHAPES for c in COLORS],
+            "position": [(a, b, rel) for a, b in pairs for rel in POSITIONS],
+            "color_attr": [(a, b, ca, cb) for a, b in pairs for ca, cb in itertools.permutations(COLORS, 2)],
+        }[tag]
+    )
 
 
 def all_metadata() -> list[dict[str, Any]]:
     """Every prompt of the task as GenEval metadata (6 + 30 + 18 + 36 + 120 + 900 = 1110), tag by tag."""
-    return [_make(tag, args) for tag in TAGS for args in _choices(tag)]
+    return [make_metadata(tag, args) for tag in TAGS for args in _choices(tag)]
 
 
-WORDS = tuple(
-    dict.fromkeys(
-        w for m in all_metadata() for w in m["prompt"].split(" ")
-    )  # every prompt word, first-appearance order
-)
+WORDS = tuple(dict.fromkeys(w for m in all_metadata() for w in m["prompt"].split(" ")))  # first-appearance order
 
 
 def sample_scene(rng: random.Random, metadata: dict[str, Any], height: int = 8, width: int = 8) -> Grid:
@@ -335,7 +339,7 @@ class GenEvalMini(Task):
 
     def sample(self, rng: random.Random) -> Example:
         tag = rng.choice(TAGS)
-        metadata = _make(tag, rng.choice(_choices(tag)))
+        metadata = make_metadata(tag, rng.choice(_choices(tag)))
         return self.example(metadata, rng)
 
     def example(self, metadata: dict[str, Any], rng: random.Random) -> Example:

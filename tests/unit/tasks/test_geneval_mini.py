@@ -15,10 +15,10 @@ from ddmrl.tasks.geneval_mini import (
     PALETTE,
     SHAPES,
     TAGS,
-    _make,
     all_metadata,
     detect,
     evaluate,
+    make_metadata,
     parse_grid,
     read_png,
     relative_position,
@@ -35,7 +35,7 @@ def grid(*rows: str) -> list[list[int]]:
 
 
 def meta(tag: str, *args) -> dict:
-    return _make(tag, args)
+    return make_metadata(tag, args)
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,7 @@ def judge(task, g, metadata) -> dict:
 
 # ---------------------------------------------------------------- prompts and metadata: GenEval's exact lines
 def test_metadata_lines_match_geneval():
-    """_make with COCO names reproduces lines of GenEval's evaluation_metadata.jsonl byte for byte."""
+    """make_metadata with COCO names reproduces lines of GenEval's evaluation_metadata.jsonl byte for byte."""
     real = [
         '{"tag": "single_object", "include": [{"class": "elephant", "count": 1}], "prompt": "a photo of an elephant"}',
         '{"tag": "two_object", "include": [{"class": "bench", "count": 1}, {"class": "sports ball", "count": 1}], '
