@@ -1,4 +1,4 @@
-"""Embedded text tasks (d1-style rewards and metrics) and their registry."""
+"""Embedded tasks (text: d1-style rewards and metrics; image: GenEval-style) and their registry."""
 
 from __future__ import annotations
 
@@ -6,11 +6,12 @@ from typing import Any
 
 from ddmrl.tasks.base import Example, Task
 from ddmrl.tasks.countdown3 import Countdown3
+from ddmrl.tasks.geneval_mini import GenEvalMini
 from ddmrl.tasks.sudoku4 import Sudoku4
 
-__all__ = ["TASKS", "Countdown3", "Example", "Sudoku4", "Task", "make_task"]
+__all__ = ["TASKS", "Countdown3", "Example", "GenEvalMini", "Sudoku4", "Task", "make_task"]
 
-TASKS: dict[str, type[Task]] = {"sudoku4": Sudoku4, "countdown3": Countdown3}
+TASKS: dict[str, type[Task]] = {"sudoku4": Sudoku4, "countdown3": Countdown3, "geneval_mini": GenEvalMini}
 
 
 def make_task(name: str, **params: Any) -> Task:

@@ -42,6 +42,8 @@ class Task(ABC):
     """A task: generator of examples, d1-style reward and evaluation score."""
 
     name: str
+    #: what the completion is: "text", or "image" (a grid of image-code tokens, see ``geneval_mini``)
+    modality: str = "text"
     #: atomic multi-character tokens this task's text uses (each becomes one token)
     special_tokens: tuple[str, ...] = ()
     #: every single character this task's prompts and answers may contain
