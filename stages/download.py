@@ -55,7 +55,7 @@ def main() -> None:
     for name in branch.tasks:
         params = branch.task_params.get(name, {})
         task = make_task(name, **params)
-        held_out = task.generate(branch.download.num_eval, derive_seed(cfg.seed, "eval", name))
+        held_out = task.held_out(branch.download.num_eval, derive_seed(cfg.seed, "eval", name))
         write_task(args.tasks_out, task, params, held_out)
         tasks.append(task)
         draws.append(training_draw(task, held_out, cfg.seed, "pretrain", branch.download.pretrain.batch_size))

@@ -122,21 +122,27 @@ def test_outputs_follow_the_path_convention(stages):
 
 def test_build_expands_runs_and_tasks(cfg, stages):
     names = [s.name for s in stages]
-    runs, tasks = cfg.run_names(), cfg.tasks
-    assert len(runs) == len(cfg.grpo.methods) * len(tasks) * len(cfg.grpo.seeds)
-    assert names[:2] == ["download", "sft"] and names[-1] == "tables"
+    runs, tasks, images = cfg.run_names(), cfg.tasks, cfg.image.tasks
+    assert len(runs) == (len(cfg.grpo.methods) * len(tasks) + len(cfg.image.methods) * len(images)) * len(
+        cfg.grpo.seeds
+    )
+    assert names[:3] == ["download", "sft", "download_image"] and names[-1] == "tables"
     assert [n for n in names if n.startswith("grpo_")] == [f"grpo_{r}" for r in runs]
     assert sorted(n for n in names if n.startswith("rollout_")) == sorted(f"rollout_sft_{t}" for t in tasks)
     assert sorted(n for n in names if n.startswith("reward_")) == sorted(f"reward_sft_{t}" for t in tasks)
     evals = {f"evaluate_{m}_{t}" for m in ("base", "sft") for t in tasks} | {f"evaluate_{r}" for r in runs}
+    evals |= {f"evaluate_base_{t}" for t in images}  # image runs start from the image base model: no SFT row
     assert {n for n in names if n.startswith("evaluate_")} == evals
-    assert len(stages) == 3 + 4 * len(tasks) + 2 * len(runs) + len(cfg.grpo.methods) * len(tasks)  # + credit
+    credit = len(cfg.grpo.methods) * len(tasks)
+    assert len(stages) == 3 + 4 * len(tasks) + 2 * len(runs) + credit + 1 + len(images)
     by_name = {s.name: s for s in stages}
     for r in runs:  # each run is evaluated on its own task
         _, task, _ = cfg.run(r)
         assert dict(by_name[f"evaluate_{r}"].args)["--task"] == task
     tables = by_name["tables"]
-    assert len(dict(tables.args)["--evals"]) == len(evals)
+    image_evals = {e for e in evals if any(f"_{t}" in e for t in images)}
+    assert len(dict(tables.args)["--evals"]) == len(evals - image_evals)
+    assert len(dict(tables.args)["--image-results"]) == len(dict(tables.args)["--image-folders"]) == len(image_evals)
     assert len(dict(tables.args)["--curves"]) == len(runs)
     assert len(dict(tables.args)["--rollouts"]) == len(tasks)
 

@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ddmrl.config import ConfigError, GRPOConfig, SamplerConfig, load
 from ddmrl.methods import METHODS
@@ -36,11 +37,43 @@ def test_repo_params_load_and_resolve_every_method():
         assert isinstance(m, GRPOConfig) and m.method in METHODS
         assert isinstance(m.sampler, SamplerConfig)
     runs = cfg.run_names()
-    assert len(runs) == len(cfg.grpo.methods) * len(cfg.tasks) * len(cfg.grpo.seeds)
+    text = len(cfg.grpo.methods) * len(cfg.tasks) * len(cfg.grpo.seeds)
+    assert len(runs) == text + len(cfg.image.methods) * len(cfg.image.tasks) * len(cfg.grpo.seeds)
     hp, task, seed = cfg.run(runs[0])
     assert task in cfg.tasks and seed in cfg.grpo.seeds and hp is cfg.methods[runs[0].split(f"_{task}_")[0]]
+    hp, task, seed = cfg.run(runs[-1])
+    assert task in cfg.image.tasks and hp is cfg.image_methods[runs[-1].split(f"_{task}_")[0]]
     with pytest.raises(ConfigError, match="unknown run"):
         cfg.run("nope")
+
+
+def test_image_runs_layer_image_keys_over_the_text_sections():
+    """grpo < image.grpo < methods.<name> < image.method_overrides.<name>; text runs keep their own values."""
+    cfg = load(REPO / "params.yaml")
+    mask_text, mask_image = cfg.methods["maskgrpo"], cfg.image_methods["maskgrpo"]
+    assert (mask_text.remasking, mask_text.gamma) == ("", 0.6)
+    assert (mask_image.remasking, mask_image.gamma) == ("maskgrpo_random", 0.8)
+    assert mask_image.sampler.name == "maskgit" and mask_text.sampler.name == "llada"
+    assert cfg.image_methods["rebrl"].num_iterations == 8 and cfg.methods["rebrl"].num_iterations == 4
+    assert cfg.image_methods["diffu_grpo"].p_mask_prompt == cfg.methods["diffu_grpo"].p_mask_prompt
+    assert cfg.image_methods["unigrpo"].learning_rate == cfg.grpo.defaults.learning_rate
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        ({"tasks": ["sudoku4"]}, "image.tasks = 'sudoku4': is not a image task"),
+        ({"grpo": {"max_stepz": 3}}, "image.grpo.max_stepz: unknown key"),
+        ({"method_overrides": {"rebrl": {"rebrl_mode": "x"}}}, "image.method_overrides.rebrl.rebrl_mode = 'x'"),
+        ({"methods": ["nope"]}, "image.method_overrides.nope = 'nope': unknown method"),
+        ({"evaluate": {"samples_per_prompt": 0}}, "image.evaluate.samples_per_prompt = 0"),
+        ({"cond_dropout_prob": 1.0}, "image.cond_dropout_prob = 1.0"),
+    ],
+)
+def test_bad_image_keys_are_refused_naming_them(tmp_path, edit, expected):
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    raw["image"] |= edit
+    assert expected in refused(tmp_path, yaml.safe_dump(raw))
 
 
 def test_a_profile_overlays_its_file(tmp_path):

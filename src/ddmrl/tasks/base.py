@@ -68,6 +68,11 @@ class Task(ABC):
                 out.append(ex)
         raise ValueError(f"{self.name}: could not draw {n} distinct examples outside the excluded set")
 
+    def held_out(self, n: int, seed: int) -> list[Example]:
+        """The held-out evaluation set: ``n`` distinct examples drawn with ``seed`` (training draws exclude their
+        ids)."""
+        return self.generate(n, seed)
+
     @abstractmethod
     def reward(self, completion: str, example: Example) -> float:
         """Training reward of one completion (d1's reward function for this task)."""

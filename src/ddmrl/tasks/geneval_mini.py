@@ -26,7 +26,7 @@ import math
 import random
 import re
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -341,6 +341,30 @@ class GenEvalMini(Task):
         tag = rng.choice(TAGS)
         metadata = make_metadata(tag, rng.choice(_choices(tag)))
         return self.example(metadata, rng)
+
+    def generate(self, n: int, seed: int, exclude: set[str] | None = None) -> list[Example]:
+        """``n`` training examples drawn with ``seed``: a tag uniformly, then one of its prompts not in ``exclude``.
+        Unlike text tasks, a prompt may repeat (with another scene): the small tags have only a handful of prompts,
+        and a batch of distinct prompts would under-represent them."""
+        rng, exclude = random.Random(seed), exclude or set()
+        allowed = {
+            t: [m for m in map(partial(make_metadata, t), _choices(t)) if m["prompt"] not in exclude] for t in TAGS
+        }
+        if not all(allowed.values()):
+            empty = [t for t, v in allowed.items() if not v]
+            raise ValueError(f"{self.name}: every prompt of tag(s) {', '.join(empty)} is excluded")
+        return [self.example(rng.choice(allowed[rng.choice(TAGS)]), rng) for _ in range(n)]
+
+    def held_out(self, n: int, seed: int) -> list[Example]:
+        """GenEval-style held-out prompts, stratified by tag: ceil(n / 6) prompts per tag, but never more than a
+        third of a tag's prompts (at least one), so that every tag keeps prompts for training (single_object has
+        only 6). Training draws exclude these prompts: held-out prompts are novel compositions, as in GenEval."""
+        rng, out = random.Random(seed), []
+        for tag in TAGS:
+            choices = _choices(tag)
+            quota = min(math.ceil(n / len(TAGS)), max(1, len(choices) // 3))
+            out += [self.example(make_metadata(tag, args), rng) for args in rng.sample(choices, quota)]
+        return out
 
     def example(self, metadata: dict[str, Any], rng: random.Random) -> Example:
         """The Example of a metadata line, with a random scene satisfying it as the reference answer."""

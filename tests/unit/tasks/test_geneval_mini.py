@@ -1,5 +1,6 @@
 """geneval_mini: GenEval's prompts, metadata and rules on hand-made scenes, token layout, sampler, PNG round trip."""
 
+import collections
 import itertools
 import json
 import random
@@ -121,8 +122,8 @@ def test_tokenization(task, tok):
 
 
 def test_examples(task, tok):
-    examples = task.generate(200, seed=0)
-    assert len({e.id for e in examples}) == 200
+    examples = task.held_out(120, seed=0)
+    assert len({e.id for e in examples}) == len(examples) == 70  # 2 + 10 + 6 + 12 + 20 + 20: a third at most
     assert {e.gold["tag"] for e in examples} == set(TAGS)
     img_ids = set(tok.convert_tokens_to_ids(list(task.image_tokens)))
     for e in examples:
@@ -130,8 +131,17 @@ def test_examples(task, tok):
         ids = tok(e.answer, add_special_tokens=False)["input_ids"]
         assert len(ids) == 64 and set(ids) <= img_ids
         assert tok(e.prompt, add_special_tokens=False)["input_ids"][-1] == tok.convert_tokens_to_ids("<soi>")
-    more = task.generate(50, seed=1, exclude={e.id for e in examples})
+    more = task.generate(600, seed=1, exclude={e.id for e in examples})
     assert not {e.id for e in more} & {e.id for e in examples}
+    tags = collections.Counter(e.gold["tag"] for e in more)  # tags uniform although small tags lost prompts
+    assert set(tags) == set(TAGS) and min(tags.values()) > 70
+    assert len({e.answer for e in more if e.gold["tag"] == "single_object"}) > 50  # repeated prompts, new scenes
+
+
+def test_excluding_a_whole_tag_is_refused(task):
+    singles = {m["prompt"] for m in all_metadata() if m["tag"] == "single_object"}
+    with pytest.raises(ValueError, match="single_object"):
+        task.generate(3, seed=0, exclude=singles)
 
 
 @pytest.mark.parametrize("seed", range(5))

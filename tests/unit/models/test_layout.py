@@ -1,0 +1,109 @@
+"""MMaDA's text-to-image layout around a model (ddmrl.models.layout), with the geneval-mini task's tokens."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ddmrl.likelihood import token_logps
+from ddmrl.models import build_tokenizer
+from ddmrl.models.layout import EXCLUDED_LOGIT, ImageLayout, for_task, unwrap
+from ddmrl.samplers import SAMPLERS
+from ddmrl.tasks import make_task
+from ddmrl.training.data import drop_prompts, encode_examples, encode_prompts, prompt_length
+from tests.unit.conftest import tiny_model
+
+
+@pytest.fixture(scope="module")
+def task():
+    return make_task("geneval_mini")
+
+
+@pytest.fixture(scope="module")
+def itok(task):
+    return build_tokenizer([task.alphabet], task.special_tokens)
+
+
+@pytest.fixture
+def layout(task, itok):
+    model = tiny_model(itok, max_positions=prompt_length(task) + task.completion_length + 1)
+    return for_task(model, itok, task)
+
+
+def codes(task, itok) -> list[int]:
+    return itok.convert_tokens_to_ids(list(task.image_tokens))
+
+
+def test_text_tasks_are_left_alone(task, itok):
+    model = tiny_model(itok, max_positions=8)
+    assert for_task(model, itok, make_task("sudoku4")) is model and unwrap(model) is model
+
+
+def test_sequence_is_prompt_soi_image_eoi(task, itok):
+    """[PAD.., BOS, caption, <soi>] | 64 image codes, and the wrapper adds <eoi> as the last position."""
+    batch = encode_examples(itok, task, task.generate(3, seed=0))
+    soi, eoi = itok.convert_tokens_to_ids(["<soi>", "<eoi>"])
+    assert (batch.prompt_ids[:, -1] == soi).all()
+    assert batch.completion_ids.shape == (3, task.completion_length)
+    assert set(batch.completion_ids.unique().tolist()) <= set(codes(task, itok))
+    assert batch.completion_mask.all()  # no EOS in an image: every image token counts
+    seen = []
+    model = tiny_model(itok, max_positions=prompt_length(task) + task.completion_length + 1)
+    model.register_forward_pre_hook(lambda m, args: seen.append(args[0]))
+    x = torch.cat([batch.prompt_ids, batch.completion_ids], 1)
+    for_task(model, itok, task)(x)
+    assert seen[0].shape[1] == x.shape[1] + 1 and (seen[0][:, -1] == eoi).all()
+    assert torch.equal(seen[0][:, :-1], x)
+
+
+def test_logits_equal_the_models_with_the_suffix_and_are_sliced_to_codes(task, itok, layout):
+    x = torch.cat([encode_prompts(itok, task, task.generate(2, seed=1)), torch.zeros(2, 64, dtype=torch.long)], 1)
+    eoi = itok.convert_tokens_to_ids("<eoi>")
+    full = unwrap(layout)(torch.cat([x, torch.full((2, 1), eoi)], 1)).logits[:, :-1]
+    got = layout(x).logits
+    p = x.shape[1] - task.completion_length
+    assert torch.equal(got[:, :p], full[:, :p])  # prompt positions untouched
+    inside = torch.zeros(len(itok), dtype=torch.bool)
+    inside[codes(task, itok)] = True
+    assert torch.equal(got[:, p:, inside], full[:, p:, inside])
+    assert (got[:, p:, ~inside] == EXCLUDED_LOGIT).all()
+    # log-probs are a distribution over the codes alone, and p log p stays finite
+    logp = torch.log_softmax(got[:, p:].float(), -1)
+    assert torch.allclose(logp[..., inside].exp().sum(-1), torch.ones(2, 64), atol=1e-5)
+    assert torch.isfinite((logp.exp() * logp).sum(-1)).all()
+    completion = torch.tensor(codes(task, itok) * 10)[:64].expand(2, 64)
+    assert torch.allclose(token_logps(layout, x, completion), logp.gather(-1, completion[..., None]).squeeze(-1))
+
+
+def test_saved_weights_are_the_inner_models(layout):
+    assert isinstance(layout, ImageLayout) and unwrap(layout) is layout.model
+    assert set(layout.state_dict()) == {f"model.{k}" for k in layout.model.state_dict()}  # buffers not saved
+
+
+@pytest.mark.parametrize("name", ["maskgit", "emerge"])
+@pytest.mark.parametrize("cfg_scale", [0.0, 2.0])
+def test_both_image_samplers_fill_the_canvas_with_codes(task, itok, layout, name, cfg_scale):
+    prompts = encode_prompts(itok, task, task.generate(4, seed=2))
+    out = SAMPLERS[name](
+        layout,
+        prompts,
+        task.completion_length,
+        mask_id=itok.mask_token_id,
+        steps=12,
+        temperature=1.0,
+        cfg_scale=cfg_scale,
+        generator=torch.Generator().manual_seed(0),
+    )
+    assert out.completion_ids.shape == (4, 64)
+    assert set(out.completion_ids.unique().tolist()) <= set(codes(task, itok))
+    assert out.nfe == 12 * (2 if cfg_scale else 1)
+    assert ((out.reveal_step >= 0) & (out.reveal_step < 12)).all()
+
+
+def test_caption_dropout_masks_whole_prompts_at_the_given_rate():
+    prompts = torch.arange(1, 6).repeat(4000, 1)  # [N, 5]
+    dropped = drop_prompts(prompts, 0.1, 0, torch.Generator().manual_seed(0))
+    rows = (dropped == 0).all(1)
+    assert ((dropped == prompts).all(1) | rows).all()  # a row is kept whole or masked whole
+    assert abs(rows.float().mean().item() - 0.1) < 0.015  # 4000 rows: SE 0.005
+    assert torch.equal(drop_prompts(prompts, 0.0, 0, torch.Generator()), prompts)
