@@ -1,0 +1,339 @@
+"""Model families behind one interface: what the rest of ddmrl needs from a masked diffusion model.
+
+The samplers, likelihoods and trainers only use ``model(input_ids).logits`` [B, L, V] and a mask token id. An
+adapter adds, per family, the mask id, how a prompt is built and tokenised, and (MMaDA) the text-to-image
+layout and image decoding:
+
+* ``tiny``: the embedded TinyDDM (``ddmrl.models.tiny``), prompts used as they are.
+* ``llada``: LLaDA-8B-Instruct (Nie et al. 2025; ``GSAI-ML/LLaDA-8B-Instruct``), model class ``LLaDAModelLM``
+  from the checkpoint's own ``modeling_llada.py`` (remote code), mask id 126336. Prompts are built as d1 does
+  (Zhao et al. 2025, ``eval/*.py``): one user turn ``system_prompt + "\\n\\n" + question`` through the chat
+  template with ``add_generation_prompt=True``, then the literal ``<reasoning>`` appended (assistant prefill);
+  tokenised with the tokenizer's defaults, left-padded (pad = EOS, never the mask id).
+* ``mmada``: MMaDA-8B-Base (Yang et al. 2025), text as LLaDA, plus the T2I layout of ``ddmrl.models.mmada``;
+  ``MMadaModelLM`` and MAGVIT-v2 come from the user's checkout of Gen-Verse/MMaDA (``mmada_code``).
+* ``hf_masked_lm``: any ``AutoModelForMaskedLM`` checkpoint and its tokenizer's ``mask_token_id``.
+
+:func:`load_model` never downloads: ``path_or_id`` is a local directory (the download stage's output, see
+``ddmrl.hub``) or a hub id already in the Hugging Face cache; anything else fails at once with the command that
+downloads it. Remote code runs only with ``trust_remote_code: true``, and for a hub id only at a pinned commit.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, BatchEncoding
+
+from ddmrl.config import ConfigError
+from ddmrl.hub import PINNED_REVISIONS, check_revision, is_commit, is_local, resolve_local
+from ddmrl.models import mmada as mm
+
+__all__ = [
+    "KINDS",
+    "LLADA_MASK_ID",
+    "LLaDAAdapter",
+    "MMaDAAdapter",
+    "MaskedLMAdapter",
+    "ModelAdapter",
+    "ModelSpec",
+    "TinyAdapter",
+    "load_model",
+]
+
+KINDS = ("tiny", "llada", "mmada", "hf_masked_lm")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
+LLADA_MASK_ID = 126336  # <|mdm_mask|> of LLaDA and MMaDA (baselines.md section 0)
+REASONING_PREFILL = "<reasoning>"  # d1's assistant prefill (add_reasoning=True)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Which model to load (the ``model:`` keys of a real-scale profile).
+
+    kind: tiny | llada | mmada | hf_masked_lm.
+    path_or_id: a local directory (normally the download stage's output) or a hub id found in the HF cache.
+    revision: hub revision; with ``trust_remote_code`` and a hub id it must be a 40-hex commit.
+    trust_remote_code: run the checkpoint's own ``modeling_*.py`` (opt-in).
+    dtype: float32 | bfloat16 | float16 | auto (LLaDA/MMaDA are meant for bfloat16).
+    mmada_code: (mmada) a checkout of github.com/Gen-Verse/MMaDA, the directory holding ``models/``.
+    vq_path_or_id / vq_revision: (mmada) MAGVIT-v2 weights (``showlab/magvitv2``), for decoding images.
+    """
+
+    kind: str = "tiny"
+    path_or_id: str = ""
+    revision: str | None = None
+    trust_remote_code: bool = False
+    dtype: str = "float32"
+    mmada_code: str | None = None
+    vq_path_or_id: str | None = None
+    vq_revision: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ConfigError(f"model.kind = {self.kind!r}: unknown value; choose one of {', '.join(KINDS)}")
+        if not isinstance(self.path_or_id, str) or not self.path_or_id.strip():
+            raise ConfigError(f"model.path_or_id = {self.path_or_id!r}: must name a local directory or a hub id")
+        if not isinstance(self.trust_remote_code, bool):
+            raise ConfigError(f"model.trust_remote_code = {self.trust_remote_code!r}: must be true or false")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"model.dtype = {self.dtype!r}: unknown value; choose one of {', '.join(DTYPES)}")
+        for key in ("revision", "vq_revision"):
+            try:
+                check_revision(getattr(self, key), f"model.{key}")
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+        if self.trust_remote_code and self.revision is not None and not is_commit(self.revision):
+            # a branch or tag with remote code is refused whatever the path: its code can change under the name
+            try:
+                check_revision(self.revision, "model.revision", require_commit=True)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+        for key in ("mmada_code", "vq_path_or_id"):
+            if getattr(self, key) is not None and self.kind != "mmada":
+                raise ConfigError(f"model.{key} = {getattr(self, key)!r}: only used with model.kind: mmada")
+        if self.kind == "tiny" and self.trust_remote_code:
+            raise ConfigError("model.trust_remote_code = True: the tiny model has no remote code; set it to false")
+
+    @property
+    def torch_dtype(self) -> torch.dtype | str:
+        return DTYPES[self.dtype]
+
+
+# ------------------------------------------------------------------------------------------------ adapters
+
+
+class ModelAdapter:
+    """Per-family glue: mask id, prompt text, tokenisation, and the forward call that returns logits."""
+
+    kind = "base"
+
+    def __init__(self, tokenizer: Any, mask_token_id: int) -> None:
+        self.tokenizer = tokenizer
+        self.mask_token_id = int(mask_token_id)
+        if tokenizer.pad_token_id is not None and tokenizer.pad_token_id == self.mask_token_id:
+            raise ValueError(
+                f"the tokenizer's pad id equals the mask id {self.mask_token_id}: padded prompts would read as masks"
+            )
+
+    @property
+    def pad_token_id(self) -> int | None:
+        return self.tokenizer.pad_token_id
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.tokenizer.eos_token_id
+
+    def build_prompt(self, question: str, system_prompt: str | None = None) -> str:
+        """The model input text: ``system_prompt + "\\n\\n" + question`` (or the question alone)."""
+        return question if system_prompt is None else system_prompt + "\n\n" + question
+
+    def encode_prompts(self, prompts: Sequence[str]) -> BatchEncoding:
+        """``input_ids`` and ``attention_mask`` [B, Lp], left-padded to the longest, tokenizer's default special
+        tokens (as d1's ``tokenizer(prompts, padding_side="left", padding="longest")``)."""
+        return self.tokenizer(list(prompts), padding="longest", padding_side="left", return_tensors="pt")
+
+    def logits(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """[B, L] -> [B, L, V]; ``attention_mask`` is passed on only when given."""
+        if attention_mask is None:
+            return model(input_ids).logits
+        return model(input_ids, attention_mask=attention_mask).logits
+
+
+class TinyAdapter(ModelAdapter):
+    """The embedded TinyDDM: the task's prompt strings are already the model input."""
+
+    kind = "tiny"
+
+    def logits(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return model(input_ids).logits  # TinyDDM attends everywhere; prompts of a task have one length
+
+
+class MaskedLMAdapter(ModelAdapter):
+    """Any ``AutoModelForMaskedLM``: mask id = the tokenizer's ``mask_token_id``."""
+
+    kind = "hf_masked_lm"
+
+
+class LLaDAAdapter(ModelAdapter):
+    """LLaDA-8B-Instruct with d1's prompt format (chat template + ``<reasoning>`` prefill)."""
+
+    kind = "llada"
+
+    def build_prompt(self, question: str, system_prompt: str | None = None, add_reasoning: bool = True) -> str:
+        """d1: ``apply_chat_template([{"role": "user", "content": system_prompt + "\\n\\n" + question}],
+        add_generation_prompt=True, tokenize=False)`` + ``"<reasoning>"`` when ``add_reasoning``."""
+        content = super().build_prompt(question, system_prompt)
+        text = self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
+        )
+        return text + REASONING_PREFILL if add_reasoning else text
+
+    def logits(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        # d1 and LLaDA's generate() pass no attention mask (left pads are attended); pass one only when asked
+        return super().logits(model, input_ids, attention_mask)
+
+
+class MMaDAAdapter(LLaDAAdapter):
+    """MMaDA-8B-Base: LLaDA's text interface plus text-to-image (``ddmrl.models.mmada``)."""
+
+    kind = "mmada"
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        mask_token_id: int,
+        mmada_code: str | None = None,
+        vq_path_or_id: str | None = None,
+        vq_revision: str | None = None,
+    ) -> None:
+        super().__init__(tokenizer, mask_token_id)
+        self.mmada_code = mmada_code
+        self.vq_path_or_id = vq_path_or_id
+        self.vq_revision = vq_revision
+        self._vq: Any = None
+
+    def t2i_layout(self, max_seq_length: int = 512, num_image_tokens: int = 1024, **ids: int) -> mm.T2ILayout:
+        """The T2I layout for this tokenizer: BOS/EOS from it, code 0 at ``len(tokenizer)`` (as MMaDA), mask id
+        of the model; ``<|t2i|>``/``<|soi|>``/``<|eoi|>``/``[iPAD]`` at MMaDA's reserved ids unless given."""
+        fields = dict(
+            max_seq_length=max_seq_length,
+            num_image_tokens=num_image_tokens,
+            image_offset=len(self.tokenizer),
+            mask_token_id=self.mask_token_id,
+            bos_id=self.tokenizer.bos_token_id,
+            eos_id=self.tokenizer.eos_token_id,
+        )
+        fields.update(ids)
+        return mm.T2ILayout(**fields)
+
+    def encode_captions(self, captions: Sequence[str]) -> list[list[int]]:
+        """Caption token ids as MMaDA's ``UniversalPrompting`` takes them (tokenizer defaults, no padding)."""
+        return [self.tokenizer(c)["input_ids"] for c in captions]
+
+    def t2i_logits(
+        self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, layout: mm.T2ILayout
+    ) -> torch.Tensor:
+        """Code logits [B, N, codebook] of a T2I batch; pads masked out through MMaDA's ``attention_bias``."""
+        out = model(input_ids, attention_bias=mm.attention_bias(attention_mask)).logits  # [B, L, V]
+        return layout.code_logits(out)
+
+    def vq(self) -> Any:
+        """MAGVIT-v2, loaded on first use from ``vq_path_or_id`` with the class from ``mmada_code``."""
+        if self._vq is None:
+            if self.vq_path_or_id is None:
+                raise RuntimeError(
+                    "model.vq_path_or_id is not set: MMaDA decodes images with MAGVIT-v2; download it with "
+                    f"`hf download showlab/magvitv2 --revision {PINNED_REVISIONS['showlab/magvitv2']} --local-dir "
+                    "<dir>/magvitv2` and set model.vq_path_or_id to that directory"
+                )
+            path = resolve_local(self.vq_path_or_id, self.vq_revision, key="model.vq_path_or_id")
+            self._vq = mm.load_magvit(path, self.mmada_code)
+        return self._vq
+
+    def decode_images(self, codes: torch.Tensor, layout: mm.T2ILayout) -> torch.Tensor:
+        """Codes [B, N] -> uint8 images [B, H, W, 3] with MAGVIT-v2."""
+        return mm.decode_images(self.vq(), codes, layout.codebook_size)
+
+
+# ------------------------------------------------------------------------------------------------ loading
+
+
+def _auto_map(local: Path) -> dict[str, Any] | None:
+    try:
+        cfg = json.loads((local / "config.json").read_text())
+    except FileNotFoundError:
+        raise RuntimeError(f"{local}: no config.json (not a Hugging Face model directory)") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise RuntimeError(f"{local}/config.json: cannot be read ({e})") from None
+    return cfg.get("auto_map")
+
+
+def _local_dir(spec: ModelSpec) -> Path:
+    """The checkpoint directory, after the remote-code policy: a hub id with remote code needs a pinned commit."""
+    if not is_local(spec.path_or_id) and spec.trust_remote_code:
+        try:
+            check_revision(spec.revision, "model.revision", require_commit=True)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+    local = resolve_local(spec.path_or_id, spec.revision, key="model.path_or_id")
+    if not local.is_dir():
+        raise RuntimeError(f"model.path_or_id = {spec.path_or_id!r}: not a directory")
+    return local
+
+
+def _refuse_remote_code(spec: ModelSpec, local: Path, why: str) -> None:
+    auto_map = _auto_map(local)
+    if not spec.trust_remote_code and (auto_map or why):
+        shown = f" (config.json auto_map: {', '.join(sorted(set(map(str, auto_map.values()))))})" if auto_map else ""
+        raise ConfigError(
+            f"model.trust_remote_code = false: {local} runs its own model code{shown}{why}; set "
+            "model.trust_remote_code: true to run it (a hub id also needs model.revision pinned to a commit)"
+        )
+
+
+def _checked_mask_id(mask_id: int | None, model: Any, what: str) -> int:
+    if mask_id is None:
+        raise RuntimeError(f"{what}: no mask token id (a masked diffusion model needs one)")
+    vocab = model.get_input_embeddings().num_embeddings
+    if not 0 <= int(mask_id) < vocab:
+        raise RuntimeError(f"{what}: mask token id {mask_id} is outside the model's vocabulary of {vocab}")
+    return int(mask_id)
+
+
+def _load(what: str, local: Path, fn, *args, **kwargs) -> Any:
+    """``fn(local, ...)``; transformers' errors (often several lines) become one line naming the directory."""
+    try:
+        return fn(local, *args, **kwargs)
+    except (OSError, ValueError, KeyError, ImportError) as e:
+        first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        raise RuntimeError(f"{local}: cannot load the {what} ({type(e).__name__}: {first})") from e
+
+
+def load_model(spec: ModelSpec) -> tuple[Any, Any, ModelAdapter]:
+    """``(model, tokenizer, adapter)`` for ``spec``; the model is in eval mode on the CPU (move it yourself).
+
+    Raises ``ConfigError`` for a policy violation (remote code not opted in, unpinned hub revision) and
+    ``RuntimeError`` (one line, saying what to download or install and where) for missing weights or code.
+    """
+    if spec.kind == "tiny":
+        from ddmrl.models.checkpoint import load_checkpoint
+
+        if not is_local(spec.path_or_id):
+            raise RuntimeError(
+                f"model.path_or_id = {spec.path_or_id!r}: the tiny model is built by the download stage; "
+                "no such directory"
+            )
+        model, tok = load_checkpoint(spec.path_or_id)
+        return model, tok, TinyAdapter(tok, tok.mask_token_id)
+
+    local = _local_dir(spec)
+    remote, dtype = spec.trust_remote_code, spec.torch_dtype
+    if spec.kind == "hf_masked_lm":
+        _refuse_remote_code(spec, local, "")
+        model = _load("model", local, AutoModelForMaskedLM.from_pretrained, trust_remote_code=remote, dtype=dtype)
+        tok = _load("tokenizer", local, AutoTokenizer.from_pretrained, trust_remote_code=remote)
+        mask_id = _checked_mask_id(tok.mask_token_id, model, f"{local} (tokenizer)")
+        return model.eval(), tok, MaskedLMAdapter(tok, mask_id)
+
+    if spec.kind == "llada":
+        _refuse_remote_code(spec, local, " (LLaDAModelLM lives in the checkpoint's modeling_llada.py)")
+        model = _load("model", local, AutoModel.from_pretrained, trust_remote_code=True, dtype=dtype)
+        tok = _load("tokenizer", local, AutoTokenizer.from_pretrained, trust_remote_code=True, padding_side="left")
+        mask_id = getattr(model.config, "mask_token_id", None)
+        mask_id = _checked_mask_id(LLADA_MASK_ID if mask_id is None else mask_id, model, str(local))
+        return model.eval(), tok, LLaDAAdapter(tok, mask_id)
+
+    # mmada: the model class comes from the user's MMaDA checkout (explicitly configured), not from the hub
+    package = mm.import_mmada(spec.mmada_code)
+    model = _load("model", local, package.MMadaModelLM.from_pretrained, dtype=dtype)
+    tok = _load("tokenizer", local, AutoTokenizer.from_pretrained, padding_side="left")
+    mask_id = getattr(model.config, "mask_token_id", None)
+    mask_id = _checked_mask_id(LLADA_MASK_ID if mask_id is None else mask_id, model, str(local))
+    adapter = MMaDAAdapter(tok, mask_id, spec.mmada_code, spec.vq_path_or_id, spec.vq_revision)
+    return model.eval(), tok, adapter
