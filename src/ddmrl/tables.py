@@ -238,7 +238,9 @@ def contact_sheet(folder: str | Path, prompts: list[str], path: str | Path, titl
     from PIL import Image
 
     folder = Path(folder)
-    fig, axes = plt.subplots(len(prompts), 1, figsize=(6, 1.25 * len(prompts) + 0.4), squeeze=False)
+    samples = len(list((folder / prompts[0] / "samples").glob("*.png")))
+    size = (max(4.0, 1.3 * samples), 1.45 * len(prompts) + 0.4)
+    fig, axes = plt.subplots(len(prompts), 1, figsize=size, squeeze=False)
     for ax, name in zip(axes[:, 0], prompts, strict=True):
         samples = sorted((folder / name / "samples").glob("*.png"))
         images = [Image.open(p).convert("RGB") for p in samples]
