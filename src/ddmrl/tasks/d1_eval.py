@@ -251,8 +251,8 @@ def strip_string(string: str) -> str:
 
     >>> strip_string("\\\\dfrac{1}{2}"), strip_string("0.5"), strip_string("1/2"), strip_string("x = 3")
     ('\\\\frac{1}{2}', '\\\\frac{1}{2}', '\\\\frac{1}{2}', '3')
-    >>> strip_string("\\\\left( 3, \\\\sqrt2 \\\\right)"), strip_string("10\\\\%"), strip_string(".5")
-    ('(3,\\\\sqrt{2})', '10', '0.5')
+    >>> strip_string("\\\\left( 3, \\\\sqrt2 \\\\right)"), strip_string("10\\\\%"), strip_string(".25")
+    ('(3,\\\\sqrt{2})', '10', '0.25')
     """
     string = string.replace("\n", "")
     string = string.replace("\\!", "")
