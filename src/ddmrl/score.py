@@ -82,7 +82,9 @@ def _gsm8k_gold(ground_truth: Any, protocol: str) -> float | str | None:
     try:
         return float(ground_truth.replace(",", ""))
     except ValueError:
-        raise ValueError(f"gsm8k ground_truth {ground_truth[:40]!r} is neither a number nor a '####' solution") from None
+        raise ValueError(
+            f"gsm8k ground_truth {ground_truth[:40]!r} is neither a number nor a '####' solution"
+        ) from None
 
 
 def _countdown_gold(ground_truth: Any, question: str) -> tuple[list[int], float]:
@@ -95,7 +97,9 @@ def _countdown_gold(ground_truth: Any, question: str) -> tuple[list[int], float]
             numbers = [int(n) for n in str(ground_truth["input"]).split(",")]
             target = int(ground_truth["output"])
         except ValueError:
-            raise ValueError("countdown ground_truth 'input' must be comma-separated integers and 'output' an integer")
+            raise ValueError(
+                "countdown ground_truth 'input' must be comma-separated integers and 'output' an integer"
+            ) from None
     elif ground_truth is None:
         numbers, target = d1_eval.countdown_from_question(question)
         if not numbers or target is None:
@@ -240,11 +244,14 @@ def _records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
             where = f"{path} item {i}"
             if not isinstance(item, dict) or "generations" not in item:
                 raise DataError(f"{where}: expected an object with 'generations', 'question' and 'ground_truth'")
-            yield where, {
-                "question": item.get("question", ""),
-                "ground_truth": item.get("ground_truth"),
-                "generation": item["generations"],
-            }
+            yield (
+                where,
+                {
+                    "question": item.get("question", ""),
+                    "ground_truth": item.get("ground_truth"),
+                    "generation": item["generations"],
+                },
+            )
         return
     records = read_jsonl(path, required=("question", "ground_truth", "generation"))
     raw_lines = path.read_bytes().split(b"\n")  # read_jsonl has checked that every line decodes
@@ -253,9 +260,7 @@ def _records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
         yield f"{path} line {n}", record
 
 
-def score_records(
-    task: str, protocol: str, paths: Sequence[str | Path], details: bool = False
-) -> dict[str, Any]:
+def score_records(task: str, protocol: str, paths: Sequence[str | Path], details: bool = False) -> dict[str, Any]:
     """Score every item of ``paths`` (pooled); a bad record raises :class:`DataError` naming file and line."""
     if protocol == "math_verify" and task not in ("gsm8k", "math500"):
         raise DataError(f"--protocol math_verify scores gsm8k and math500, not {task}")

@@ -120,7 +120,7 @@ def solve_countdown(numbers: Sequence[int], target: int) -> str | None:
     """One expression using every number once that equals ``target`` (exact arithmetic), or ``None``.
 
     >>> solve_countdown([30, 100, 93], 23)
-    '(30+93)-100'
+    '(30-100)+93'
     """
     ops = "+-*/"
 
@@ -170,7 +170,9 @@ def _plain(value: Any) -> Any:
 
 
 def _from_datasets(data: Any, split: str | None, source: str) -> list[dict[str, Any]]:
-    if hasattr(data, "keys") and not hasattr(data, "column_names"):  # a DatasetDict
+    import datasets
+
+    if isinstance(data, datasets.DatasetDict | datasets.IterableDatasetDict):
         if split is None or split not in data:
             raise DataError(f"{source}: choose a split among {', '.join(data.keys())} (got {split!r})")
         data = data[split]
@@ -333,7 +335,11 @@ _SPECS: dict[str, _Spec] = {
         _gsm8k, "openai/gsm8k", "main", "test", _hf_hint("openai/gsm8k", "main", "test", "gsm8k_test.jsonl")
     ),
     "math500": _Spec(
-        _math500, "HuggingFaceH4/MATH-500", None, "test", _hf_hint("HuggingFaceH4/MATH-500", None, "test", "math500.jsonl")
+        _math500,
+        "HuggingFaceH4/MATH-500",
+        None,
+        "test",
+        _hf_hint("HuggingFaceH4/MATH-500", None, "test", "math500.jsonl"),
     ),
     "mbpp": _Spec(
         _mbpp,
@@ -434,7 +440,9 @@ def load_benchmark(
         raise DataError(f"'{source}' is not a local path; {name} is not on the Hub: download it from {spec.hint}")
     hub_split = split or spec.hub_split
     records = load_records(
-        source, hub_config=spec.hub_config, split=None if is_local and Path(source).is_file() else hub_split,
+        source,
+        hub_config=spec.hub_config,
+        split=None if is_local and Path(source).is_file() else hub_split,
         download_hint=spec.hint,
     )
     examples = [spec.build(r, i, f"{source} record {i + 1}", style) for i, r in enumerate(records)]
@@ -447,6 +455,6 @@ def load_benchmark(
         examples=examples,
         source=str(source),
         style=style,
-        reasoning_prefill=spec.reasoning_prefill,
+        reasoning_prefill=spec.reasoning_prefill and style == "eval",
         d1_subsample=spec.d1_subsample,
     )

@@ -64,7 +64,9 @@ def math_verify_correct(generation: str, gold: str | float | None, task: str, ti
         return False
     if task == "gsm8k":
         gold_text = _number_text(gold) if isinstance(gold, int | float) else str(gold)
-        gold_parsed = mv.parse(gold_text, extraction_config=[mv.ExprExtractionConfig()], parsing_timeout=timeout_seconds)
+        gold_parsed = mv.parse(
+            gold_text, extraction_config=[mv.ExprExtractionConfig()], parsing_timeout=timeout_seconds
+        )
     elif task == "math500":
         gold_parsed = mv.parse(
             "\\boxed{" + str(gold) + "}",
