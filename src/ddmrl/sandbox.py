@@ -27,6 +27,10 @@ and what each one really guarantees:
   outside the scratch directory. Audit hooks are *not* a security boundary; they contain accidents and ordinary
   runaway code. For adversarial code use a container or VM around this.
 
+Linux only (``resource``, ``os.waitid``, ``/proc``). The limits are set in a ``preexec_fn``; Python documents
+that as unsafe when the calling process has other threads (a rare deadlock between fork and exec), so call
+:func:`run_python` from a process that is not running other Python threads, or from a worker process.
+
 Statuses: ``ok`` (ran to the end), ``failed`` (an ``AssertionError``: a test failed), ``timeout`` (wall or CPU
 limit), ``memory`` (``MemoryError``), ``error`` (anything else: syntax error, other exception, a refused
 operation, ``exit()`` before the end, death by a signal, or a program that ended without reaching its end).

@@ -168,6 +168,22 @@ def test_scratch_directory_is_the_cwd_and_is_removed():
     assert scratch.name == "work" and not scratch.exists() and not scratch.parent.exists()
 
 
+def test_file_size_limit():
+    limits = SandboxLimits(timeout_s=5, max_file_mb=1)
+    to_file = run_python("open('big', 'w').write('x' * 3 * 2**20)", limits)
+    assert (to_file.status, to_file.detail) == ("error", "OSError: [Errno 27] File too large")
+    to_stdout = run_python("import sys\nsys.stdout.write('x' * 3 * 2**20)\nsys.stdout.flush()", limits)
+    assert to_stdout.status == "error" and "File too large" in to_stdout.detail
+
+
+def test_docstring_examples():
+    import doctest
+
+    from ddmrl import sandbox
+
+    assert doctest.testmod(sandbox).attempted == 2 and doctest.testmod(sandbox).failed == 0
+
+
 def test_output_is_capped_and_tailed():
     result = run_python("print('x' * 100_000)\nprint('END')", SandboxLimits(timeout_s=5, tail_chars=50))
     assert result.status == "ok" and len(result.stdout) <= 50 and result.stdout.rstrip().endswith("END")
