@@ -126,7 +126,8 @@ def test_build_expands_runs_and_tasks(cfg, stages):
     assert len(runs) == (len(cfg.grpo.methods) * len(tasks) + len(cfg.image.methods) * len(images)) * len(
         cfg.grpo.seeds
     )
-    assert names[:3] == ["download", "sft", "download_image"] and names[-1] == "tables"
+    assert names[:2] == ["download", "sft"] and names[-1] == "tables"
+    assert ("download_image" in names) == bool(images)
     assert [n for n in names if n.startswith("grpo_")] == [f"grpo_{r}" for r in runs]
     assert sorted(n for n in names if n.startswith("rollout_")) == sorted(f"rollout_sft_{t}" for t in tasks)
     assert sorted(n for n in names if n.startswith("reward_")) == sorted(f"reward_sft_{t}" for t in tasks)
@@ -134,7 +135,7 @@ def test_build_expands_runs_and_tasks(cfg, stages):
     evals |= {f"evaluate_base_{t}" for t in images}  # image runs start from the image base model: no SFT row
     assert {n for n in names if n.startswith("evaluate_")} == evals
     credit = len(cfg.grpo.methods) * len(tasks)
-    assert len(stages) == 3 + 4 * len(tasks) + 2 * len(runs) + credit + 1 + len(images)
+    assert len(stages) == 3 + 4 * len(tasks) + 2 * len(runs) + credit + bool(images) + len(images)
     by_name = {s.name: s for s in stages}
     for r in runs:  # each run is evaluated on its own task
         _, task, _ = cfg.run(r)
@@ -142,7 +143,8 @@ def test_build_expands_runs_and_tasks(cfg, stages):
     tables = by_name["tables"]
     image_evals = {e for e in evals if any(f"_{t}" in e for t in images)}
     assert len(dict(tables.args)["--evals"]) == len(evals - image_evals)
-    assert len(dict(tables.args)["--image-results"]) == len(dict(tables.args)["--image-folders"]) == len(image_evals)
+    image_args = [dict(tables.args).get(k, ()) for k in ("--image-results", "--image-folders")]
+    assert [len(a) for a in image_args] == [len(image_evals)] * 2
     assert len(dict(tables.args)["--curves"]) == len(runs)
     assert len(dict(tables.args)["--rollouts"]) == len(tasks)
 
@@ -223,3 +225,30 @@ def test_non_default_profile_makes_the_overlay_a_dep(tmp_path):
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
     stages = dag.build(load(tmp_path / "params.yaml"))
     assert all("profiles/mini.yaml" in s.deps for s in stages)
+
+
+def test_image_branch_stages(tmp_path):
+    """With image tasks: download_image builds the branch, image runs start from its base model (no SFT), their
+    evaluations write GenEval's layout and results, and the tables read those."""
+    raw = yaml.safe_load(PARAMS.read_text())
+    raw["image"]["tasks"] = ["geneval_mini"]
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    cfg = load(path)
+    by_name = {s.name: s for s in dag.build(cfg)}
+    download = by_name["download_image"]
+    assert dict(download.args)["--modality"] == "image"
+    assert set(download.dir_outs) == {"data/download/image/tasks", "data/download/image/base"}
+    assert "image.model" in download.params and "model" not in download.params
+    for m in cfg.image.methods:
+        run = by_name[f"grpo_{m}_geneval_mini_s0"]
+        assert dict(run.args)["--model"] == "data/download/image/base"
+        assert dict(run.args)["--tasks"] == "data/download/image/tasks"
+        assert "image.grpo" in run.params
+        ev = by_name[f"evaluate_{m}_geneval_mini_s0"]
+        assert dict(ev.args)["--images"] == f"data/evaluate/{m}_geneval_mini_s0/geneval_mini"
+        assert ev.dir_outs == (dict(ev.args)["--images"],) and "image.evaluate" in ev.params
+    assert "evaluate_sft_geneval_mini" not in by_name and "credit_unigrpo_geneval_mini" not in by_name
+    tables = dict(by_name["tables"].args)
+    assert len(tables["--image-results"]) == len(tables["--image-folders"]) == 1 + len(cfg.image.methods)
+    assert set(tables["--image-folders"]) <= set(by_name["tables"].deps)
