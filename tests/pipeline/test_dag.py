@@ -217,3 +217,33 @@ def test_non_default_profile_makes_the_overlay_a_dep(tmp_path):
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
     stages = dag.build(load(tmp_path / "params.yaml"))
     assert all("profiles/mini.yaml" in s.deps for s in stages)
+
+
+def test_training_stages_launch_with_python_unless_params_say_accelerate(tmp_path, stages):
+    """The default commands stay ``python stages/...``; ``launch: {launcher: accelerate}`` prefixes the same script
+    and flags with ``accelerate launch`` and asks the scheduler for one GPU per process."""
+    assert all(s.launcher == ("python",) and s.resources == () for s in stages)
+
+    def edit(raw):
+        raw["sft"]["launch"] = {"launcher": "accelerate", "num_processes": 4}
+        raw["methods"]["rebrl"]["launch"] = {
+            "launcher": "accelerate",
+            "config_file": "configs/accelerate/zero2.yaml",
+            "num_processes": 8,
+        }
+
+    after = {s.name: s for s in dag.build(edited_config(tmp_path, edit))}
+    before = {s.name: s for s in stages}
+    assert after["sft"].cmd == (
+        "accelerate launch --config_file configs/accelerate/ddp.yaml --num_processes 4 "
+        + before["sft"].cmd.removeprefix("python ")
+    )
+    assert after["sft"].resources == (("gpu", 4),)
+    changed = {n for n in before if before[n].cmd != after[n].cmd}
+    rebrl = {n for n in before if n.startswith("grpo_rebrl_")}
+    assert rebrl and changed == {"sft", *rebrl}
+    for n in rebrl:
+        assert after[n].cmd.startswith(
+            "accelerate launch --config_file configs/accelerate/zero2.yaml --num_processes 8 stages/grpo.py --params"
+        )
+        assert after[n].resources == (("gpu", 8),)
