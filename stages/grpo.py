@@ -10,6 +10,11 @@ mu inner iterations on views drawn from stored seeds, token-level clipped ratio 
         --checkpoints data/checkpoints/grpo_rebrl_sudoku4_s0
 
 With ``save_steps`` the run checkpoints to ``--checkpoints`` and a rerun after a kill resumes there.
+
+On several GPUs the same command runs under accelerate (``grpo.launch``; docs/distributed.md), e.g.
+``accelerate launch --config_file configs/accelerate/zero2.yaml --num_processes 8 stages/grpo.py ...``: every process
+trains on its share of the prompts, the main process writes the outputs. With ``lora.r > 0`` the saved model has its
+adapters merged in.
 """
 
 import argparse
@@ -21,10 +26,11 @@ from pathlib import Path
 from ddmrl import config
 from ddmrl.cli import run_stage, write_csv
 from ddmrl.io import write_json
-from ddmrl.models.checkpoint import load_checkpoint, save_checkpoint
-from ddmrl.models.layout import for_task, unwrap
+from ddmrl.models.checkpoint import load_checkpoint
+from ddmrl.models.layout import for_task
 from ddmrl.seeding import derive_seed, seed_everything
 from ddmrl.tasks.store import load_task, training_draw
+from ddmrl.training import distributed as dist
 from ddmrl.training.grpo import train_grpo
 from ddmrl.training.resume import Checkpointer, file_digest, fingerprint
 
@@ -43,39 +49,54 @@ def main() -> None:
     cfg = config.load(args.params)
     gcfg, task_name, seed = cfg.run(args.run)
     run_seed = derive_seed(cfg.seed, "grpo", args.run)
-    seed_everything(run_seed)
+    seed_everything(run_seed)  # the same on every process (adapter initialisation)
     start = time.time()
 
+    # loaded whole before the Accelerator exists (under ZeRO-3 transformers would otherwise load it partitioned)
     task, held_out = load_task(args.tasks, task_name)
     policy, tok = load_checkpoint(args.model)
-    policy = for_task(policy, tok, task)  # images: MMaDA's layout, logits sliced to the image codes
-    ref = copy.deepcopy(policy).requires_grad_(False)
-    draw = training_draw(task, held_out, run_seed, "grpo", gcfg.num_prompts)
+    ref = None if gcfg.lora.r else copy.deepcopy(policy).requires_grad_(False)  # LoRA: the base is the reference
+    policy = dist.prepare_model(policy, gcfg.mixed_precision, gcfg.gradient_checkpointing, gcfg.lora)
+    # images: MMaDA's layout (prompt, <soi>, image, <eoi>), logits sliced to the image codes
+    policy, ref = for_task(policy, tok, task), ref if ref is None else for_task(ref, tok, task)
+    acc = dist.make_accelerator(gcfg.mixed_precision, gcfg.gradient_accumulation_steps)
+    draw = training_draw(task, held_out, run_seed, "grpo", gcfg.num_prompts)  # the global batch; each process shards
     run_id = fingerprint(
-        "grpo", args.run, run_seed, dataclasses.asdict(gcfg), file_digest(Path(args.model) / "model.safetensors")
+        "grpo",
+        args.run,
+        run_seed,
+        dataclasses.asdict(gcfg),
+        file_digest(Path(args.model) / "model.safetensors"),
+        *dist.fingerprint_parts(acc),
     )
     ckpt = Checkpointer(args.checkpoints, run_id, gcfg.save_total_limit)
-    curve, timing = train_grpo(policy, ref, tok, task, draw, gcfg, run_seed, checkpointer=ckpt)
+    print(f"grpo: process {acc.process_index + 1}/{acc.num_processes} on {acc.device}", flush=True)
+    curve, timing = train_grpo(policy, ref, tok, task, draw, gcfg, run_seed, checkpointer=ckpt, accelerator=acc)
 
-    save_checkpoint(unwrap(policy), tok, args.model_out)
-    write_csv(args.curve, curve)
-    write_json(
-        args.metrics,
-        {
-            "run": args.run,
-            "method": gcfg.method,
-            "task": task_name,
-            "seed": seed,
-            "run_seed": run_seed,  # every draw of the run derives from it (ddmrl.seeding.derive_seed)
-            "steps": curve[-1]["step"],
-            "reward_first": curve[0]["reward"],
-            "reward_last": curve[-1]["reward"],
-            "seconds": time.time() - start,
-            "timing": dataclasses.asdict(timing),
-            "nonfinite_skipped": curve[-1]["nonfinite_skipped"],
-        },
-    )
-    ckpt.clear()
+    dist.report_weights(acc, policy, "grpo")
+    dist.save_policy(acc, policy, tok, args.model_out)  # main process only; LoRA adapters merged
+    if acc.is_main_process:
+        write_csv(args.curve, curve)
+        write_json(
+            args.metrics,
+            {
+                "run": args.run,
+                "method": gcfg.method,
+                "task": task_name,
+                "seed": seed,
+                "run_seed": run_seed,  # every draw of the run derives from it (ddmrl.seeding.derive_seed)
+                "steps": curve[-1]["step"],
+                "reward_first": curve[0]["reward"],
+                "reward_last": curve[-1]["reward"],
+                "seconds": time.time() - start,
+                "timing": dataclasses.asdict(timing),
+                "nonfinite_skipped": curve[-1]["nonfinite_skipped"],
+                "num_processes": acc.num_processes,
+            },
+        )
+        ckpt.clear()
+    acc.wait_for_everyone()
+    acc.end_training()
 
 
 if __name__ == "__main__":

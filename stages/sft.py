@@ -6,6 +6,9 @@ Training pairs are drawn fresh from each task's generator, disjoint from the hel
     python stages/sft.py --params params.yaml --tasks data/download/tasks --model data/download/base \
         --model-out data/sft/model --metrics data/sft/metrics.json --curve data/sft/curve.csv \
         --checkpoints data/checkpoints/sft
+
+On several GPUs the same command runs under accelerate (``sft.launch``; docs/distributed.md): every process trains
+on its share of each batch, the main process writes the outputs (LoRA adapters merged in).
 """
 
 import argparse
@@ -16,9 +19,10 @@ from pathlib import Path
 from ddmrl import config
 from ddmrl.cli import run_stage, write_csv
 from ddmrl.io import write_json
-from ddmrl.models.checkpoint import load_checkpoint, save_checkpoint
+from ddmrl.models.checkpoint import load_checkpoint
 from ddmrl.seeding import generator, seed_everything
 from ddmrl.tasks.store import load_task, training_draw
+from ddmrl.training import distributed as dist
 from ddmrl.training.data import encode_examples
 from ddmrl.training.mdm import train_mdm
 from ddmrl.training.resume import Checkpointer, file_digest, fingerprint
@@ -35,27 +39,46 @@ def main() -> None:
     ap.add_argument("--checkpoints", help="directory for resumable checkpoints (not an output)")
     args = ap.parse_args()
     cfg = config.load(args.params)
-    seed_everything(cfg.seed)
+    sc = cfg.sft
+    seed_everything(cfg.seed)  # the same on every process (adapter initialisation)
     start = time.time()
 
+    # loaded whole before the Accelerator exists (under ZeRO-3 transformers would otherwise load it partitioned)
     model, tok = load_checkpoint(args.model)
+    model = dist.prepare_model(model, sc.mixed_precision, sc.gradient_checkpointing, sc.lora)
+    acc = dist.make_accelerator(sc.mixed_precision)
+    rank, world = acc.process_index, acc.num_processes
     tasks = [load_task(args.tasks, name) for name in cfg.tasks]
-    draws = [training_draw(task, held_out, cfg.seed, "sft", cfg.sft.batch_size) for task, held_out in tasks]
+    draws = [training_draw(task, held_out, cfg.seed, "sft", sc.batch_size) for task, held_out in tasks]
 
-    def next_batch(step: int):
+    def next_batch(step: int):  # this process's share of the step's global batch
         i = step % len(tasks)
-        return encode_examples(tok, tasks[i][0], draws[i](step))
+        return encode_examples(tok, tasks[i][0], dist.shard(draws[i](step), rank, world, "sft.batch_size"))
 
     run_id = fingerprint(
-        "sft", cfg.seed, cfg.tasks, dataclasses.asdict(cfg.sft), file_digest(Path(args.model) / "model.safetensors")
+        "sft",
+        cfg.seed,
+        cfg.tasks,
+        dataclasses.asdict(sc),
+        file_digest(Path(args.model) / "model.safetensors"),
+        *dist.fingerprint_parts(acc),
     )
-    ckpt = Checkpointer(args.checkpoints, run_id, cfg.sft.save_total_limit)
-    curve = train_mdm(model, next_batch, cfg.sft, "sft", generator(cfg.seed, "sft"), "sft", ckpt)
+    ckpt = Checkpointer(args.checkpoints, run_id, sc.save_total_limit)
+    print(f"sft: process {rank + 1}/{world} on {acc.device}", flush=True)
+    gen = generator(dist.rank_seed(cfg.seed, rank), "sft")  # this process's masking draws
+    curve = train_mdm(model, next_batch, sc, "sft", gen, "sft", ckpt, accelerator=acc)
 
-    save_checkpoint(model, tok, args.model_out)
-    write_csv(args.curve, curve)
-    write_json(args.metrics, {"sft_loss": curve[-1]["loss"] if curve else None, "seconds": time.time() - start})
-    ckpt.clear()
+    dist.report_weights(acc, model, "sft")
+    dist.save_policy(acc, model, tok, args.model_out)  # main process only; LoRA adapters merged
+    if acc.is_main_process:
+        write_csv(args.curve, curve)
+        write_json(
+            args.metrics,
+            {"sft_loss": curve[-1]["loss"] if curve else None, "seconds": time.time() - start, "num_processes": world},
+        )
+        ckpt.clear()
+    acc.wait_for_everyone()
+    acc.end_training()
 
 
 if __name__ == "__main__":

@@ -34,6 +34,60 @@ class ConfigError(ValueError):
 # ------------------------------------------------------------------------------------------------ sections
 
 
+# --------------------------------------------------------------------------------------- scale (training stages)
+
+MIXED_PRECISION = ("no", "bf16", "fp16")
+LAUNCHERS = ("python", "accelerate")
+
+
+@dataclass(frozen=True)
+class LoraConfig:
+    """LoRA adapters (Hu et al. 2022) through peft; ``r = 0`` trains every weight. d1 uses r 128, alpha 64, dropout
+    0.05 on the attention and MLP projections (baselines.md 1.6). Saved models have the adapters merged in."""
+
+    r: int = 0  # adapter rank (0 = off: full fine-tuning)
+    alpha: float = 16.0  # peft lora_alpha (the update is scaled by alpha / r)
+    dropout: float = 0.0  # dropout on the adapter input
+    target_modules: tuple[str, ...] = ("all-linear",)  # module names, or all-linear (every Linear but the LM head)
+
+    def __post_init__(self) -> None:
+        _check(self.r >= 0, "r", self.r, "must be >= 0 (0 = no adapters)")
+        _check(self.alpha > 0, "alpha", self.alpha, "must be > 0")
+        _check(0.0 <= self.dropout < 1.0, "dropout", self.dropout, "must be in [0, 1)")
+        _check(len(self.target_modules) >= 1, "target_modules", list(self.target_modules), "must name a module")
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """How the engines start a training stage: ``python stages/X.py ...`` or, for several GPUs,
+    ``accelerate launch --config_file F --num_processes N stages/X.py ...`` (DDP, DeepSpeed ZeRO or FSDP)."""
+
+    launcher: str = "python"  # python | accelerate
+    config_file: str = "configs/accelerate/ddp.yaml"  # accelerate config (ddp, zero2, zero3, fsdp)
+    num_processes: int = 1  # processes, one per GPU (the job's GPU count on SLURM)
+
+    def __post_init__(self) -> None:
+        _check_choice("launcher", self.launcher, LAUNCHERS)
+        _check(self.num_processes >= 1, "num_processes", self.num_processes, "must be >= 1")
+        _check(
+            self.launcher == "python" or bool(self.config_file),
+            "config_file",
+            self.config_file,
+            "must name an accelerate config file (configs/accelerate/*.yaml)",
+        )
+
+
+def _check_scale(cfg: Any) -> None:
+    """The scale keys shared by the sft and grpo sections."""
+    _check_choice("mixed_precision", cfg.mixed_precision, MIXED_PRECISION)
+    _check(
+        cfg.launch.launcher == "accelerate" or cfg.launch.num_processes == 1,
+        "launch.num_processes",
+        cfg.launch.num_processes,
+        "needs launch.launcher: accelerate (python runs one process)",
+    )
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """TinyDDM architecture (embedded profiles) or a checkpoint to download (paper profiles)."""
@@ -88,6 +142,20 @@ class DownloadConfig:
 
     def __post_init__(self) -> None:
         _check(self.num_eval >= 1, "num_eval", self.num_eval, "must be >= 1")
+
+
+@dataclass(frozen=True)
+class SFTConfig(TrainConfig):
+    """The sft stage: a supervised run plus how it uses the hardware (``ddmrl.training.distributed``)."""
+
+    mixed_precision: str = "no"  # no | bf16 | fp16 (accelerate autocast; fp32 master weights)
+    gradient_checkpointing: bool = False  # recompute activations in backward (models that support it)
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_scale(self)
 
 
 @dataclass(frozen=True)
@@ -180,8 +248,14 @@ class GRPOConfig:
     on_nonfinite: str = "skip"  # a non-finite reward, advantage or loss: skip the step (and count it) | stop
     save_steps: int = 0  # checkpoint at the first rollout-batch boundary after every this many steps (0 = never)
     save_total_limit: int = 2  # checkpoints kept
+    # scale (ddmrl.training.distributed): precision, memory, adapters, launcher
+    mixed_precision: str = "no"  # no | bf16 | fp16 (accelerate autocast; fp32 master weights)
+    gradient_checkpointing: bool = False  # recompute activations in backward (models that support it)
+    lora: LoraConfig = field(default_factory=LoraConfig)  # r > 0: train adapters; the reference = adapters off
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
 
     def __post_init__(self) -> None:
+        _check_scale(self)
         _check(
             self.num_generations >= 2,
             "num_generations",
@@ -261,7 +335,7 @@ class Config:
     task_params: dict[str, dict[str, Any]]
     model: ModelConfig
     download: DownloadConfig
-    sft: TrainConfig
+    sft: SFTConfig
     rollout: RolloutConfig
     evaluate: EvaluateConfig
     grpo: GRPOSection
@@ -393,7 +467,7 @@ def _build_config(raw: dict[str, Any]) -> Config:
         task_params=task_params,
         model=_section(ModelConfig, raw.get("model", {}), "model"),
         download=_section(DownloadConfig, raw.get("download", {}), "download"),
-        sft=_section(TrainConfig, raw.get("sft", {}), "sft"),
+        sft=_section(SFTConfig, raw.get("sft", {}), "sft"),
         rollout=_section(RolloutConfig, raw.get("rollout", {}), "rollout"),
         evaluate=_section(EvaluateConfig, raw.get("evaluate", {}), "evaluate"),
         grpo=grpo,

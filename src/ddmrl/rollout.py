@@ -54,8 +54,10 @@ def sampler_kwargs(sampler: SamplerConfig, completion_length: int) -> dict:
 def rollout(
     model, tok, task: Task, examples: list[Example], num_generations: int, sampler: SamplerConfig, gen: torch.Generator
 ) -> Rollouts:
-    """Sample ``num_generations`` completions for each example (prompts repeated consecutively)."""
-    prompts = encode_prompts(tok, task, examples).repeat_interleave(num_generations, 0)  # [N, P]
+    """Sample ``num_generations`` completions for each example (prompts repeated consecutively), on the device of
+    the model's parameters (the returned tensors live there too)."""
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    prompts = encode_prompts(tok, task, examples).repeat_interleave(num_generations, 0).to(device)  # [N, P]
     generate = SAMPLERS[sampler.name]
     out = generate(
         model,

@@ -252,3 +252,33 @@ def test_image_branch_stages(tmp_path):
     tables = dict(by_name["tables"].args)
     assert len(tables["--image-results"]) == len(tables["--image-folders"]) == 1 + len(cfg.image.methods)
     assert set(tables["--image-folders"]) <= set(by_name["tables"].deps)
+
+
+def test_training_stages_launch_with_python_unless_params_say_accelerate(tmp_path, stages):
+    """The default commands stay ``python stages/...``; ``launch: {launcher: accelerate}`` prefixes the same script
+    and flags with ``accelerate launch`` and asks the scheduler for one GPU per process."""
+    assert all(s.launcher == ("python",) and s.resources == () for s in stages)
+
+    def edit(raw):
+        raw["sft"]["launch"] = {"launcher": "accelerate", "num_processes": 4}
+        raw["methods"]["rebrl"]["launch"] = {
+            "launcher": "accelerate",
+            "config_file": "configs/accelerate/zero2.yaml",
+            "num_processes": 8,
+        }
+
+    after = {s.name: s for s in dag.build(edited_config(tmp_path, edit))}
+    before = {s.name: s for s in stages}
+    assert after["sft"].cmd == (
+        "accelerate launch --config_file configs/accelerate/ddp.yaml --num_processes 4 "
+        + before["sft"].cmd.removeprefix("python ")
+    )
+    assert after["sft"].resources == (("gpu", 4),)
+    changed = {n for n in before if before[n].cmd != after[n].cmd}
+    rebrl = {n for n in before if n.startswith("grpo_rebrl_")}
+    assert rebrl and changed == {"sft", *rebrl}
+    for n in rebrl:
+        assert after[n].cmd.startswith(
+            "accelerate launch --config_file configs/accelerate/zero2.yaml --num_processes 8 stages/grpo.py --params"
+        )
+        assert after[n].resources == (("gpu", 8),)

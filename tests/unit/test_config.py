@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ddmrl.config import ConfigError, GRPOConfig, SamplerConfig, load
+from ddmrl.config import ConfigError, GRPOConfig, SamplerConfig, TrainConfig, load
 from ddmrl.methods import METHODS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -162,6 +162,16 @@ methods:
         ("tasks: [sudoku9]\n", "tasks"),
         ("model: {hidden_size: 30, num_heads: 4}\n", "model.hidden_size"),
         ("download: {pretrain: {batch_size: 0}}\n", "download.pretrain.batch_size"),
+        ("grpo: {lora: {r: -1}}\n", "grpo.lora.r"),
+        ("methods: {rebrl: {lora: {r: 8, alpha: 0}}}\n", "methods.rebrl.lora.alpha"),
+        ("sft: {lora: {dropout: 1.0}}\n", "sft.lora.dropout"),
+        ("grpo: {lora: {target_modules: []}}\n", "grpo.lora.target_modules"),
+        ("sft: {mixed_precision: fp8}\n", "sft.mixed_precision"),
+        ("grpo: {gradient_checkpointing: 1}\n", "grpo.gradient_checkpointing"),
+        ("grpo: {launch: {launcher: srun}}\n", "grpo.launch.launcher"),
+        ("sft: {launch: {num_processes: 2}}\n", "sft.launch.num_processes"),
+        ("grpo: {launch: {launcher: accelerate, num_processes: 0}}\n", "grpo.launch.num_processes"),
+        ("grpo: {launch: {launcher: accelerate, config_file: ''}}\n", "grpo.launch.config_file"),
     ],
 )
 def test_malformed_params_give_one_line_naming_the_key(tmp_path, text, key):
@@ -195,3 +205,33 @@ def test_missing_profile_overlay_is_refused_naming_profile(tmp_path):
 def test_missing_params_file(tmp_path):
     with pytest.raises(ConfigError, match="file not found"):
         load(tmp_path / "absent.yaml")
+
+
+def test_scale_keys_default_to_the_embedded_run_and_methods_may_override_them(tmp_path):
+    """LoRA off, fp32, no checkpointing, plain python; a method section overrides one nested key only."""
+    cfg = load(write(tmp_path, "seed: 0\n"))
+    for section in (cfg.sft, cfg.methods["rebrl"]):
+        assert section.lora.r == 0 and section.mixed_precision == "no" and not section.gradient_checkpointing
+        assert section.launch.launcher == "python" and section.launch.num_processes == 1
+    cfg = load(
+        write(
+            tmp_path,
+            """
+grpo:
+  mixed_precision: bf16
+  lora: {r: 128, alpha: 64, dropout: 0.05, target_modules: [q_proj, k_proj, v_proj]}
+  launch: {launcher: accelerate, config_file: configs/accelerate/zero2.yaml, num_processes: 8}
+methods:
+  rebrl: {lora: {r: 16}}
+sft: {gradient_checkpointing: true, launch: {launcher: accelerate, num_processes: 4}}
+""",
+        )
+    )
+    d1 = cfg.methods["diffu_grpo"]
+    assert d1.mixed_precision == "bf16" and d1.lora.r == 128
+    assert d1.lora.target_modules == ("q_proj", "k_proj", "v_proj")
+    assert d1.launch.config_file == "configs/accelerate/zero2.yaml" and d1.launch.num_processes == 8
+    assert cfg.methods["rebrl"].lora.r == 16 and cfg.methods["rebrl"].lora.alpha == 64
+    assert cfg.sft.gradient_checkpointing and cfg.sft.launch.num_processes == 4
+    assert cfg.sft.launch.config_file == "configs/accelerate/ddp.yaml"
+    assert type(cfg.download.pretrain) is TrainConfig  # pre-training (download stage) has no scale keys

@@ -41,6 +41,11 @@ def stage_threads(stage):
     return workflow.cores if stage.threads == "all" else stage.threads
 
 
+def stage_resources(stage):
+    """Scheduler resources of the job (e.g. gpu for accelerate-launched training); none by default."""
+    return dict(stage.resources)
+
+
 def final_outputs():
     """The tables and every metrics file."""
     tables = next(s for s in STAGES if s.name == "tables")

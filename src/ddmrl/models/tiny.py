@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PretrainedConfig, PreTrainedModel
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import MaskedLMOutput
 
 
@@ -46,8 +47,12 @@ class TinyDDMConfig(PretrainedConfig):
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
 
 
-class _Block(nn.Module):
-    """Pre-LN transformer block with full (bidirectional) self-attention."""
+class _Block(GradientCheckpointingLayer):
+    """Pre-LN transformer block with full (bidirectional) self-attention.
+
+    A ``GradientCheckpointingLayer``: after ``model.activation_checkpointing_enable()`` (transformers), a block in
+    training mode keeps only its input and recomputes its activations in the backward pass (torch.utils.checkpoint).
+    """
 
     def __init__(self, cfg: TinyDDMConfig) -> None:
         super().__init__()
@@ -78,6 +83,7 @@ class TinyDDMForMaskedLM(PreTrainedModel):
     config_class = TinyDDMConfig
     base_model_prefix = "tiny_ddm"
     _tied_weights_keys = {"lm_head.weight": "tok.weight"}  # a dict in transformers 5
+    supports_gradient_checkpointing = True  # per block (_Block is a GradientCheckpointingLayer)
 
     def __init__(self, config: TinyDDMConfig) -> None:
         super().__init__(config)

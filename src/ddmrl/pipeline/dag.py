@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddmrl.config import DEFAULT_PROFILE, Config, run_name
+from ddmrl.config import DEFAULT_PROFILE, Config, LaunchConfig, run_name
 
 # grpo keys that choose which runs exist rather than how one run trains (only the tables stage reads them).
 _GRPO_SWEEP_KEYS = ("methods", "seeds")
@@ -41,11 +41,14 @@ class Stage:
     plots: tuple[str, ...] = ()  # CSV curves (outputs; DVC plots, cache: false)
     params: tuple[str, ...] = ()  # dotted params.yaml keys this stage reads (DVC params; Snakemake params)
     threads: int | str = 1  # "all" -> every core Snakemake has
+    launcher: tuple[str, ...] = ("python",)  # words before the script, e.g. accelerate launch --config_file F ...
+    resources: tuple[tuple[str, int | str], ...] = ()  # Snakemake resources of the job, e.g. (("gpu", 8),)
 
     @property
     def cmd(self) -> str:
-        """``python <script> --flag value ...``, shell-quoted; a tuple value repeats its flag."""
-        words = ["python", self.script]
+        """``python <script> --flag value ...`` (or ``accelerate launch ... <script> ...``), shell-quoted; a tuple
+        value repeats its flag."""
+        words = [*self.launcher, self.script]
         for flag, value in self.args:
             for v in value if isinstance(value, tuple) else (value,):
                 words += [flag, v]
@@ -139,6 +142,15 @@ def download(new: _StageFactory, modality: str = "text") -> Stage:
     )  # fmt: skip
 
 
+def launch(cfg: LaunchConfig) -> dict[str, Any]:
+    """``launcher`` and ``resources`` of a training stage: ``python`` (the default, one process), or
+    ``accelerate launch --config_file F --num_processes N`` with N GPUs requested from the scheduler."""
+    if cfg.launcher == "python":
+        return {}
+    words = ("accelerate", "launch", "--config_file", cfg.config_file, "--num_processes", str(cfg.num_processes))
+    return {"launcher": words, "resources": (("gpu", cfg.num_processes),)}
+
+
 def sft(new: _StageFactory) -> Stage:
     metrics, curve = "data/sft/metrics.json", "data/sft/curve.csv"
     return new(
@@ -146,7 +158,7 @@ def sft(new: _StageFactory) -> Stage:
         {"--tasks": TASKS_DIR, "--model": BASE_DIR, "--model-out": SFT_DIR, "--metrics": metrics, "--curve": curve,
          "--checkpoints": checkpoints("sft")},
         deps=(TASKS_DIR, BASE_DIR), params=("profile", "seed", "tasks", "sft"),
-        dir_outs=(SFT_DIR,), metrics=(metrics,), plots=(curve,), threads="all",
+        dir_outs=(SFT_DIR,), metrics=(metrics,), plots=(curve,), threads="all", **launch(new.cfg.sft.launch),
     )  # fmt: skip
 
 
@@ -200,7 +212,7 @@ def grpo(new: _StageFactory, section: str, task: str, seed: int) -> Stage:
         {"--run": run, "--tasks": tasks, "--model": start, "--model-out": model,
          "--metrics": metrics, "--curve": curve, "--checkpoints": checkpoints(f"grpo_{run}")},
         deps=(tasks, start), params=("profile", "seed", *grpo_keys(new.cfg), f"methods.{section}", *image),
-        dir_outs=(model,), metrics=(metrics,), plots=(curve,),
+        dir_outs=(model,), metrics=(metrics,), plots=(curve,), **launch(new.cfg.run(run)[0].launch),
     )  # fmt: skip
 
 

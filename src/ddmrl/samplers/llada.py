@@ -47,15 +47,22 @@ def transfer_schedule(num_masked: torch.Tensor, steps: int) -> torch.Tensor:
     """
     base = num_masked // steps  # [N]
     rem = num_masked % steps  # [N]
-    return base[:, None] + (torch.arange(steps)[None, :] < rem[:, None]).long()
+    return base[:, None] + (torch.arange(steps, device=num_masked.device)[None, :] < rem[:, None]).long()
 
 
 def gumbel_argmax(logits: torch.Tensor, temperature: float, gen: torch.Generator | None) -> torch.Tensor:
     """Sample from softmax(logits / temperature) by Gumbel-max in float64; ``temperature == 0`` is argmax."""
     if temperature == 0:
         return logits.argmax(-1)
-    u = torch.rand(logits.shape, dtype=torch.float64, generator=gen).clamp_min(1e-300)
+    u = uniform(logits.shape, logits.device, gen).clamp_min(1e-300)
     return (logits.double() / temperature - torch.log(-torch.log(u))).argmax(-1)
+
+
+def uniform(shape, device: torch.device, gen: torch.Generator | None) -> torch.Tensor:
+    """U[0, 1) in float64 drawn from ``gen`` on the generator's own device, then moved to ``device`` (a CPU
+    generator gives the same numbers whatever device the model runs on)."""
+    where = gen.device if gen is not None else device
+    return torch.rand(shape, dtype=torch.float64, device=where, generator=gen).to(device)
 
 
 def guided_logits(model, x: torch.Tensor, prompt_len: int, mask_id: int, cfg_scale: float) -> torch.Tensor:
@@ -95,14 +102,14 @@ def generate(
         for s in range(steps_per_block):
             logits = guided_logits(model, x, p, mask_id, cfg_scale).float()  # [N, T, V]
             nfe += 2 if cfg_scale else 1
-            never = torch.zeros(logits.shape[-1], dtype=torch.bool)
+            never = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
             never[mask_id] = True  # never propose the mask token itself
             logits = logits.masked_fill(never, -torch.inf)
             proposal = gumbel_argmax(logits, temperature, generator)  # [N, T]
             if remasking == "low_confidence":
                 conf = torch.softmax(logits, -1).gather(-1, proposal[..., None]).squeeze(-1).double()
             elif remasking == "random":
-                conf = torch.rand(proposal.shape, dtype=torch.float64, generator=generator)
+                conf = uniform(proposal.shape, proposal.device, generator)
             else:
                 raise ValueError(f"unknown remasking '{remasking}'; choose low_confidence or random")
             selectable = torch.zeros_like(x, dtype=torch.bool)

@@ -18,6 +18,11 @@ boundary continues exactly as the uninterrupted run would have.
 Numerical faults (``on_nonfinite``): a non-finite reward or advantage skips the whole rollout batch, a non-finite
 loss skips its optimiser step; both are counted (``nonfinite_skipped``). With ``stop`` the run ends with a
 diagnostic instead, as it does after 10 consecutive skipped rollout batches.
+
+Several processes (``accelerate launch``; ``ddmrl.training.distributed``): each takes its share of every rollout
+batch's prompts and samples with its own seeds; the non-finite decisions are taken by all processes together; the
+curve holds rewards and losses gathered over processes. The old and reference log-probs are still computed once per
+rollout batch, each process for its own rollouts.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from typing import NamedTuple
 import torch
 from tqdm import tqdm
 
-from ddmrl.config import GRPOConfig
+from ddmrl.config import ConfigError, GRPOConfig
 from ddmrl.likelihood import token_logps
 from ddmrl.masking import Views, apply_view, build_views
 from ddmrl.methods import METHODS
@@ -38,8 +43,9 @@ from ddmrl.objectives import group_advantages, token_weights
 from ddmrl.objectives.losses import OBJECTIVES, ObjectiveInputs
 from ddmrl.objectives.weights import realised_ratio
 from ddmrl.rollout import Rollouts, rewards, rollout
-from ddmrl.seeding import derive_seed, generator
+from ddmrl.seeding import derive_seed
 from ddmrl.tasks.base import Example, Task
+from ddmrl.training import distributed as dist
 from ddmrl.training.resume import Checkpointer
 
 MAX_CONSECUTIVE_SKIPS = 10
@@ -142,76 +148,120 @@ def train_grpo(
     seed: int,
     on_iteration: Callable[[dict[str, float]], None] | None = None,
     checkpointer: Checkpointer | None = None,
+    accelerator=None,
 ) -> tuple[list[dict[str, float]], Timing]:
     """Run ``cfg.max_steps`` optimiser steps of GRPO; ``draw_prompts(iteration)`` gives each rollout batch's prompts.
 
     Returns the curve (one row per rollout batch) and the time spent per phase. With a ``checkpointer`` the
     state is saved at the first rollout-batch boundary after every ``cfg.save_steps`` steps, and the run resumes
     from the newest intact checkpoint.
+
+    ``ref`` is the frozen reference model, or None when ``policy`` is a peft model whose reference is the policy with
+    its adapters disabled. ``accelerator``: the run's ``accelerate.Accelerator`` (None: one process on the device the
+    policy is on). ``policy`` is prepared in place (wrapped for DDP/DeepSpeed); save it with
+    ``ddmrl.training.distributed.save_policy``.
     """
+    acc = accelerator or dist.local_accelerator(policy, cfg.mixed_precision, cfg.gradient_accumulation_steps)
+    rank, world = acc.process_index, acc.num_processes
+    rseed = dist.rank_seed(seed, rank)  # this process's own draws (process 0: the run's seed)
     objective = OBJECTIVES[METHODS[cfg.method].objective]
+    dist.check_supported(acc, cfg.lora)
+    if ref is None and not dist.is_peft(policy):
+        raise ValueError("train_grpo: ref is None but the policy has no adapters to disable (lora.r = 0)")
     opt = torch.optim.AdamW(
-        policy.parameters(), lr=cfg.learning_rate, betas=(0.9, 0.99), weight_decay=cfg.weight_decay
+        dist.trainable(policy), lr=cfg.learning_rate, betas=(0.9, 0.99), weight_decay=cfg.weight_decay
     )
     g, ga = cfg.num_generations, cfg.gradient_accumulation_steps
-    rows_per_micro = cfg.num_prompts * g // ga
+    local_prompts = cfg.num_prompts // world
+    if cfg.num_prompts % (world * ga):
+        raise ConfigError(
+            f"grpo.num_prompts = {cfg.num_prompts}: must be a multiple of processes x gradient_accumulation_steps = "
+            f"{world} x {ga} (every micro-batch holds whole prompt groups)"
+        )
+    rows_per_micro = local_prompts * g // ga
     micro_rows = [slice(a * rows_per_micro, (a + 1) * rows_per_micro) for a in range(ga)]
+    dist.set_accumulation(acc, ga)
+    dist.configure_deepspeed(acc, rows_per_micro, ga, cfg.max_grad_norm)
+    policy, opt = acc.prepare(policy, opt)
+    ref = dist.place_reference(acc, ref)
+    if checkpointer is not None and not dist.supports_resume(acc):
+        print("note: resumable checkpoints are not supported under DeepSpeed or FSDP; training without", flush=True)
+        checkpointer = None
     timing, curve, step, it, skipped, consecutive = Timing(), [], 0, 0, 0, 0
     if checkpointer is not None and (found := checkpointer.latest()):
         path, meta = found
-        checkpointer.restore(path, policy, opt)
+        checkpointer.restore(path, acc.unwrap_model(policy), opt)
         curve, step, it, skipped = meta["curve"], meta["step"], meta["iteration"], meta["skipped"]
         timing = Timing(**meta["timing"])
         print(f"resuming grpo from {path} (step {step})", flush=True)
-    ref.eval()
-    bar = tqdm(total=cfg.max_steps, initial=step, desc=f"grpo {cfg.method}", mininterval=5)
+    bar = tqdm(
+        total=cfg.max_steps, initial=step, desc=f"grpo {cfg.method}", mininterval=5, disable=not acc.is_main_process
+    )
     while step < cfg.max_steps:
         saved_at = step
-        # 1-2. rollouts, rewards, advantages
+        # 1-2. rollouts, rewards, advantages (this process's share of the prompts, its own sampling seed)
         t0 = time.time()
         policy.eval()
-        examples = draw_prompts(it)
-        batch = rollout(policy, tok, task, examples, g, cfg.sampler, generator(seed, "rollout", it))
+        examples = dist.shard(draw_prompts(it), rank, world, "grpo.num_prompts")
+        gen = dist.device_generator(acc.device, rseed, "rollout", it)
+        batch = dist.to_device(rollout(policy, tok, task, examples, g, cfg.sampler, gen), torch.device("cpu"))
         r = rewards(task, examples, batch.texts, g)  # [N]
         adv, zero_std = group_advantages(r, g, cfg.scale_rewards)
-        if not (torch.isfinite(r).all() and torch.isfinite(adv).all()):
+        if not dist.all_processes(acc, bool(torch.isfinite(r).all() and torch.isfinite(adv).all())):
             skipped, consecutive, it = skipped + 1, consecutive + 1, it + 1
             _nonfinite(cfg, f"rollout batch {it - 1}: non-finite reward or advantage", consecutive)
             continue
         consecutive = 0
-        # 3. views and weights, all from the rollout seed
+        # 3. views and weights, all from the rollout seed (on the CPU), then everything on the run's device
         views, weights, z, inputs = make_views(
-            cfg, batch, derive_seed(seed, "views", it), tok.pad_token_id, tok.mask_token_id
+            cfg, batch, derive_seed(rseed, "views", it), tok.pad_token_id, tok.mask_token_id
         )
-        b = Batch(batch, r, adv, zero_std, views, weights, z, inputs)
+        b = dist.to_device(Batch(batch, r, adv, zero_std, views, weights, z, inputs), acc.device)
+        inputs, completion_ids = b.inputs, b.rollouts.completion_ids
+        _same_schedule(acc, len(views.steps))
         t1 = time.time()
         # 4. old and KL-target log-probs on identical views, once per rollout batch
         with torch.no_grad():
-            old = view_logps(policy, inputs, batch.completion_ids)  # [V, N, L]
+            old = view_logps(policy, inputs, completion_ids)  # [V, N, L]
             kl_ref = None
             if cfg.beta:
-                kl_ref = old if cfg.kl_target == "old" else view_logps(ref, inputs, batch.completion_ids)
+                if cfg.kl_target == "old":
+                    kl_ref = old
+                elif ref is None:  # LoRA: the reference is the base model, the adapters switched off
+                    with dist.adapters_disabled(acc, policy):
+                        kl_ref = view_logps(policy, inputs, completion_ids)
+                else:
+                    with acc.autocast():
+                        kl_ref = view_logps(ref, inputs, completion_ids)
         t2 = time.time()
         # 5. one optimiser step per entry of the schedule
         policy.train()
         stats = {"loss": 0.0, "kl": 0.0, "clip_ratio": 0.0}
         inner = min(len(views.steps), cfg.max_steps - step)
         for s in range(inner):
+            acc.sync_gradients = True
             opt.zero_grad(set_to_none=True)
+            finite = True
             for a, rows in enumerate(micro_rows):
-                ids = step_views(views, s, a, cfg)
-                logps = torch.stack([token_logps(policy, inputs[v, rows], batch.completion_ids[rows]) for v in ids])
-                out = objective(objective_inputs(b, old, kl_ref, logps, ids, rows, g), cfg)
-                if not torch.isfinite(out.loss):
-                    break
-                (out.loss / ga).backward()
+                acc.sync_gradients = a == ga - 1  # DeepSpeed steps its engine at the accumulation boundary
+                with dist.no_sync_unless(acc, policy, a == ga - 1):
+                    ids = step_views(views, s, a, cfg)
+                    logps = torch.stack([token_logps(policy, inputs[v, rows], completion_ids[rows]) for v in ids])
+                    out = objective(objective_inputs(b, old, kl_ref, logps, ids, rows, g), cfg)
+                    finite = dist.all_processes(acc, bool(torch.isfinite(out.loss)))
+                    if not finite:
+                        break
+                    acc.backward(out.loss)  # divides by gradient_accumulation_steps
                 stats["loss"] += out.loss.item() / (ga * inner)
                 stats["kl"] += out.kl / (ga * inner)
                 stats["clip_ratio"] += out.clip_ratio / (ga * inner)
-            if torch.isfinite(out.loss):
-                torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+            acc.sync_gradients = True
+            if finite:
+                acc.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
                 opt.step()
             else:
+                if dist.is_deepspeed(acc):
+                    raise NonFiniteError(f"step {step + 1}: non-finite loss (cannot be skipped under DeepSpeed)")
                 skipped += 1
                 _nonfinite(cfg, f"step {step + 1}: non-finite loss", 1)
             step += 1
@@ -220,13 +270,15 @@ def train_grpo(
         timing.gen += t1 - t0
         timing.old_ref_logp += t2 - t1
         timing.update += t3 - t2
+        r_all, zero_all = dist.gather(acc, r), dist.gather(acc, zero_std.float())  # [N * world], [B * world]
+        lengths = dist.gather(acc, batch.completion_mask.sum(1).float())
         row = {
             "step": step,
-            "reward": r.mean().item(),
-            "reward_std": r.view(-1, g).std(1).mean().item(),
-            "frac_reward_zero_std": zero_std.float().mean().item(),
-            **stats,
-            "completions/mean_length": batch.completion_mask.sum(1).float().mean().item(),
+            "reward": r_all.mean().item(),
+            "reward_std": r_all.view(-1, g).std(1).mean().item(),
+            "frac_reward_zero_std": zero_all.mean().item(),
+            **dist.mean_over_processes(acc, stats),
+            "completions/mean_length": lengths.mean().item(),
             "nonfinite_skipped": skipped,
             "time": timing.gen + timing.old_ref_logp + timing.update,
         }
@@ -237,10 +289,20 @@ def train_grpo(
         if checkpointer is not None and cfg.save_steps and step // cfg.save_steps > saved_at // cfg.save_steps:
             if step < cfg.max_steps:
                 meta = {"curve": curve, "iteration": it, "skipped": skipped, "timing": asdict(timing)}
-                checkpointer.save(step, policy, opt, meta)
+                if acc.is_main_process:
+                    checkpointer.save(step, acc.unwrap_model(policy), opt, meta)
+                acc.wait_for_everyone()
     bar.close()
     policy.eval()
     return curve, timing
+
+
+def _same_schedule(acc, inner_steps: int) -> None:
+    """Every process must run the same number of optimiser steps per rollout batch (their collectives pair up)."""
+    if acc.num_processes > 1:
+        counts = dist.gather(acc, torch.tensor([inner_steps]))
+        if not bool((counts == inner_steps).all()):
+            raise RuntimeError(f"processes disagree on the optimiser steps of a rollout batch: {counts.tolist()}")
 
 
 def _nonfinite(cfg: GRPOConfig, what: str, consecutive: int) -> None:

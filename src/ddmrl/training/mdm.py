@@ -4,6 +4,10 @@ LLaDA (Nie et al. 2025, GUIDELINES): draw t ~ U(0, 1) per sequence, p = (1 - eps
 token with probability p, and minimise sum over masked tokens of CE / p, divided by the number of maskable
 tokens: an upper bound on the negative log-likelihood per token. Pre-training masks the whole sequence; SFT never
 masks the prompt and masks the answer with its EOS padding (LLaDA SFT; d1 ``SFT/``).
+
+The loop runs under ``accelerate`` (``ddmrl.training.distributed``): with several processes each trains on its share
+of the batch with its own masking generator, the gradients are averaged, the curve holds the mean loss over
+processes and only the main process writes checkpoints.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ddmrl.config import TrainConfig
+from ddmrl.training import distributed as dist
 from ddmrl.training.data import Encoded
 from ddmrl.training.resume import Checkpointer
 
@@ -24,8 +29,8 @@ from ddmrl.training.resume import Checkpointer
 def mdm_loss(model, x: torch.Tensor, maskable: torch.Tensor, mask_id: int, gen: torch.Generator, eps: float = 1e-3):
     """ELBO loss of clean sequences ``x`` [N, T] where ``maskable`` [N, T] says which positions may be masked."""
     n = x.shape[0]
-    p = (1 - eps) * torch.rand(n, generator=gen) + eps  # [N]
-    masked = (torch.rand(x.shape, generator=gen) < p[:, None]) & maskable  # [N, T]
+    p = ((1 - eps) * torch.rand(n, generator=gen) + eps).to(x.device)  # [N] drawn on the CPU generator
+    masked = (torch.rand(x.shape, generator=gen).to(x.device) < p[:, None]) & maskable  # [N, T]
     logits = model(x.masked_fill(masked, mask_id)).logits  # [N, T, V]
     ce = F.cross_entropy(logits.flatten(0, 1).float(), x.flatten(), reduction="none").view_as(x)
     return (ce * masked / p[:, None]).sum() / maskable.sum().clamp_min(1)
@@ -63,35 +68,56 @@ def train_mdm(
     gen: torch.Generator,
     desc: str = "train",
     checkpointer: Checkpointer | None = None,
+    accelerator=None,
 ) -> list[dict[str, float]]:
     """Train ``model`` for ``cfg.max_steps`` on ``next_batch(step)``; returns the loss curve (one row per log).
 
     With a ``checkpointer``, the state is saved every ``cfg.save_steps`` steps and a run resumes from the newest
     intact checkpoint; batches depend only on the step and the masking generator's state is saved, so a resumed
     run ends with the same weights and curve as an uninterrupted one.
+
+    ``accelerator``: the run's ``accelerate.Accelerator`` (None: one process on the model's device). With several
+    processes, ``next_batch`` gives this process's share and ``gen`` its own generator
+    (``ddmrl.training.distributed.rank_seed``). ``model`` is prepared in place; save it with
+    ``ddmrl.training.distributed.save_policy``.
     """
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.warmup_steps, cfg.max_steps))
+    acc = accelerator or dist.local_accelerator(model, getattr(cfg, "mixed_precision", "no"))
     mask_id, pad_id = model.config.mask_token_id, model.config.pad_token_id
+    opt = torch.optim.AdamW(dist.trainable(model), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.warmup_steps, cfg.max_steps))
+    dist.set_accumulation(acc, 1)
+    dist.configure_deepspeed(acc, cfg.batch_size // acc.num_processes, 1, cfg.max_grad_norm)
+    model, opt = acc.prepare(model, opt)  # the scheduler stays ours: one step per optimiser step
+    if checkpointer is not None and not dist.supports_resume(acc):
+        print("note: resumable checkpoints are not supported under DeepSpeed or FSDP; training without", flush=True)
+        checkpointer = None
     curve, window, start, elapsed = [], [], 0, 0.0
     if checkpointer is not None and (found := checkpointer.latest()):
         path, meta = found
-        checkpointer.restore(path, model, opt, sched, {"mask": gen})
+        checkpointer.restore(path, acc.unwrap_model(model), opt, sched, {_slot(acc.process_index): gen})
         curve, window, start, elapsed = meta["curve"], meta["window"], meta["step"], meta["elapsed"]
         print(f"resuming {desc} from {path} (step {start})", flush=True)
     model.train()
     t0 = time.time() - elapsed
-    for step in (
-        bar := tqdm(range(start, cfg.max_steps), desc=desc, mininterval=5, initial=start, total=cfg.max_steps)
-    ):
+    bar = tqdm(
+        range(start, cfg.max_steps),
+        desc=desc,
+        mininterval=5,
+        initial=start,
+        total=cfg.max_steps,
+        disable=not acc.is_main_process,
+    )
+    for step in bar:
         x, maskable = sequences(next_batch(step), objective, pad_id)
+        x, maskable = x.to(acc.device), maskable.to(acc.device)
         loss = mdm_loss(model, x, maskable, mask_id, gen)
+        acc.sync_gradients = True
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        acc.backward(loss)
+        acc.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
         opt.step()
         sched.step()
-        window.append(loss.item())
+        window.append(dist.mean_over_processes(acc, {"loss": loss.item()})["loss"])  # the same on every process
         if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.max_steps:
             row = {
                 "step": step + 1,
@@ -109,6 +135,27 @@ def train_mdm(
             and step + 1 < cfg.max_steps
         ):
             meta = {"curve": curve, "window": window, "elapsed": time.time() - t0}
-            checkpointer.save(step + 1, model, opt, meta, sched, {"mask": gen})
+            states = _gather_generators(acc, gen)
+            if acc.is_main_process:
+                checkpointer.save(step + 1, acc.unwrap_model(model), opt, meta, sched, states)
+            acc.wait_for_everyone()
     model.eval()
     return curve
+
+
+def _slot(rank: int) -> str:
+    """Checkpoint name of a process's masking generator: ``mask`` for process 0 (the single-process name)."""
+    return "mask" if rank == 0 else f"mask@{rank}"
+
+
+def _gather_generators(acc, gen: torch.Generator) -> dict[str, torch.Generator]:
+    """Every process's generator state, for the main process to save (a resumed run continues each stream)."""
+    if acc.num_processes == 1:
+        return {"mask": gen}
+    from accelerate.utils import gather_object
+
+    out = {}
+    for rank, state in enumerate(gather_object([gen.get_state()])):  # one state per process, in rank order
+        out[_slot(rank)] = torch.Generator()
+        out[_slot(rank)].set_state(state)
+    return out
