@@ -11,7 +11,6 @@ from ddmrl.models.layout import EXCLUDED_LOGIT, ImageLayout, for_task, unwrap
 from ddmrl.samplers import SAMPLERS
 from ddmrl.tasks import make_task
 from ddmrl.training.data import drop_prompts, encode_examples, encode_prompts, prompt_length
-from tests.unit.conftest import tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +24,8 @@ def itok(task):
 
 
 @pytest.fixture
-def layout(task, itok):
-    model = tiny_model(itok, max_positions=prompt_length(task) + task.completion_length + 1)
+def layout(task, itok, make_model):
+    model = make_model(max_positions=prompt_length(task) + task.completion_length + 1, tokenizer=itok)
     return for_task(model, itok, task)
 
 
@@ -34,12 +33,12 @@ def codes(task, itok) -> list[int]:
     return itok.convert_tokens_to_ids(list(task.image_tokens))
 
 
-def test_text_tasks_are_left_alone(task, itok):
-    model = tiny_model(itok, max_positions=8)
+def test_text_tasks_are_left_alone(task, itok, make_model):
+    model = make_model(max_positions=8, tokenizer=itok)
     assert for_task(model, itok, make_task("sudoku4")) is model and unwrap(model) is model
 
 
-def test_sequence_is_prompt_soi_image_eoi(task, itok):
+def test_sequence_is_prompt_soi_image_eoi(task, itok, make_model):
     """[PAD.., BOS, caption, <soi>] | 64 image codes, and the wrapper adds <eoi> as the last position."""
     batch = encode_examples(itok, task, task.generate(3, seed=0))
     soi, eoi = itok.convert_tokens_to_ids(["<soi>", "<eoi>"])
@@ -48,7 +47,7 @@ def test_sequence_is_prompt_soi_image_eoi(task, itok):
     assert set(batch.completion_ids.unique().tolist()) <= set(codes(task, itok))
     assert batch.completion_mask.all()  # no EOS in an image: every image token counts
     seen = []
-    model = tiny_model(itok, max_positions=prompt_length(task) + task.completion_length + 1)
+    model = make_model(max_positions=prompt_length(task) + task.completion_length + 1, tokenizer=itok)
     model.register_forward_pre_hook(lambda m, args: seen.append(args[0]))
     x = torch.cat([batch.prompt_ids, batch.completion_ids], 1)
     for_task(model, itok, task)(x)

@@ -1,6 +1,6 @@
 """ddmrl.training.distributed in one process: sharding and seeds, the single-process identities, LoRA (adapters only,
 reference = adapters off, merged save), gradient checkpointing (same gradients, recomputed blocks) and bf16 autocast.
-Two real processes are tested in tests/stages/test_distributed.py."""
+Two real processes are tested in tests/stages/test_accelerate_launch.py."""
 
 from __future__ import annotations
 
