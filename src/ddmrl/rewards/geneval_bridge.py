@@ -8,8 +8,9 @@ cu113, mmcv-full 1.7.1, mmdet 2.27.0, open-clip-torch 2.20, clip-benchmark; benc
 - runs the evaluator as a subprocess with that environment's python, exactly as the README does
   (``python evaluation/evaluate_images.py IMAGEDIR --outfile OUT --model-path MODELDIR``, from the repo root),
   and reads its JSONL back (:func:`run_geneval`);
-- reproduces ``evaluation/summary_scores.py`` (:func:`summarize_geneval`): per-tag accuracy is the mean of
-  ``correct`` over that tag's images, and the overall score is the unweighted mean of the tag accuracies;
+- leaves the summary (``evaluation/summary_scores.py``) to ``ddmrl.geneval.summarize``, which reads these rows and
+  geneval-mini's alike: per-tag accuracy is the mean of ``correct`` over that tag's images, and the overall score
+  is the unweighted mean of the tag accuracies;
 - talks to a reward-server GenEval endpoint (:class:`GenEvalServerClient`, the Flow-GRPO / MaskGRPO
   ``geneval_score`` protocol) for RL-time scoring.
 """
@@ -233,31 +234,6 @@ def read_geneval_results(path: str | Path) -> list[dict[str, Any]]:
         if not isinstance(row["correct"], bool):
             raise DataError(f"{path} row {n}: 'correct' = {row['correct']!r}, expected true/false")
     return rows
-
-
-def summarize_geneval(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """``evaluation/summary_scores.py`` as a dict (fractions in [0, 1]).
-
-    Prompts are grouped by the ``metadata`` string; a prompt is correct if any of its images is. Tags keep the
-    order of first appearance (pandas ``groupby(sort=False)``); ``overall`` is the unweighted mean over tags.
-    """
-    if not rows:
-        raise ValueError("geneval: no result rows to summarise")
-    by_prompt: dict[str, bool] = {}
-    by_tag: dict[str, list[bool]] = defaultdict(list)
-    for row in rows:
-        ok = bool(row["correct"])
-        by_prompt[row["metadata"]] = by_prompt.get(row["metadata"], False) or ok
-        by_tag[row["tag"]].append(ok)
-    tags = {t: {"accuracy": sum(v) / len(v), "correct": sum(v), "total": len(v)} for t, v in by_tag.items()}
-    return {
-        "n_images": len(rows),
-        "n_prompts": len(by_prompt),
-        "correct_images": sum(bool(r["correct"]) for r in rows) / len(rows),
-        "correct_prompts": sum(by_prompt.values()) / len(by_prompt),
-        "tags": tags,
-        "overall": sum(t["accuracy"] for t in tags.values()) / len(tags),
-    }
 
 
 # ------------------------------------------------------------------------------------------------ reward server
