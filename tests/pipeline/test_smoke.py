@@ -100,7 +100,7 @@ def test_image_branch_writes_geneval_layout_table_and_contact_sheets(snakemake_w
     for model in models:
         assert (tables / f"contact_sheet_{model}.png").stat().st_size > 0
         folder = data / "evaluate" / model / "geneval_mini"
-        prompts = sorted(p.name for p in folder.iterdir())
+        prompts = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))  # Snakemake's timestamp
         assert prompts == [f"{i:05d}" for i in range(len(prompts))] and len(prompts) >= 6
         for name in prompts:
             assert json.loads((folder / name / "metadata.jsonl").read_text())["tag"] in IMAGE_COLUMNS
