@@ -326,6 +326,7 @@ ENGINE_OVERLAY = {
     "tasks": ["sudoku4"],
     "sft": OVERLAY["sft"],
     "grpo": {**OVERLAY["grpo"], "methods": ["diffu_grpo", "rebrl"], "seeds": [0]},
+    "image": {"tasks": []},  # text only: the kill/resume machinery is the same for image runs
 }
 
 
