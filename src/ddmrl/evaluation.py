@@ -1,5 +1,6 @@
 """Held-out evaluation: d1's protocol for text (one greedy completion per item, scored by the task's d1 parser);
-sampled images per prompt for text-to-image tasks (GenEval's protocol, judged from the PNGs by the stage)."""
+sampled images per prompt for text-to-image tasks (GenEval's protocol: written in its folder layout, then judged
+from those PNGs)."""
 
 from __future__ import annotations
 
