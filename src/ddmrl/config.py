@@ -97,8 +97,10 @@ class ModelConfig:
     num_heads: int = 4
     intermediate_size: int = 512
     dropout: float = 0.0
+    position_embedding: str = "learned"  # learned (absolute) | rope (rotary, as LLaDA)
 
     def __post_init__(self) -> None:
+        _check_choice("position_embedding", self.position_embedding, ("learned", "rope"))
         for key in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):
             _check(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
         _check(

@@ -28,6 +28,8 @@ class TinyDDMConfig(PretrainedConfig):
         intermediate_size: int = 512,
         max_position_embeddings: int = 64,
         dropout: float = 0.0,
+        position_embedding: str = "learned",
+        rope_theta: float = 10000.0,
         mask_token_id: int = 0,
         pad_token_id: int = 1,
         bos_token_id: int = 2,
@@ -41,6 +43,10 @@ class TinyDDMConfig(PretrainedConfig):
         self.intermediate_size = intermediate_size
         self.max_position_embeddings = max_position_embeddings
         self.dropout = dropout
+        if position_embedding not in ("learned", "rope"):
+            raise ValueError(f"position_embedding = {position_embedding!r}: choose learned or rope")
+        self.position_embedding = position_embedding  # rope: rotary positions in attention (LLaDA's choice)
+        self.rope_theta = rope_theta
         self.mask_token_id = mask_token_id
         # transformers 5 has no default for tie_word_embeddings: say it explicitly (ecosystem.md section 4)
         kwargs.setdefault("tie_word_embeddings", True)
@@ -69,14 +75,32 @@ class _Block(GradientCheckpointingLayer):
         )
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [B, L, D]
-        b, n, d = x.shape
+    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        b, n, d = x.shape  # x: [B, L, D]
         q, k, v = self.qkv(self.ln1(x)).view(b, n, 3, self.num_heads, d // self.num_heads).unbind(2)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, L, D/H]
+        if rotary is not None:
+            q, k = rotate(q, *rotary), rotate(k, *rotary)
         p = self.dropout if self.training else 0.0
         a = F.scaled_dot_product_attention(q, k, v, is_causal=False, dropout_p=p)
         x = x + self.drop(self.proj(a.transpose(1, 2).reshape(b, n, d)))
         return x + self.drop(self.ff(self.ln2(x)))
+
+
+def rotary_angles(length: int, head_dim: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cos, sin) [L, head_dim / 2] of rotary position embeddings (Su et al. 2021, RoFormer Eq. 34; LLaDA uses
+    them): position m rotates feature pair i by m * theta^(-2i / head_dim)."""
+    half = head_dim // 2
+    freqs = theta ** (-torch.arange(half, dtype=torch.float32, device=device) / half)  # [half]
+    angles = torch.arange(length, dtype=torch.float32, device=device)[:, None] * freqs  # [L, half]
+    return angles.cos(), angles.sin()
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding of queries or keys ``x`` [B, H, L, head_dim] (halves rotated as pairs)."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1).to(x.dtype)
 
 
 class TinyDDMForMaskedLM(PreTrainedModel):
@@ -88,7 +112,8 @@ class TinyDDMForMaskedLM(PreTrainedModel):
     def __init__(self, config: TinyDDMConfig) -> None:
         super().__init__(config)
         self.tok = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.pos = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        learned = config.position_embedding == "learned"
+        self.pos = nn.Embedding(config.max_position_embeddings, config.hidden_size) if learned else None
         self.blocks = nn.ModuleList(_Block(config) for _ in range(config.num_layers))
         self.ln_f = nn.LayerNorm(config.hidden_size)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
@@ -116,9 +141,14 @@ class TinyDDMForMaskedLM(PreTrainedModel):
             raise ValueError(
                 f"sequence length {n} exceeds max_position_embeddings {self.config.max_position_embeddings}"
             )
-        x = self.tok(input_ids) + self.pos(torch.arange(n, device=input_ids.device))
+        x, rotary = self.tok(input_ids), None
+        if self.config.position_embedding == "rope":
+            head_dim = self.config.hidden_size // self.config.num_heads
+            rotary = rotary_angles(n, head_dim, self.config.rope_theta, input_ids.device)
+        else:
+            x = x + self.pos(torch.arange(n, device=input_ids.device))
         for block in self.blocks:
-            x = block(x)
+            x = block(x, rotary)
         logits = self.lm_head(self.ln_f(x))  # [B, L, V]
         loss = None
         if labels is not None:
@@ -138,6 +168,7 @@ def new_tiny_model(model_cfg, tok, max_positions: int) -> TinyDDMForMaskedLM:
             num_heads=m.num_heads,
             intermediate_size=m.intermediate_size,
             dropout=m.dropout,
+            position_embedding=m.position_embedding,
             max_position_embeddings=max_positions,
             mask_token_id=tok.mask_token_id,
             pad_token_id=tok.pad_token_id,

@@ -85,3 +85,31 @@ def test_dropout_is_active_only_in_train_mode(tok):
     assert not torch.equal(model(x).logits, model(x).logits)
     model.eval()
     assert torch.equal(model(x).logits, model(x).logits)
+
+
+def test_rotary_attention_depends_only_on_relative_positions():
+    """RoPE (RoFormer Eq. 34): q_m . k_n after rotation depends on n - m only."""
+    from ddmrl.models.tiny import rotary_angles, rotate
+
+    torch.manual_seed(0)
+    q, k = torch.randn(1, 1, 1, 8), torch.randn(1, 1, 1, 8)
+    cos, sin = rotary_angles(12, 8, 10000.0)
+    qs, ks = rotate(q.expand(1, 1, 12, 8), cos, sin), rotate(k.expand(1, 1, 12, 8), cos, sin)
+    dots = qs[0, 0] @ ks[0, 0].T  # [12, 12]
+    for offset in (0, 1, 3):
+        diag = torch.diagonal(dots, offset)
+        assert torch.allclose(diag, diag[0].expand_as(diag), atol=1e-5)
+    assert torch.allclose(qs[0, 0].norm(dim=-1), q.norm().expand(12), atol=1e-5)  # rotations keep norms
+
+
+def test_rope_model_has_no_position_table(tok):
+    cfg = TinyDDMConfig(vocab_size=len(tok), hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32,
+                        max_position_embeddings=16, position_embedding="rope")  # fmt: skip
+    model = TinyDDMForMaskedLM(cfg).eval()
+    assert model.pos is None
+    x = torch.tensor([[6, 7, 8, 9, 6, 7]])
+    with torch.no_grad():
+        logits = model(x).logits
+    assert logits.shape == (1, 6, len(tok)) and torch.isfinite(logits).all()
+    with pytest.raises(ValueError, match="position_embedding"):
+        TinyDDMConfig(position_embedding="alibi")
