@@ -123,7 +123,8 @@ def checkpoints(stage_name: str) -> str:
 
 
 def download(new: _StageFactory, modality: str = "text") -> Stage:
-    """The text base model and tasks, or (``image``) the text-to-image branch's own."""
+    """The text base model and tasks, or (``image``) the text-to-image branch's own. The image pre-training runs on
+    one thread, beside the text branch's jobs (on 2 cores that finishes sooner than two threads each in turn)."""
     if modality == "text":
         name, root, tasks, base = "download", "data/download", TASKS_DIR, BASE_DIR
         params = ("tasks", "task_params", "model", "download")
@@ -138,7 +139,7 @@ def download(new: _StageFactory, modality: str = "text") -> Stage:
         {"--tasks-out": tasks, "--model-out": base, "--metrics": metrics, "--curve": curve,
          "--checkpoints": checkpoints(name), **extra},
         deps=(), params=("profile", "seed", *params),
-        dir_outs=(tasks, base), metrics=(metrics,), plots=(curve,), threads="all",
+        dir_outs=(tasks, base), metrics=(metrics,), plots=(curve,), threads="all" if modality == "text" else 1,
     )  # fmt: skip
 
 
@@ -152,13 +153,14 @@ def launch(cfg: LaunchConfig) -> dict[str, Any]:
 
 
 def sft(new: _StageFactory) -> Stage:
+    """One thread: the embedded SFT is 30 short steps, and runs beside the image branch's pre-training."""
     metrics, curve = "data/sft/metrics.json", "data/sft/curve.csv"
     return new(
         "sft", "sft",
         {"--tasks": TASKS_DIR, "--model": BASE_DIR, "--model-out": SFT_DIR, "--metrics": metrics, "--curve": curve,
          "--checkpoints": checkpoints("sft")},
         deps=(TASKS_DIR, BASE_DIR), params=("profile", "seed", "tasks", "sft"),
-        dir_outs=(SFT_DIR,), metrics=(metrics,), plots=(curve,), threads="all", **launch(new.cfg.sft.launch),
+        dir_outs=(SFT_DIR,), metrics=(metrics,), plots=(curve,), threads=1, **launch(new.cfg.sft.launch),
     )  # fmt: skip
 
 
