@@ -62,7 +62,7 @@ def main() -> None:
 
     # 2. tokenizer and a fresh model (images: seen through MMaDA's layout, which appends <eoi>)
     tok = build_tokenizer([t.alphabet for t in tasks], [w for t in tasks for w in t.special_tokens])
-    positions = max(prompt_length(t) + t.completion_length + len(getattr(t, "completion_suffix", ())) for t in tasks)
+    positions = max(prompt_length(t) + t.completion_length + len(t.completion_suffix) for t in tasks)
     model = new_tiny_model(branch.model, tok, positions)
     trained = for_task(model, tok, tasks[0]) if args.modality == "image" else model
 

@@ -44,6 +44,8 @@ class Task(ABC):
     name: str
     #: what the completion is: "text", or "image" (a grid of image-code tokens, see ``geneval_mini``)
     modality: str = "text"
+    #: tokens after the completion that are part of the layout, never generated (MMaDA's ``<eoi>`` for images)
+    completion_suffix: tuple[str, ...] = ()
     #: atomic multi-character tokens this task's text uses (each becomes one token)
     special_tokens: tuple[str, ...] = ()
     #: every single character this task's prompts and answers may contain

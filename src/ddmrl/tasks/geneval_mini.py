@@ -26,7 +26,7 @@ import math
 import random
 import re
 from dataclasses import dataclass
-from functools import cache, partial
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -280,6 +280,12 @@ def _choices(tag: str) -> tuple[tuple, ...]:
     )
 
 
+@cache
+def _prompts(tag: str) -> tuple[str, ...]:
+    """The prompt of every argument tuple of ``_choices(tag)``, in the same order (built once per tag)."""
+    return tuple(make_metadata(tag, args)["prompt"] for args in _choices(tag))
+
+
 def all_metadata() -> list[dict[str, Any]]:
     """Every prompt of the task as GenEval metadata (6 + 30 + 18 + 36 + 120 + 900 = 1110), tag by tag."""
     return [make_metadata(tag, args) for tag in TAGS for args in _choices(tag)]
@@ -347,13 +353,15 @@ class GenEvalMini(Task):
         Unlike text tasks, a prompt may repeat (with another scene): the small tags have only a handful of prompts,
         and a batch of distinct prompts would under-represent them."""
         rng, exclude = random.Random(seed), exclude or set()
-        allowed = {
-            t: [m for m in map(partial(make_metadata, t), _choices(t)) if m["prompt"] not in exclude] for t in TAGS
-        }
+        allowed = {t: [a for a, p in zip(_choices(t), _prompts(t), strict=True) if p not in exclude] for t in TAGS}
         if not all(allowed.values()):
             empty = [t for t, v in allowed.items() if not v]
             raise ValueError(f"{self.name}: every prompt of tag(s) {', '.join(empty)} is excluded")
-        return [self.example(rng.choice(allowed[rng.choice(TAGS)]), rng) for _ in range(n)]
+        draws = []
+        for _ in range(n):
+            tag = rng.choice(TAGS)
+            draws.append(self.example(make_metadata(tag, rng.choice(allowed[tag])), rng))
+        return draws
 
     def held_out(self, n: int, seed: int) -> list[Example]:
         """GenEval-style held-out prompts, stratified by tag: ceil(n / 6) prompts per tag, but never more than a
