@@ -58,7 +58,8 @@ def main() -> None:
     ref = None if gcfg.lora.r else copy.deepcopy(policy).requires_grad_(False)  # LoRA: the base is the reference
     policy = dist.prepare_model(policy, gcfg.mixed_precision, gcfg.gradient_checkpointing, gcfg.lora)
     # images: MMaDA's layout (prompt, <soi>, image, <eoi>), logits sliced to the image codes
-    policy, ref = for_task(policy, tok, task), ref if ref is None else for_task(ref, tok, task)
+    policy = for_task(policy, tok, task)
+    ref = None if ref is None else for_task(ref, tok, task)
     acc = dist.make_accelerator(gcfg.mixed_precision, gcfg.gradient_accumulation_steps)
     draw = training_draw(task, held_out, run_seed, "grpo", gcfg.num_prompts)  # the global batch; each process shards
     run_id = fingerprint(
