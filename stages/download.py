@@ -15,6 +15,12 @@ that classifier-free guidance works.
 
 With ``download.pretrain.save_steps`` the pre-training checkpoints to ``--checkpoints`` and a rerun after a kill
 resumes from the newest intact checkpoint; they are removed once the outputs are written.
+
+Paper profiles (``model.kind`` llada | mmada | hf_masked_lm) train nothing here: every ``download.hub`` item
+(checkpoints at pinned revisions, data sets by hub id or local path) is fetched into ``download.hub_dir/<name>``
+(resumable; ``ddmrl.hub.fetch_all``) with a checksum manifest per item in ``--manifests``; ``--model-out`` gets a
+pointer to the checkpoint (``ddmrl.models.checkpoint.POINTER``). Offline, the stage fails at once with one line
+naming every missing item and the command that downloads it.
 """
 
 import argparse
@@ -23,16 +29,17 @@ import time
 
 from ddmrl import config
 from ddmrl.cli import run_stage, write_csv
-from ddmrl.io import write_json
+from ddmrl.hub import fetch_all
+from ddmrl.io import atomic_path, write_json
 from ddmrl.models import build_tokenizer, new_tiny_model
-from ddmrl.models.checkpoint import save_checkpoint
+from ddmrl.models.checkpoint import save_checkpoint, write_pointer
 from ddmrl.models.layout import for_task
 from ddmrl.seeding import derive_seed, generator, seed_everything
 from ddmrl.tasks import make_task
 from ddmrl.tasks.store import training_draw, write_task
 from ddmrl.training.data import drop_prompts, encode_examples, prompt_length
 from ddmrl.training.mdm import train_mdm
-from ddmrl.training.resume import Checkpointer, fingerprint
+from ddmrl.training.resume import Checkpointer, file_digest, fingerprint
 
 
 def main() -> None:
@@ -44,11 +51,18 @@ def main() -> None:
     ap.add_argument("--curve", required=True)
     ap.add_argument("--checkpoints", help="directory for resumable checkpoints (not an output)")
     ap.add_argument("--modality", choices=("text", "image"), default="text")
+    ap.add_argument("--manifests", help="paper profiles: directory for the checksum manifests of the downloads")
     args = ap.parse_args()
     cfg = config.load(args.params)
     branch = cfg.image if args.modality == "image" else cfg  # both have tasks, task_params, model, download
     seed_everything(cfg.seed)
     start = time.time()
+
+    # 0. paper profiles: the checkpoint and data sets, before anything else (offline: one line naming what is missing)
+    if branch.model.pretrained:
+        if not args.manifests:
+            ap.error("a paper profile (model.kind != tiny) needs --manifests")
+        fetched = fetch_all(branch.download.hub_items(), branch.download.hub_dir, args.manifests)
 
     # 1. tasks and their held-out sets
     tasks, draws = [], []
@@ -59,6 +73,16 @@ def main() -> None:
         write_task(args.tasks_out, task, params, held_out)
         tasks.append(task)
         draws.append(training_draw(task, held_out, cfg.seed, "pretrain", branch.download.pretrain.batch_size))
+
+    if branch.model.pretrained:  # the model is the downloaded checkpoint, pinned by the manifests' digests
+        manifests = {name: file_digest(f"{args.manifests}/{name}.manifest.json") for name in fetched}
+        with atomic_path(args.model_out) as tmp:
+            write_pointer(tmp, {**dataclasses.asdict(branch.model.spec()), "manifests": manifests})
+        write_csv(args.curve, [])
+        write_json(
+            args.metrics, {"downloads": {k: str(v) for k, v in fetched.items()}, "seconds": time.time() - start}
+        )
+        return
 
     # 2. tokenizer and a fresh model (images: seen through MMaDA's layout, which appends <eoi>)
     tok = build_tokenizer([t.alphabet for t in tasks], [w for t in tasks for w in t.special_tokens])

@@ -44,7 +44,7 @@ def main() -> None:
     args = ap.parse_args()
     cfg = config.load(args.params)
 
-    model, tok = load_checkpoint(args.model)
+    model, tok = load_checkpoint(args.model, device="auto")  # the GPU when there is one
     task, held_out = load_task(args.tasks, args.task)
     model = for_task(model, tok, task)
     if task.modality == "image":

@@ -21,18 +21,17 @@ import argparse
 import copy
 import dataclasses
 import time
-from pathlib import Path
 
 from ddmrl import config
 from ddmrl.cli import run_stage, write_csv
 from ddmrl.io import write_json
-from ddmrl.models.checkpoint import load_checkpoint
+from ddmrl.models.checkpoint import checkpoint_digest, load_checkpoint
 from ddmrl.models.layout import for_task
 from ddmrl.seeding import derive_seed, seed_everything
 from ddmrl.tasks.store import load_task, training_draw
 from ddmrl.training import distributed as dist
 from ddmrl.training.grpo import train_grpo
-from ddmrl.training.resume import Checkpointer, file_digest, fingerprint
+from ddmrl.training.resume import Checkpointer, fingerprint
 
 
 def main() -> None:
@@ -67,7 +66,7 @@ def main() -> None:
         args.run,
         run_seed,
         dataclasses.asdict(gcfg),
-        file_digest(Path(args.model) / "model.safetensors"),
+        checkpoint_digest(args.model),
         *dist.fingerprint_parts(acc),
     )
     ckpt = Checkpointer(args.checkpoints, run_id, gcfg.save_total_limit)

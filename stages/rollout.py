@@ -31,7 +31,7 @@ def main() -> None:
     cfg = config.load(args.params)
     rc = cfg.rollout
 
-    model, tok = load_checkpoint(args.model)
+    model, tok = load_checkpoint(args.model, device="auto")  # the GPU when there is one
     task, held_out = load_task(args.tasks, args.task)
     examples = training_draw(task, held_out, cfg.seed, "rollout", rc.num_prompts)(0)
     seed = derive_seed(cfg.seed, "rollout", args.task)

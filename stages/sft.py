@@ -14,18 +14,17 @@ on its share of each batch, the main process writes the outputs (LoRA adapters m
 import argparse
 import dataclasses
 import time
-from pathlib import Path
 
 from ddmrl import config
 from ddmrl.cli import run_stage, write_csv
 from ddmrl.io import write_json
-from ddmrl.models.checkpoint import load_checkpoint
+from ddmrl.models.checkpoint import checkpoint_digest, load_checkpoint
 from ddmrl.seeding import generator, seed_everything
 from ddmrl.tasks.store import load_task, training_draw
 from ddmrl.training import distributed as dist
 from ddmrl.training.data import encode_examples
 from ddmrl.training.mdm import train_mdm
-from ddmrl.training.resume import Checkpointer, file_digest, fingerprint
+from ddmrl.training.resume import Checkpointer, fingerprint
 
 
 def main() -> None:
@@ -60,7 +59,7 @@ def main() -> None:
         cfg.seed,
         cfg.tasks,
         dataclasses.asdict(sc),
-        file_digest(Path(args.model) / "model.safetensors"),
+        checkpoint_digest(args.model),
         *dist.fingerprint_parts(acc),
     )
     ckpt = Checkpointer(args.checkpoints, run_id, sc.save_total_limit)

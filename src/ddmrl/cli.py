@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from ddmrl.config import ConfigError
-from ddmrl.io import DataError, atomic_path
+from ddmrl.io import DataError, DownloadError, atomic_path
 
 for _var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "DVC_NO_ANALYTICS"):
     os.environ.setdefault(_var, "1")  # no hub retries: a missing local file fails at once (ecosystem.md section 6)
@@ -26,7 +26,7 @@ def run_stage(main: Callable[[], None]) -> None:
         torch.set_num_threads(max(1, int(os.environ["OMP_NUM_THREADS"])))
     try:
         main()
-    except (ConfigError, DataError, FileNotFoundError) as e:
+    except (ConfigError, DataError, DownloadError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
 

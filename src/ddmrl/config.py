@@ -90,7 +90,9 @@ def _check_scale(cfg: Any) -> None:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """TinyDDM architecture (embedded profiles) or a checkpoint to download (paper profiles)."""
+    """TinyDDM architecture (``kind: tiny``, embedded profiles: the download stage builds and pre-trains it) or a
+    checkpoint the download stage fetches (paper profiles: ``kind`` llada | mmada | hf_masked_lm and the keys of
+    ``ddmrl.models.adapters.ModelSpec``; the architecture keys are then unused)."""
 
     hidden_size: int = 128
     num_layers: int = 4
@@ -98,8 +100,33 @@ class ModelConfig:
     intermediate_size: int = 512
     dropout: float = 0.0
     position_embedding: str = "learned"  # learned (absolute) | rope (rotary, as LLaDA)
+    kind: str = "tiny"  # tiny | llada | mmada | hf_masked_lm (docs/real_scale.md)
+    path_or_id: str = ""  # checkpoint directory (normally under download.hub_dir) or a hub id in the HF cache
+    revision: str | None = None  # hub commit (40 hex with trust_remote_code)
+    trust_remote_code: bool = False  # run the checkpoint's own modeling_*.py (LLaDA needs it)
+    dtype: str = "float32"  # float32 | bfloat16 | float16 | auto
+    mmada_code: str | None = None  # mmada: checkout of github.com/Gen-Verse/MMaDA (the directory holding models/)
+    vq_path_or_id: str | None = None  # mmada: MAGVIT-v2 weights
+    vq_revision: str | None = None
+
+    @property
+    def pretrained(self) -> bool:
+        """True for a downloaded checkpoint (``kind`` other than tiny): nothing is pre-trained here."""
+        return self.kind != "tiny"
+
+    def spec(self):
+        """The ``ddmrl.models.adapters.ModelSpec`` of a downloaded checkpoint (validated)."""
+        from ddmrl.models.adapters import ModelSpec
+
+        fields = ("kind", "path_or_id", "revision", "trust_remote_code", "dtype", "mmada_code", "vq_path_or_id")
+        try:
+            return ModelSpec(**{k: getattr(self, k) for k in (*fields, "vq_revision")})
+        except ConfigError as e:  # ModelSpec names its keys model.<key>; this section adds the prefix itself
+            raise ConfigError(str(e).removeprefix("model.")) from None
 
     def __post_init__(self) -> None:
+        if self.pretrained:
+            self.spec()
         _check_choice("position_embedding", self.position_embedding, ("learned", "rope"))
         for key in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):
             _check(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
@@ -141,9 +168,31 @@ class DownloadConfig:
 
     num_eval: int = 256
     pretrain: TrainConfig = field(default_factory=TrainConfig)
+    # paper profiles: what to fetch (``ddmrl.hub.HubItem`` fields: name, repo_id, revision, repo_type,
+    # allow_patterns) into hub_dir/<name>; a checksum manifest per item is the stage's DVC-tracked output
+    hub: tuple[dict[str, Any], ...] = ()
+    hub_dir: str = "data/hub"  # large downloads live here, outside the DAG's outputs (like data/checkpoints)
 
     def __post_init__(self) -> None:
         _check(self.num_eval >= 1, "num_eval", self.num_eval, "must be >= 1")
+        names = [item.name for item in self.hub_items()]
+        _check(len(set(names)) == len(names), "hub", names, "item names must be unique")
+
+    def hub_items(self) -> list:
+        """``hub`` as validated ``ddmrl.hub.HubItem`` records."""
+        from ddmrl.hub import HubItem
+
+        items = []
+        for i, raw in enumerate(self.hub):
+            allowed = {f.name for f in dataclasses.fields(HubItem)}
+            unknown = sorted(set(raw) - allowed)
+            _check(not unknown, f"hub[{i}]", unknown, f"unknown key(s); allowed: {', '.join(sorted(allowed))}")
+            patterns = raw.get("allow_patterns")
+            try:
+                items.append(HubItem(**{**raw, "allow_patterns": tuple(patterns) if patterns else None}))
+            except (TypeError, ValueError) as e:
+                raise ConfigError(f"hub[{i}] = {raw!r}: {e}") from None
+        return items
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,7 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
-from ddmrl.io import DataError, read_json, write_json
+from ddmrl.io import DataError, DownloadError, read_json, write_json
 
 try:  # the transport errors of the hub client (a connection refused, a proxy error, a timeout)
     from httpx2 import HTTPError as _TransportError
@@ -120,12 +121,19 @@ def hub_offline() -> bool:
     return env in {"1", "ON", "YES", "TRUE"} or (env == "" and bool(constants.HF_HUB_OFFLINE))
 
 
-def download_command(repo_id: str, revision: str | None, local_dir: str | Path, repo_type: str = "model") -> str:
+def download_command(
+    repo_id: str,
+    revision: str | None,
+    local_dir: str | Path,
+    repo_type: str = "model",
+    allow_patterns: Iterable[str] | None = None,
+) -> str:
     """The shell command that fetches ``repo_id`` at ``revision`` into ``local_dir`` (huggingface_hub's CLI,
     ``huggingface-cli download`` with the same arguments in releases before 1.0)."""
     kind = "" if repo_type == "model" else f" --repo-type {repo_type}"
     rev = f" --revision {revision}" if revision else ""
-    return f"hf download {repo_id}{kind}{rev} --local-dir {local_dir}"
+    include = f" --include {shlex.join(allow_patterns)}" if allow_patterns else ""
+    return f"hf download {repo_id}{kind}{rev}{include} --local-dir {local_dir}"
 
 
 def _check_hub_id(repo_id: str, key: str) -> None:
@@ -168,7 +176,7 @@ def _snapshot(repo_id: str, revision: str | None, local_dir: Path, repo_type: st
         why = why or f"the hub download failed ({type(e).__name__})"
         raise RuntimeError(
             f"{repo_id}@{revision or 'main'}: {why} and {local_dir} does not hold a complete copy; on a host with "
-            f"network access run `{download_command(repo_id, revision, local_dir, repo_type)}` "
+            f"network access run `{download_command(repo_id, revision, local_dir, repo_type, allow_patterns)}` "
             f"(or copy that directory here){detail}"
         ) from None
     return Path(out)
@@ -240,27 +248,35 @@ class HubItem:
         check_revision(self.revision, f"download.{self.name}.revision")
 
 
-def fetch_all(items: Iterable[HubItem], root: str | Path) -> dict[str, Path]:
+def fetch_all(items: Iterable[HubItem], root: str | Path, manifests: str | Path | None = None) -> dict[str, Path]:
     """Fetch every item into ``root/<name>`` (resumable; a local path is used where it is) and write
-    ``root/<name>.manifest.json`` (sha256 + size of each file, with repo id and revision) for DVC to track.
+    ``<manifests>/<name>.manifest.json`` (default: next to the items; sha256 + size of each file, with repo id and
+    revision) for DVC to track.
 
-    Returns ``{name: local path}``. The first failure raises (one line, with the command to run); items fetched
-    before it stay, so a re-run resumes.
+    Returns ``{name: local path}``. Every item is tried; then, if any failed, one ``DownloadError`` line names each
+    missing item with the command that fetches it. Items fetched before stay, so a re-run resumes.
     """
     root = Path(root)
-    out = {}
+    manifests = Path(manifests) if manifests is not None else root
+    out, missing = {}, []
     for item in items:
         fetch = fetch_model if item.repo_type == "model" else fetch_dataset
         patterns = list(item.allow_patterns) if item.allow_patterns else None
-        path = fetch(item.repo_id, item.revision, root / item.name, patterns)
+        try:
+            path = fetch(item.repo_id, item.revision, root / item.name, patterns)
+        except RuntimeError as e:
+            missing.append(f"[{item.name}] {e}")
+            continue
         meta = {"repo_id": item.repo_id, "revision": item.revision, "repo_type": item.repo_type, "path": str(path)}
         if path.is_dir():
-            write_manifest(path, root / f"{item.name}.manifest.json", meta=meta)
+            write_manifest(path, manifests / f"{item.name}.manifest.json", meta=meta)
         else:  # a single local file (a JSONL test set)
             stat = {"size": path.stat().st_size, "sha256": _sha256(path)}
             manifest = {"files": {path.name: stat}, "num_files": 1, "total_bytes": stat["size"], "meta": meta}
-            write_json(root / f"{item.name}.manifest.json", manifest)
+            write_json(manifests / f"{item.name}.manifest.json", manifest)
         out[item.name] = path
+    if missing:
+        raise DownloadError(f"{len(missing)} of {len(out) + len(missing)} downloads missing: " + " ; ".join(missing))
     return out
 
 

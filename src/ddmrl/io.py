@@ -20,6 +20,13 @@ class DataError(ValueError):
         super().__init__(" ".join(str(message).split()))
 
 
+class DownloadError(RuntimeError):
+    """Something to download is missing (offline, or the hub failed); one line saying what and how to fetch it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(str(message).split()))
+
+
 @contextmanager
 def atomic_path(path: str | Path):
     """Yield a temporary path next to ``path``; on success rename it onto ``path`` (file or directory)."""

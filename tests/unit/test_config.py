@@ -172,6 +172,16 @@ methods:
         ("sft: {launch: {num_processes: 2}}\n", "sft.launch.num_processes"),
         ("grpo: {launch: {launcher: accelerate, num_processes: 0}}\n", "grpo.launch.num_processes"),
         ("grpo: {launch: {launcher: accelerate, config_file: ''}}\n", "grpo.launch.config_file"),
+        ("model: {kind: gpt2, path_or_id: x}\n", "model.kind"),
+        ("model: {kind: llada}\n", "model.path_or_id"),
+        (
+            "model: {kind: llada, path_or_id: GSAI-ML/LLaDA-8B-Instruct, trust_remote_code: true, revision: main}\n",
+            "model.revision",
+        ),
+        ("download: {hub: [{name: a, repo_id: x/y, sha: 1}]}\n", "download.hub[0]"),
+        ("download: {hub: [{name: ../a, repo_id: x/y}]}\n", "download.hub[0]"),
+        ("download: {hub: [{name: a, repo_id: x/y}, {name: a, repo_id: x/z}]}\n", "download.hub"),
+        ("task_params: {gsm8k: {train: ''}}\n", "task_params.gsm8k"),
     ],
 )
 def test_malformed_params_give_one_line_naming_the_key(tmp_path, text, key):

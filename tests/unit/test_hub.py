@@ -183,26 +183,33 @@ def test_manifest_errors(tmp_path):
         hub.verify_manifest(tmp_path / "empty", tmp_path / "bad.json")
 
 
-def test_fetch_all_records_a_manifest_per_item_and_stops_at_the_first_failure(offline, tmp_path):
+def test_fetch_all_records_a_manifest_per_item_and_names_every_missing_one(offline, tmp_path):
     _tree(tmp_path / "local_model")
     (tmp_path / "gsm8k.jsonl").write_text('{"question": "1+1", "answer": "#### 2"}\n')
     items = [
+        hub.HubItem("vq", "showlab/magvitv2", hub.PINNED_REVISIONS["showlab/magvitv2"]),
         hub.HubItem("base", str(tmp_path / "local_model")),
         hub.HubItem("gsm8k", str(tmp_path / "gsm8k.jsonl"), repo_type="dataset"),
-        hub.HubItem("vq", "showlab/magvitv2", hub.PINNED_REVISIONS["showlab/magvitv2"]),
+        hub.HubItem("math", "HuggingFaceH4/MATH-500", repo_type="dataset"),
     ]
-    with pytest.raises(RuntimeError, match=r"hf download showlab/magvitv2 --revision 5c3fa78.* --local-dir .*/dl/vq`"):
-        hub.fetch_all(items, tmp_path / "dl")
-    base = json.loads((tmp_path / "dl" / "base.manifest.json").read_text())
+    with pytest.raises(RuntimeError) as err:
+        hub.fetch_all(items, tmp_path / "dl", manifests=tmp_path / "manifests")
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("2 of 4 downloads missing: [vq] showlab/magvitv2@5c3fa78")
+    assert "`hf download showlab/magvitv2 --revision 5c3fa78" in msg and f"--local-dir {tmp_path}/dl/vq`" in msg
+    assert "[math] HuggingFaceH4/MATH-500@main" in msg and "--repo-type dataset --local-dir" in msg
+    # the items after a failure were still fetched, and their manifests written where asked
+    base = json.loads((tmp_path / "manifests" / "base.manifest.json").read_text())
     assert sorted(base["files"]) == ["a/weights.bin", "config.json"]
     assert base["meta"] == {"repo_id": str(tmp_path / "local_model"), "revision": None, "repo_type": "model",
                             "path": str(tmp_path / "local_model")}  # fmt: skip
-    hub.verify_manifest(tmp_path / "local_model", tmp_path / "dl" / "base.manifest.json")
-    data = json.loads((tmp_path / "dl" / "gsm8k.manifest.json").read_text())
+    hub.verify_manifest(tmp_path / "local_model", tmp_path / "manifests" / "base.manifest.json")
+    data = json.loads((tmp_path / "manifests" / "gsm8k.manifest.json").read_text())
     assert data["files"]["gsm8k.jsonl"]["size"] == (tmp_path / "gsm8k.jsonl").stat().st_size
-    assert not (tmp_path / "dl" / "vq.manifest.json").exists()
-    paths = hub.fetch_all(items[:2], tmp_path / "dl")
+    assert not (tmp_path / "manifests" / "vq.manifest.json").exists()
+    paths = hub.fetch_all(items[1:3], tmp_path / "dl")
     assert paths == {"base": tmp_path / "local_model", "gsm8k": tmp_path / "gsm8k.jsonl"}
+    assert (tmp_path / "dl" / "base.manifest.json").exists(), "manifests default to the download root"
 
 
 def test_hub_item_validation():

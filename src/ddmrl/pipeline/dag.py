@@ -75,19 +75,29 @@ def build(cfg: Config, params_file: str = "params.yaml") -> list[Stage]:
     ``params_file`` is the name the commands pass as ``--params`` (relative to the repository root).
     """
     new = _StageFactory(cfg, params_file)
-    stages = [download(new), sft(new)]
+    stages = [download(new)]
+    if cfg.sft.max_steps:
+        stages.append(sft(new))
     if cfg.image.tasks:
         stages.append(download(new, "image"))
     for task in cfg.tasks:
         stages += [rollout(new, task), reward(new, task)]
-    stages += [credit(new, section, task) for task in cfg.tasks for section in cfg.grpo.methods]
+    if not cfg.model.pretrained:  # the credit diagnostic back-propagates per token: embedded models only
+        stages += [credit(new, section, task) for task in cfg.tasks for section in cfg.grpo.methods]
     stages += [grpo(new, section, task, seed) for section, task, seed in cfg.runs()]
-    models = [(m, t, d) for t in cfg.tasks for m, d in (("base", BASE_DIR), ("sft", SFT_DIR))]
+    starts = dict.fromkeys([("base", BASE_DIR), start_model(cfg)])  # the base model, and the SFT model if any
+    models = [(m, t, d) for t in cfg.tasks for m, d in starts]
     models += [("base", t, IMAGE_BASE_DIR) for t in cfg.image.tasks]
     models += [(run_name(*r), r[1], grpo_dir(run_name(*r)) + "/model") for r in cfg.runs()]
     stages += [evaluate(new, name, task, model_dir) for name, task, model_dir in models]
     stages.append(tables(new, stages))
     return stages
+
+
+def start_model(cfg: Config) -> tuple[str, str]:
+    """(name, directory) of the model text RL starts from: the SFT model, or with ``sft.max_steps: 0`` (the paper
+    profiles start from LLaDA-8B-Instruct, as MaskGRPO and d1's diffu-GRPO row do) the downloaded base model."""
+    return ("sft", SFT_DIR) if cfg.sft.max_steps else ("base", BASE_DIR)
 
 
 class _StageFactory:
@@ -128,18 +138,22 @@ def download(new: _StageFactory, modality: str = "text") -> Stage:
     if modality == "text":
         name, root, tasks, base = "download", "data/download", TASKS_DIR, BASE_DIR
         params = ("tasks", "task_params", "model", "download")
-        extra = {}
+        extra, pretrained = {}, new.cfg.model.pretrained
     else:
         name, root, tasks, base = "download_image", "data/download/image", IMAGE_TASKS_DIR, IMAGE_BASE_DIR
         params = tuple(f"image.{k}" for k in ("tasks", "task_params", "model", "download", "cond_dropout_prob"))
-        extra = {"--modality": "image"}
+        extra, pretrained = {"--modality": "image"}, new.cfg.image.model.pretrained
     metrics, curve = f"{root}/metrics.json", f"{root}/curve.csv"
+    manifests = (f"{root}/manifests",) if pretrained else ()  # paper profiles: the downloads' checksums
+    if manifests:
+        extra["--manifests"] = manifests[0]
     return new(
         "download", name,
         {"--tasks-out": tasks, "--model-out": base, "--metrics": metrics, "--curve": curve,
          "--checkpoints": checkpoints(name), **extra},
         deps=(), params=("profile", "seed", *params),
-        dir_outs=(tasks, base), metrics=(metrics,), plots=(curve,), threads="all" if modality == "text" else 1,
+        dir_outs=(tasks, base, *manifests), metrics=(metrics,), plots=(curve,),
+        threads="all" if modality == "text" and not pretrained else 1,
     )  # fmt: skip
 
 
@@ -165,35 +179,39 @@ def sft(new: _StageFactory) -> Stage:
 
 
 def rollout(new: _StageFactory, task: str) -> Stage:
-    out = f"data/rollout/sft/{task}.jsonl"
+    """G samples per prompt from the model RL starts from (``start_model``)."""
+    start, model = start_model(new.cfg)
+    out = f"data/rollout/{start}/{task}.jsonl"
     return new(
-        "rollout", f"rollout_sft_{task}",
-        {"--tasks": TASKS_DIR, "--model": SFT_DIR, "--task": task, "--out": out},
-        deps=(TASKS_DIR, SFT_DIR), params=("profile", "seed", "rollout"), outs=(out,),
+        "rollout", f"rollout_{start}_{task}",
+        {"--tasks": TASKS_DIR, "--model": model, "--task": task, "--out": out},
+        deps=(TASKS_DIR, model), params=("profile", "seed", "rollout"), outs=(out,),
     )  # fmt: skip
 
 
 def reward(new: _StageFactory, task: str) -> Stage:
+    start = start_model(new.cfg)[0]
     rollouts, out, metrics = (
-        f"data/rollout/sft/{task}.jsonl",
-        f"data/reward/sft/{task}.jsonl",
-        f"data/reward/sft/{task}.json",
+        f"data/rollout/{start}/{task}.jsonl",
+        f"data/reward/{start}/{task}.jsonl",
+        f"data/reward/{start}/{task}.json",
     )
     return new(
-        "reward", f"reward_sft_{task}",
+        "reward", f"reward_{start}_{task}",
         {"--tasks": TASKS_DIR, "--task": task, "--rollouts": rollouts, "--out": out, "--metrics": metrics},
         deps=(TASKS_DIR, rollouts), params=("profile", "tasks"), outs=(out,), metrics=(metrics,),
     )  # fmt: skip
 
 
 def credit(new: _StageFactory, section: str, task: str) -> Stage:
-    """Per-token credit of one method section on the scored SFT rollouts (RebRL's Eq. 10, measured)."""
-    rollouts, out = f"data/reward/sft/{task}.jsonl", f"data/credit/{section}/{task}.csv"
+    """Per-token credit of one method section on the scored rollouts of the start model (RebRL's Eq. 10, measured)."""
+    start, model = start_model(new.cfg)
+    rollouts, out = f"data/reward/{start}/{task}.jsonl", f"data/credit/{section}/{task}.csv"
     return new(
         "credit", f"credit_{section}_{task}",
-        {"--tasks": TASKS_DIR, "--model": SFT_DIR, "--task": task, "--method": section, "--rollouts": rollouts,
+        {"--tasks": TASKS_DIR, "--model": model, "--task": task, "--method": section, "--rollouts": rollouts,
          "--out": out},
-        deps=(TASKS_DIR, SFT_DIR, rollouts), params=("profile", "seed", *grpo_keys(new.cfg), f"methods.{section}"),
+        deps=(TASKS_DIR, model, rollouts), params=("profile", "seed", *grpo_keys(new.cfg), f"methods.{section}"),
         plots=(out,),
     )  # fmt: skip
 
@@ -203,8 +221,8 @@ def grpo_dir(run: str) -> str:
 
 
 def grpo(new: _StageFactory, section: str, task: str, seed: int) -> Stage:
-    """Text runs start from the SFT model; image runs from the image base model (as RebRL and MaskGRPO start from
-    MMaDA-8B-Base)."""
+    """Text runs start from ``start_model`` (the SFT model in the embedded default); image runs from the image base
+    model (as RebRL and MaskGRPO start from MMaDA-8B-Base)."""
     run = run_name(section, task, seed)
     model, metrics, curve = f"{grpo_dir(run)}/model", f"{grpo_dir(run)}/metrics.json", f"{grpo_dir(run)}/curve.csv"
     tasks, start = _task_inputs(new.cfg, task)
@@ -220,7 +238,7 @@ def grpo(new: _StageFactory, section: str, task: str, seed: int) -> Stage:
 
 def _task_inputs(cfg: Config, task: str) -> tuple[str, str]:
     """(tasks directory, model a GRPO run of ``task`` starts from)."""
-    return (IMAGE_TASKS_DIR, IMAGE_BASE_DIR) if task in cfg.image.tasks else (TASKS_DIR, SFT_DIR)
+    return (IMAGE_TASKS_DIR, IMAGE_BASE_DIR) if task in cfg.image.tasks else (TASKS_DIR, start_model(cfg)[1])
 
 
 def evaluate(new: _StageFactory, model_name: str, task: str, model_dir: str) -> Stage:

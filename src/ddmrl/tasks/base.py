@@ -46,6 +46,8 @@ class Task(ABC):
     modality: str = "text"
     #: tokens after the completion that are part of the layout, never generated (MMaDA's ``<eoi>`` for images)
     completion_suffix: tuple[str, ...] = ()
+    #: prompts go through the tokenizer's chat template (:meth:`chat_text`; real checkpoints), not character-encoded
+    chat: bool = False
     #: atomic multi-character tokens this task's text uses (each becomes one token)
     special_tokens: tuple[str, ...] = ()
     #: every single character this task's prompts and answers may contain
@@ -74,6 +76,10 @@ class Task(ABC):
         """The held-out evaluation set: ``n`` distinct examples drawn with ``seed`` (training draws exclude their
         ids)."""
         return self.generate(n, seed)
+
+    def chat_text(self, example: Example, tokenizer: Any) -> str:
+        """The model input text of a chat task (:attr:`chat`)."""
+        raise NotImplementedError(f"{self.name} is not a chat task")
 
     @abstractmethod
     def reward(self, completion: str, example: Example) -> float:

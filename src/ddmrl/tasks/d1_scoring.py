@@ -1,9 +1,9 @@
-"""Scoring rules of d1 (Zhao et al. 2025, diffu-GRPO) for Countdown and 4x4 Sudoku, as pure functions.
+"""Scoring rules of d1 (Zhao et al. 2025, diffu-GRPO) for Countdown, 4x4 Sudoku, GSM8K and MATH, as pure functions.
 
 Two families, kept apart on purpose, as in d1:
 
-* training rewards (d1 ``reward_func.py``): :func:`sudoku_reward`, :func:`countdown_reward`; they read the
-  content of the last ``<answer>...</answer>`` block only;
+* training rewards (d1 ``reward_func.py``): :func:`sudoku_reward`, :func:`countdown_reward`, :func:`gsm8k_reward`,
+  :func:`math_reward`; they read the content of the last ``<answer>...</answer>`` block (MATH: the last box);
 * evaluation parsers (d1 ``eval/parse_and_get_acc.py``): :func:`sudoku_extract` / :func:`sudoku_cells` and
   :func:`countdown_extract` / :func:`countdown_correct`; they are more lenient about where the answer sits.
 
@@ -24,7 +24,9 @@ __all__ = [
     "countdown_extract",
     "countdown_reward",
     "evaluate_arithmetic",
+    "gsm8k_reward",
     "last_answer_block",
+    "math_reward",
     "sudoku_cells",
     "sudoku_extract",
     "sudoku_reward",
@@ -290,3 +292,75 @@ def countdown_correct(completion: str, numbers: Sequence[int], target: float) ->
     """
     equation = countdown_extract(completion)
     return _uses_numbers_once(equation, numbers) and _hits_target(equation, target)
+
+
+# ------------------------------------------------------------------------------------------ GSM8K and MATH
+
+_STRICT_FORMAT = r"^<reasoning>\n.*?\n</reasoning>\n<answer>\n.*?\n</answer>\n$"
+_SOFT_FORMAT = r"<reasoning>.*?</reasoning>\s*<answer>.*?</answer>"
+
+
+def xml_answer(completion: str) -> str:
+    """d1's ``extract_xml_answer``: the text between the last ``<answer>`` and the next ``</answer>``, stripped
+    (the whole text when there is no tag)."""
+    return completion.split("<answer>")[-1].split("</answer>")[0].strip()
+
+
+def xml_count(completion: str) -> float:
+    """d1's ``count_xml``: 0.125 for each of exactly one ``<reasoning>\\n``, ``\\n</reasoning>\\n``,
+    ``\\n<answer>\\n`` and ``\\n</answer>``, minus 0.001 per character trailing the answer tags."""
+    count = 0.0
+    if completion.count("<reasoning>\n") == 1:
+        count += 0.125
+    if completion.count("\n</reasoning>\n") == 1:
+        count += 0.125
+    if completion.count("\n<answer>\n") == 1:
+        count += 0.125 - len(completion.split("\n</answer>\n")[-1]) * 0.001
+    if completion.count("\n</answer>") == 1:
+        count += 0.125 - (len(completion.split("\n</answer>")[-1]) - 1) * 0.001
+    return count
+
+
+def gsm8k_reward(completion: str, answer: str, legacy_reward_quirks: bool = False) -> float:
+    """d1's GSM8K training reward (baselines.md 1.8), the sum of five functions (at most 4.0):
+    xmlcount (<= 0.5), soft format 0.5 (the text starts with a reasoning pair, then an answer pair), strict format
+    0.5 (the whole text is exactly that layout), 0.5 if the extracted answer is all digits, and 2.0 if it equals
+    ``answer`` (the text after ``####``) as a string.
+
+    ``legacy_reward_quirks`` reproduces d1's released regexes, compiled without DOTALL: a newline inside the
+    tags (every multi-line reasoning) fails both format checks.
+
+    >>> text = "<reasoning>\\n2+3\\nis 5\\n</reasoning>\\n<answer>\\n5\\n</answer>\\n"
+    >>> gsm8k_reward(text, "5"), gsm8k_reward(text, "5", legacy_reward_quirks=True)
+    (4.0, 3.0)
+    """
+    flags = 0 if legacy_reward_quirks else re.DOTALL
+    extracted = xml_answer(completion)
+    return (
+        xml_count(completion)
+        + (0.5 if re.match(_SOFT_FORMAT, completion, flags) else 0.0)
+        + (0.5 if re.match(_STRICT_FORMAT, completion, flags) else 0.0)
+        + (0.5 if extracted.isdigit() else 0.0)
+        + (2.0 if extracted == answer.strip() else 0.0)
+    )
+
+
+def math_reward(completion: str, answer: str, legacy_reward_quirks: bool = False) -> float:
+    """d1's MATH training reward (baselines.md 1.8; at most 3.0): 2.0 if d1's ``is_equiv`` holds between the last
+    box of the completion and ``answer``, plus the format term 0.5 x (answer tags present) + 0.5 x (1.0 if a
+    ``\\boxed`` appears, else 0.5).
+
+    ``legacy_reward_quirks`` reproduces d1's released code, whose boxed test is written with a non-raw ``"\\b"``
+    (a backspace) and so never matches: the format term is then 0.75 with answer tags and 0.25 without.
+
+    >>> text = "<answer>\\n\\\\boxed{\\\\frac{1}{2}}\\n</answer>"
+    >>> math_reward(text, "\\\\frac12"), math_reward(text, "3", legacy_reward_quirks=True)
+    (3.0, 0.75)
+    """
+    from ddmrl.tasks.d1_eval import is_equiv, last_boxed_only_string, remove_boxed
+
+    has_box = "\\boxed" in completion
+    boxed = last_boxed_only_string(completion) if has_box else None
+    correct = boxed is not None and is_equiv(remove_boxed(boxed), answer)
+    tags = "<answer>" in completion and "</answer>" in completion
+    return (2.0 if correct else 0.0) + 0.5 * tags + 0.5 * (1.0 if has_box and not legacy_reward_quirks else 0.5)

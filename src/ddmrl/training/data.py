@@ -24,7 +24,16 @@ def prompt_length(task: Task) -> int:
 
 
 def encode_prompts(tok, task: Task, examples: list[Example]) -> torch.Tensor:
-    """[N, P] prompt ids: BOS + prompt, left-padded with PAD."""
+    """[N, P] prompt ids: BOS + prompt, left-padded with PAD to the task's fixed P. A chat task (a real checkpoint)
+    is tokenised as d1 does: its chat text (``Task.chat_text``) with the tokenizer's own special tokens,
+    left-padded to the longest prompt of the batch (``tokenizer(prompts, padding="longest")``)."""
+    if task.chat:
+        ids = tok([task.chat_text(ex, tok) for ex in examples], padding="longest", padding_side="left")["input_ids"]
+        if max(map(len, ids)) > task.prompt_length:
+            raise ValueError(
+                f"{task.name}: a prompt has {max(map(len, ids))} tokens > prompt_length {task.prompt_length}"
+            )
+        return torch.tensor(ids, dtype=torch.long)
     p = prompt_length(task)
     rows = []
     for ex in examples:

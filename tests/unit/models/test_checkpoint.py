@@ -44,3 +44,23 @@ def test_saving_over_an_existing_checkpoint_replaces_it(tmp_path, make_model, to
 def test_loading_a_missing_checkpoint_says_so(tmp_path):
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         load_checkpoint(tmp_path / "nothing")
+
+
+def test_a_pointer_directory_loads_through_its_adapter_and_saves_one_back(tmp_path, make_model, tok):
+    from ddmrl.io import read_json
+    from ddmrl.models.checkpoint import POINTER, checkpoint_digest, write_pointer
+
+    model = make_model(max_positions=8)
+    save_checkpoint(model, tok, tmp_path / "weights")
+    write_pointer(tmp_path / "base", {"kind": "hf_masked_lm", "path_or_id": str(tmp_path / "weights")})
+    loaded, tok2 = load_checkpoint(tmp_path / "base")  # the adapter of a generic masked LM, the weights elsewhere
+    x = torch.randint(0, len(tok), (2, 8), generator=torch.Generator().manual_seed(1))
+    assert torch.equal(model(x).logits, loaded(x).logits) and tok2.mask_token_id == tok.mask_token_id
+    save_checkpoint(loaded, tok2, tmp_path / "trained")
+    pointer = read_json(tmp_path / "trained" / POINTER)
+    assert pointer["kind"] == "hf_masked_lm" and pointer["path_or_id"] == ""  # "": the weights are next to it
+    again, _ = load_checkpoint(tmp_path / "trained")
+    assert torch.equal(again(x).logits, model(x).logits)
+    save_checkpoint(loaded, tok2, tmp_path / "trained2")
+    assert checkpoint_digest(tmp_path / "trained") != checkpoint_digest(tmp_path / "trained2"), "a new save, a new id"
+    assert checkpoint_digest(tmp_path / "weights") == checkpoint_digest(tmp_path / "weights")

@@ -10,7 +10,9 @@ from ddmrl.tasks.d1_scoring import (
     countdown_extract,
     countdown_reward,
     evaluate_arithmetic,
+    gsm8k_reward,
     last_answer_block,
+    math_reward,
     sudoku_cells,
     sudoku_extract,
     sudoku_reward,
@@ -211,3 +213,45 @@ def test_evaluate_arithmetic(expression, value):
 def test_evaluate_arithmetic_rejects(expression):
     with pytest.raises(ValueError):
         evaluate_arithmetic(expression)
+
+
+# ------------------------------------------------------------------------------------------ GSM8K and MATH training
+
+GSM_STRICT = "<reasoning>\nHalf of 10 is 5.\n</reasoning>\n<answer>\n5\n</answer>\n"
+
+
+@pytest.mark.parametrize(
+    ("completion", "answer", "expected", "legacy"),
+    [
+        # xmlcount 0.5 + soft 0.5 + strict 0.5 + int 0.5 + correct 2.0
+        # the released soft-format regex has no DOTALL: the newline after <reasoning> already fails it
+        (GSM_STRICT, "5", 4.0, 3.5),
+        (GSM_STRICT, "6", 2.0, 1.5),  # wrong answer: format and int only
+        # multi-line reasoning: the released regexes (no DOTALL) fail both format checks
+        ("<reasoning>\na\nb\n</reasoning>\n<answer>\n5\n</answer>\n", "5", 4.0, 3.0),
+        # three characters after the answer tags: -0.003 and -0.003 in the two tail terms, and no strict format
+        (GSM_STRICT + "xyz", "5", 3.494, 2.994),
+        ("The answer is 5", "5", 0.0, 0.0),  # no tags: the extraction is the whole text
+        ("5", "5", 2.5, 2.5),  # no tags, but the whole text is the answer (int + correct)
+        # string match (commas count), not all digits; d1's tail term gives +0.001 for nothing after </answer>
+        ("<answer>\n1,200\n</answer>", "1200", 0.126, 0.126),
+    ],
+)
+def test_gsm8k_reward(completion, answer, expected, legacy):
+    assert gsm8k_reward(completion, answer) == pytest.approx(expected)
+    assert gsm8k_reward(completion, answer, legacy_reward_quirks=True) == pytest.approx(legacy)
+
+
+@pytest.mark.parametrize(
+    ("completion", "answer", "expected", "legacy"),
+    [
+        ("<answer>\n\\boxed{\\frac{1}{2}}\n</answer>", "\\dfrac12", 3.0, 2.75),  # is_equiv normalises
+        ("<answer>\n\\boxed{3}\n</answer>", "4", 1.0, 0.75),
+        ("\\boxed{4} then \\boxed{3}", "3", 2.5, 2.25),  # the last box counts; no answer tags
+        ("3", "3", 0.25, 0.25),  # no box: d1's extraction would return the whole text, but nothing is boxed
+        ("\\boxed{3", "3", 0.5, 0.25),  # an unterminated box is no answer
+    ],
+)
+def test_math_reward(completion, answer, expected, legacy):
+    assert math_reward(completion, answer) == pytest.approx(expected)
+    assert math_reward(completion, answer, legacy_reward_quirks=True) == pytest.approx(legacy)

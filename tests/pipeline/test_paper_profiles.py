@@ -1,0 +1,71 @@
+"""The paper profiles: `snakemake -n` lists their whole DAG, and offline the download stage fails first, with one
+line naming every missing download and the command that fetches it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from test_engines import ENV, copy_repo, edit_params, snakemake, snakemake_jobs
+
+from ddmrl.config import load
+from ddmrl.pipeline import dag
+
+PAPER_PROFILES = ["paper_llada_math"]
+
+
+def paper_repo(tmp_path, profile):
+    root = copy_repo(tmp_path)
+    edit_params(root, lambda raw: raw.update(profile=profile))
+    return root, load(root / "params.yaml")
+
+
+@pytest.mark.parametrize("profile", PAPER_PROFILES)
+def test_snakemake_lists_the_whole_paper_dag(tmp_path, profile):
+    root, cfg = paper_repo(tmp_path, profile)
+    result = snakemake(root, "-n", "-p")
+    assert result.returncode == 0, result.stderr[-2000:]
+    jobs = snakemake_jobs(result.stdout)
+    stages = dag.build(cfg)
+    assert set(jobs) - {"all"} == {s.name for s in stages}
+    grpo = [name for name in jobs if name.startswith("grpo_")]
+    assert len(grpo) == len(cfg.runs()) >= 4
+    for name in grpo:  # launched the way GPU users launch training
+        assert jobs[name].startswith(
+            "accelerate launch --config_file configs/accelerate/zero2.yaml --num_processes 8 stages/grpo.py"
+        )
+
+
+def test_llada_math_profile_has_the_papers_values(tmp_path):
+    cfg = paper_repo(tmp_path, "paper_llada_math")[1]
+    assert cfg.model.spec().kind == "llada" and cfg.model.trust_remote_code and cfg.sft.max_steps == 0
+    d1, mask = cfg.methods["diffu_grpo"], cfg.methods["maskgrpo"]
+    for run in (d1, mask):
+        assert (run.learning_rate, run.num_generations, run.num_iterations, run.num_prompts) == (3e-6, 6, 12, 16)
+        assert (run.max_grad_norm, run.weight_decay, run.mixed_precision, run.lora.r) == (0.2, 0.1, "bf16", 128)
+    assert (d1.beta, d1.epsilon, d1.p_mask_prompt, d1.scale_rewards, d1.sampler.block_length) == (
+        0.04, 0.5, 0.15, "none", 32
+    )  # fmt: skip
+    assert (mask.beta, mask.epsilon, mask.gamma, mask.scale_rewards, mask.sampler.block_length) == (
+        0.01, 0.2, 0.6, "group", 16
+    )  # fmt: skip
+    assert cfg.evaluate.sampler.temperature == 0 and cfg.evaluate.sampler.block_length == 32
+
+
+@pytest.mark.parametrize("profile", PAPER_PROFILES)
+def test_offline_the_download_stage_names_every_missing_item(tmp_path, profile):
+    root, cfg = paper_repo(tmp_path, profile)
+    download = next(s for s in dag.build(cfg) if s.name == "download")
+    cmd = [sys.executable, *download.cmd.split()[1:]]
+    result = subprocess.run(cmd, cwd=root, env=ENV, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    items = cfg.download.hub_items()
+    hub_ids = [i for i in items if not (root / i.repo_id).exists()]
+    assert f"{len(hub_ids)} of {len(items)} downloads missing" in lines[0]
+    for item in hub_ids:
+        assert f"[{item.name}] {item.repo_id}@" in lines[0]
+        assert f"hf download {item.repo_id}" in lines[0] and f"--local-dir data/hub/{item.name}" in lines[0]
+    assert not (root / "data" / "download" / "base").exists(), "nothing that looks complete is left behind"
