@@ -67,7 +67,7 @@ def rollout(
         generator=gen,
         **sampler_kwargs(sampler, task.completion_length),
     )
-    texts = [decode_completion(tok, row.tolist()) for row in out.completion_ids]
+    texts = [decode_completion(tok, row.tolist(), skip_special_tokens=task.chat) for row in out.completion_ids]
     mask = completion_mask(out.completion_ids, tok.eos_token_id)
     return Rollouts(prompts, out.completion_ids, mask, out.reveal_step, texts, out.nfe)
 

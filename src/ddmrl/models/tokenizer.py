@@ -49,12 +49,13 @@ def encode(tok: PreTrainedTokenizerFast, text: str) -> list[int]:
     return ids
 
 
-def decode_completion(tok: PreTrainedTokenizerFast, ids: Iterable[int]) -> str:
-    """Text of a completion: everything before the first [EOS], with any leftover [MASK]/[PAD] dropped."""
+def decode_completion(tok: PreTrainedTokenizerFast, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
+    """Text of a completion: everything before the first [EOS], with any leftover [MASK]/[PAD] dropped; with
+    ``skip_special_tokens`` every special token too (d1 decodes a real checkpoint's completions that way)."""
     out = []
     for i in ids:
         if i == tok.eos_token_id:
             break
         if i not in (tok.mask_token_id, tok.pad_token_id, tok.bos_token_id):
             out.append(i)
-    return tok.decode(out)
+    return tok.decode(out, skip_special_tokens=skip_special_tokens)

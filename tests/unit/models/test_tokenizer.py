@@ -52,3 +52,11 @@ def test_decode_completion_stops_at_eos_and_drops_masks_pads_bos(tok):
     assert decode_completion(tok, ids) == "<a>01"
     assert decode_completion(tok, [3, 6, 7]) == ""
     assert decode_completion(tok, [6, 7]) == "01"
+
+
+def test_decode_completion_can_skip_every_special_token():
+    tok = build_tokenizer("ab", ["<w>"])
+    tok.add_special_tokens({"additional_special_tokens": ["<|eot_id|>"]})
+    ids = [*encode(tok, "a<w>b"), tok.convert_tokens_to_ids("<|eot_id|>"), tok.eos_token_id, *encode(tok, "a")]
+    assert decode_completion(tok, ids) == "a<w>b<|eot_id|>"  # stops at EOS; task words and specials kept
+    assert decode_completion(tok, ids, skip_special_tokens=True) == "a<w>b"  # as d1 decodes LLaDA's completions
