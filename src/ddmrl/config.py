@@ -118,9 +118,8 @@ class ModelConfig:
         """The ``ddmrl.models.adapters.ModelSpec`` of a downloaded checkpoint (validated)."""
         from ddmrl.models.adapters import ModelSpec
 
-        fields = ("kind", "path_or_id", "revision", "trust_remote_code", "dtype", "mmada_code", "vq_path_or_id")
         try:
-            return ModelSpec(**{k: getattr(self, k) for k in (*fields, "vq_revision")})
+            return ModelSpec(**{k: getattr(self, k) for k in ModelSpec.__dataclass_fields__})
         except ConfigError as e:  # ModelSpec names its keys model.<key>; this section adds the prefix itself
             raise ConfigError(str(e).removeprefix("model.")) from None
 
@@ -182,9 +181,8 @@ class DownloadConfig:
         """``hub`` as validated ``ddmrl.hub.HubItem`` records."""
         from ddmrl.hub import HubItem
 
-        items = []
+        items, allowed = [], {f.name for f in dataclasses.fields(HubItem)}
         for i, raw in enumerate(self.hub):
-            allowed = {f.name for f in dataclasses.fields(HubItem)}
             unknown = sorted(set(raw) - allowed)
             _check(not unknown, f"hub[{i}]", unknown, f"unknown key(s); allowed: {', '.join(sorted(allowed))}")
             patterns = raw.get("allow_patterns")
