@@ -7,7 +7,8 @@ Every objective takes the same :class:`ObjectiveInputs` and returns an :class:`O
   sequence_clip        GDPO (Rojas et al. 2026): sequence ratio exp(ELBO_theta - ELBO_old) with the ELBO a
                        Gauss-Legendre sum over the step's views, clipped, length-normalised, minus beta k3 KL
   spg                  SPG (Wang et al. 2026): REINFORCE, no ratio, no KL; an ELBO proxy for A > 0 and an
-                       EUBO proxy (or a mix) for A <= 0, sandwiching the true log-likelihood
+                       EUBO proxy (or a mix) for A <= 0, sandwiching the true log-likelihood; sequences weighted
+                       by completion length
   weighted_likelihood  wd1 (Tang et al. 2026): ratio-free, sum_i (-w+_i + w-_i) log pi(o_i), w+- = group softmax
                        of +-A, log pi from d1's one-step estimator summed over the completion
 """
@@ -81,7 +82,9 @@ def spg(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
     eubo = eubo_proxy(x.logps, x.targets, x.t, x.completion_mask, cfg.eubo_beta)  # [N]
     negative = cfg.eubo_mix * eubo + (1 - cfg.eubo_mix) * elbo
     proxy = torch.where(x.advantages > 0, elbo, negative)
-    return ObjectiveOutput(-(x.advantages * proxy).mean(), 0.0, 0.0)
+    # weighted by completion length (tokens up to EOS included), as SPG's trainer: sum_i |y_i| (-A_i p_i) / sum |y|
+    length = x.completion_mask.sum(1).to(proxy.dtype)  # [N]
+    return ObjectiveOutput(-(x.advantages * proxy * length).sum() / length.sum().clamp_min(1), 0.0, 0.0)
 
 
 def weighted_likelihood(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:

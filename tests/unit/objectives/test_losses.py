@@ -200,11 +200,13 @@ def spg_case(adv: torch.Tensor):
 
 def test_spg_positive_advantage_flows_only_through_the_elbo_proxy():
     """A_i > 0: proxy_i = ELBO_i = (1/V) sum_v (1/|T_v,i|) sum_{k in T_v,i} logp_v(i, k);
-    loss = -(1/N) sum_i A_i proxy_i, so dL/dlogp_v(i, k) = -A_i / (N V |T_v,i|) on targets and 0 elsewhere;
-    eubo_beta and eubo_mix do not matter."""
+    loss = -sum_i |y_i| A_i proxy_i / sum_i |y_i| (length-weighted, lengths 4, 4, 3), so
+    dL/dlogp_v(i, k) = -A_i |y_i| / (sum |y| V |T_v,i|) on targets and 0 elsewhere; eubo_beta and eubo_mix do not
+    matter."""
     adv = torch.tensor([1.0, 2.0, 0.5])
-    x, targets, _, _ = spg_case(adv)
-    want = -adv[None, :, None] * targets.float() / (3 * 2 * targets.float().sum(-1, keepdim=True))
+    x, targets, cm, _ = spg_case(adv)
+    share = (cm.sum(1) / cm.sum()).float()[None, :, None]  # |y_i| / sum |y|
+    want = -adv[None, :, None] * share * targets.float() / (2 * targets.float().sum(-1, keepdim=True))
     for beta, mix in [(1.0, 0.5), (2.0, 1.0), (1.5, 0.0)]:
         _, grad = grad_of(spg, x, GRPOConfig(beta=0.0, eubo_beta=beta, eubo_mix=mix))
         assert torch.allclose(grad, want, atol=1e-6), (beta, mix)
@@ -214,7 +216,8 @@ def test_spg_negative_advantage_with_mix_one_flows_only_through_the_eubo_proxy()
     """A_i < 0, eubo_mix = 1: proxy_i = EUBO_i = (1/(beta |S_i|)) sum_{k in S_i} log((1/V) sum_v e^{beta l_v(k)}
     delta_v(k) / t_v), S_i the valid tokens that are a target somewhere. Then
     dEUBO_i/dl_v(k) = (1/|S_i|) pi_v(k),  pi_v(k) = e_v(k) / sum_u e_u(k),  e_v(k) = e^{beta l_v(k)} delta_v(k) / t_v,
-    and dL/dl_v(i, k) = -(A_i / N) dEUBO_i/dl_v(k). With mix = 0.5 the gradient is half this plus half the ELBO one."""
+    and dL/dl_v(i, k) = -A_i (|y_i| / sum |y|) dEUBO_i/dl_v(k). With mix = 0.5 the gradient is half this plus half
+    the ELBO one."""
     adv = torch.tensor([-1.0, -2.0, -0.5])
     x, targets, cm, t = spg_case(adv)
     beta = 1.5
@@ -223,14 +226,29 @@ def test_spg_negative_advantage_with_mix_one_flows_only_through_the_eubo_proxy()
     pi = torch.where(e.sum(0, keepdim=True) > 0, e / e.sum(0, keepdim=True).clamp_min(1e-300), 0.0)
     seen = (targets.any(0) & cm).double()
     d_eubo = pi * seen[None] / seen.sum(-1)[None, :, None]
-    want_eubo = (-adv.double()[None, :, None] / 3 * d_eubo).float()
+    share = (cm.sum(1) / cm.sum()).double()[None, :, None]  # |y_i| / sum |y|
+    want_eubo = (-adv.double()[None, :, None] * share * d_eubo).float()
     _, grad = grad_of(spg, x, GRPOConfig(beta=0.0, eubo_beta=beta, eubo_mix=1.0))
     assert torch.allclose(grad, want_eubo, atol=1e-6)
-    want_elbo = -adv[None, :, None] * targets.float() / (3 * 2 * targets.float().sum(-1, keepdim=True))
+    want_elbo = -adv[None, :, None] * share.float() * targets.float() / (2 * targets.float().sum(-1, keepdim=True))
     _, grad_mix = grad_of(spg, x, GRPOConfig(beta=0.0, eubo_beta=beta, eubo_mix=0.5))
     assert torch.allclose(grad_mix, 0.5 * want_eubo + 0.5 * want_elbo, atol=1e-6)
     _, grad_elbo = grad_of(spg, x, GRPOConfig(beta=0.0, eubo_beta=beta, eubo_mix=0.0))
     assert torch.allclose(grad_elbo, want_elbo, atol=1e-6)
+
+
+def test_spg_loss_weights_sequences_by_completion_length():
+    """SPG's trainer (spg_trainer.py compute_loss; algorithms.md B.7 "the loss is weighted by completion length"):
+    loss = sum_i |y_i| (-A_i proxy_i) / sum_i |y_i|, |y_i| the valid completion tokens (up to and including EOS),
+    not the plain mean over rollouts. One view masking everything (ELBO = mean log-prob), A = (+1, +1), row 0 of
+    length 4 with mean log-prob -1, row 1 of length 1 with log-prob -3: loss = (4 * 1 + 1 * 3) / 5 = 1.4 (the plain
+    mean would give 2.0)."""
+    logps = torch.tensor([[[-1.0, -1.0, -1.0, -1.0], [-3.0, -0.5, -0.5, -0.5]]])
+    cm = torch.tensor([[True] * 4, [True, False, False, False]])
+    targets = cm[None].clone()
+    x = make(logps, adv=torch.tensor([1.0, 1.0]), t=torch.ones(1, 2), targets=targets, cm=cm)
+    out = spg(x, GRPOConfig(beta=0.0))
+    assert out.loss.item() == pytest.approx(1.4, abs=1e-6)
 
 
 def proxies(logps: torch.Tensor, targets: torch.Tensor, t: torch.Tensor, beta: float) -> tuple[float, float]:
