@@ -37,10 +37,6 @@ def stage_params(stage):
     return json.dumps(dag.param_values(CFG, stage), sort_keys=True)
 
 
-def stage_threads(stage):
-    return workflow.cores if stage.threads == "all" else stage.threads
-
-
 def stage_resources(stage):
     """Scheduler resources of the job (e.g. gpu for accelerate-launched training); none by default."""
     return dict(stage.resources)

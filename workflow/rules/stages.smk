@@ -18,7 +18,8 @@ for stage in STAGES:
         params:
             cfg=stage_params(stage),
             cmd=stage.cmd,
-        threads: stage_threads(stage)
+        threads:
+            stage.threads
         resources:
             **stage_resources(stage),
         log:
