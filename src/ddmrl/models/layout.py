@@ -9,6 +9,8 @@ Every sampler, estimator and training loop in ddmrl works on ``[prompt | complet
 ``model(x).logits``. :class:`ImageLayout` lets them run unchanged on images: the task's prompt already ends with
 ``<soi>``, the completion is the N image tokens, and the wrapper appends the ``<eoi>`` suffix before the forward
 pass, drops its logits, and leaves only the image codes with finite logits at the completion positions.
+:class:`MMaDALayout` does the same in MMaDA-8B's own token layout (padding outside attention, the empty caption as
+the unconditional form).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
+from ddmrl.models.mmada import T2ILayout, attention_bias
 from ddmrl.tasks.base import Task
 
 #: the logit given to tokens outside the codebook: finite, so that p * log p stays 0 (not nan) for them
@@ -45,10 +48,46 @@ class ImageLayout(nn.Module):
     def forward(self, input_ids: torch.Tensor, **kwargs) -> SimpleNamespace:
         n, t = input_ids.shape
         x = torch.cat([input_ids, self.suffix.expand(n, -1)], dim=1)  # [N, P + L + S]
-        logits = self.model(x).logits[:, :t]  # [N, P + L, V]
+        return self._codes_only(self.model(x).logits[:, :t])  # [N, P + L, V]
+
+    def _codes_only(self, logits: torch.Tensor) -> SimpleNamespace:
+        """[N, P + L, V] logits with every token outside the codebook excluded at the last L positions."""
         outside = torch.zeros_like(logits[0], dtype=torch.bool)  # [P + L, V]
-        outside[t - self.completion_length :] = ~self.codes
+        outside[logits.shape[1] - self.completion_length :] = ~self.codes
         return SimpleNamespace(logits=logits.masked_fill(outside, EXCLUDED_LOGIT))
+
+
+class MMaDALayout(ImageLayout):
+    """MMaDA-8B's own text-to-image layout (``ddmrl.models.mmada.T2ILayout``) for the samplers and trainers.
+
+    The prompt is MMaDA's text part plus ``<|soi|>`` (:meth:`prompt_ids`: ``[iPAD].., <|t2i|>, BOS, caption, EOS,
+    <|soi|>``), the completion the N image tokens (``image_offset + code``), the suffix ``<|eoi|>``. Two things
+    differ from :class:`ImageLayout`, both as MMaDA's ``t2i_generate`` does them:
+
+    * ``[iPAD]`` neither attends nor is attended: the forward pass gets MMaDA's ``attention_bias``;
+    * a row whose prompt is all mask ids (the samplers' unconditional branch for guidance, and caption dropout)
+      becomes MMaDA's unconditional form, the empty caption, on which MMaDA was trained (``cond_dropout_prob``).
+    """
+
+    def __init__(self, model: nn.Module, layout: T2ILayout) -> None:
+        codes = range(layout.image_offset, layout.image_offset + layout.codebook_size)
+        super().__init__(model, [layout.eoi_id], list(codes), layout.num_image_tokens)
+        self.layout = layout
+        self.register_buffer("uncond_prompt", self.prompt_ids([[]])[0], persistent=False)  # [P]
+
+    def prompt_ids(self, caption_ids: list[list[int]]) -> torch.Tensor:
+        """[B, text_len + 1] prompts (text part and ``<|soi|>``) of B captions' token ids."""
+        return torch.tensor([self.layout.text_part(ids)[0] + [self.layout.soi_id] for ids in caption_ids])
+
+    def forward(self, input_ids: torch.Tensor, **kwargs) -> SimpleNamespace:
+        n, t = input_ids.shape
+        p = t - self.completion_length
+        prompt = input_ids[:, :p]  # [N, P]
+        unconditional = (prompt == self.layout.mask_token_id).all(1, keepdim=True)  # [N, 1]
+        prompt = torch.where(unconditional, self.uncond_prompt, prompt)
+        x = torch.cat([prompt, input_ids[:, p:], self.suffix.expand(n, -1)], dim=1)  # [N, P + L + 1]
+        bias = attention_bias(x != self.layout.pad_id)  # [N, 1, T, T]
+        return self._codes_only(self.model(x, attention_bias=bias).logits[:, :t])
 
 
 def for_task(model: nn.Module, tok, task: Task) -> nn.Module:
@@ -65,4 +104,4 @@ def for_task(model: nn.Module, tok, task: Task) -> nn.Module:
 
 def unwrap(model: nn.Module) -> nn.Module:
     """The model inside a layout wrapper (what is saved as the checkpoint)."""
-    return model.model if isinstance(model, ImageLayout) else model
+    return model.model if isinstance(model, ImageLayout) else model  # MMaDALayout is an ImageLayout

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 from ddmrl.likelihood import token_logps
 from ddmrl.models import build_tokenizer
-from ddmrl.models.layout import EXCLUDED_LOGIT, ImageLayout, for_task, unwrap
+from ddmrl.models.layout import EXCLUDED_LOGIT, ImageLayout, MMaDALayout, for_task, unwrap
+from ddmrl.models.mmada import T2ILayout
 from ddmrl.samplers import SAMPLERS
 from ddmrl.tasks import make_task
 from ddmrl.training.data import drop_prompts, encode_examples, encode_prompts, prompt_length
@@ -106,3 +109,66 @@ def test_caption_dropout_masks_whole_prompts_at_the_given_rate():
     assert ((dropped == prompts).all(1) | rows).all()  # a row is kept whole or masked whole
     assert abs(rows.float().mean().item() - 0.1) < 0.015  # 4000 rows: SE 0.005
     assert torch.equal(drop_prompts(prompts, 0.0, 0, torch.Generator()), prompts)
+
+
+# ------------------------------------------------------------------------------------------ MMaDA's own layout
+
+
+class FakeMMaDA(torch.nn.Module):
+    """Logits that depend on every visible token (mean of embeddings over the positions the bias lets a row see),
+    and records what it was called with, as MMaDA's forward(input_ids, attention_bias=...)."""
+
+    def __init__(self, vocab: int) -> None:
+        super().__init__()
+        self.config = SimpleNamespace(vocab_size=vocab)
+        self.emb = torch.nn.Embedding(vocab, 8)
+        self.head = torch.nn.Linear(8, vocab)
+        self.calls = []
+
+    def forward(self, input_ids, attention_bias):
+        self.calls.append((input_ids.clone(), attention_bias.clone()))
+        h = self.emb(input_ids)  # [N, T, 8]
+        seen = attention_bias[:, 0].float()  # [N, T, T]
+        mixed = seen @ h / seen.sum(-1, keepdim=True).clamp_min(1)
+        return SimpleNamespace(logits=self.head(h + mixed))
+
+
+SMALL = T2ILayout(
+    max_seq_length=6, num_image_tokens=4, image_offset=20, codebook_size=8,
+    mask_token_id=1, t2i_id=2, soi_id=3, eoi_id=4, pad_id=5, bos_id=6, eos_id=7,
+)  # fmt: skip
+
+
+def test_mmada_layout_prompt_bias_unconditional_form_and_code_slice():
+    torch.manual_seed(0)
+    model = FakeMMaDA(SMALL.image_offset + SMALL.codebook_size)
+    wrapped = MMaDALayout(model, SMALL)
+    prompts = wrapped.prompt_ids([[10, 11], [12]])  # [2, text_len + 1]
+    assert prompts[0].tolist() == [5, 5, 2, 6, 10, 11, 7, 3] and prompts[1].tolist() == [5, 5, 5, 2, 6, 12, 7, 3]
+    image = torch.tensor([[20, 1, 27, 1], [1, 1, 1, 1]])
+    masked_prompt = torch.full_like(prompts[:1], SMALL.mask_token_id)  # the samplers' unconditional branch
+    x = torch.cat([torch.cat([prompts, masked_prompt]), torch.cat([image, image[:1]])], 1)  # [3, 12]
+    logits = wrapped(x).logits
+    seen, bias = model.calls[-1]
+    assert seen.shape == (3, 13) and (seen[:, -1] == SMALL.eoi_id).all()
+    assert seen[2, :8].tolist() == [5, 5, 5, 5, 2, 6, 7, 3], "all-mask prompt -> MMaDA's empty caption"
+    assert torch.equal(seen[2, 8:12], image[0]), "the unconditional row keeps the current image tokens"
+    assert not bias[0, 0, :, :2].any() and not bias[0, 0, :2].any() and bias[0, 0, 2:, 2:].all()  # [iPAD] cut off
+    assert torch.equal(seen[:2, :12], x[:2])
+    assert logits.shape == (3, 12, 28)
+    codes = torch.arange(28) >= 20
+    assert (logits[:, 8:, ~codes] == EXCLUDED_LOGIT).all() and (logits[:, 8:, codes] > EXCLUDED_LOGIT).all()
+    assert torch.equal(logits[:, :8], model(seen, bias).logits[:, :8]), "prompt positions untouched"
+    assert unwrap(wrapped) is model
+
+
+def test_samplers_with_guidance_fill_mmada_layout_with_codes_only():
+    torch.manual_seed(0)
+    wrapped = MMaDALayout(FakeMMaDA(28), SMALL)
+    prompts = wrapped.prompt_ids([[10, 11], [12, 13, 14]])
+    gen = torch.Generator().manual_seed(0)
+    for name in ("maskgit", "emerge"):
+        out = SAMPLERS[name](wrapped, prompts, 4, mask_id=1, steps=4, temperature=1.0, cfg_scale=3.5, generator=gen)
+        assert ((out.completion_ids >= 20) & (out.completion_ids < 28)).all(), name
+    calls = wrapped.model.calls
+    assert any((c[0][:, :8] == wrapped.uncond_prompt).all(1).any() for c in calls), "guidance used the empty caption"
