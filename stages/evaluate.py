@@ -9,9 +9,10 @@ cells, pooled; Countdown: exact), and the mean training reward.
         --metrics data/evaluate/sft/sudoku4.json
 
 Text-to-image tasks use GenEval's protocol (``image.evaluate``: several sampled images per prompt). The images go
-to ``--images`` in GenEval's folder layout (``<NNNNN>/metadata.jsonl``, ``<NNNNN>/samples/<kkkk>.png``), and the
-results JSONL that GenEval's evaluator would write for that folder goes to ``--results``; the metrics are GenEval's
-summary of it (per-tag accuracy, Overall = unweighted mean of tags, in percent).
+to ``--images`` in GenEval's folder layout (``<NNNNN>/metadata.jsonl``, ``<NNNNN>/samples/<kkkk>.png``) and are
+judged from there (geneval-mini: its exact rules; ``geneval``: the official evaluator); the results JSONL in
+GenEval's schema goes to ``--results``, and the metrics are GenEval's summary of it (per-tag accuracy, Overall =
+unweighted mean of tags, in percent).
 
     python stages/evaluate.py --params params.yaml --tasks data/download/image/tasks \
         --model data/download/image/base --task geneval_mini --name base \

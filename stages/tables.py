@@ -34,7 +34,7 @@ from ddmrl.tables import (
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--params", required=True)
-    ap.add_argument("--evals", nargs="+", action="extend", required=True)
+    ap.add_argument("--evals", nargs="*", action="extend", default=[])
     ap.add_argument("--curves", nargs="*", action="extend", default=[])
     ap.add_argument("--rollouts", nargs="*", action="extend", default=[])
     ap.add_argument("--credit", nargs="*", action="extend", default=[])
@@ -44,21 +44,21 @@ def main() -> None:
     args = ap.parse_args()
     cfg = config.load(args.params)
 
-    evals = [read_json(p) for p in args.evals]
     curves = {Path(p).parent.name: pd.read_csv(p) for p in args.curves}  # data/grpo/<run>/curve.csv
-    frame = results_frame(cfg, evals, curves)
-    table = main_table(cfg, frame)
-    room = rollout_table([read_json(p) for p in args.rollouts])
 
     with atomic_path(args.out) as out:
         out.mkdir()
-        frame.to_csv(out / "results_long.csv", index=False)
-        table.to_csv(out / "text_table.csv", index=False)
-        (out / "text_table.md").write_text("# Held-out accuracy and reward (text tasks)\n\n" + to_markdown(table))
-        room.to_csv(out / "sft_rollouts.csv", index=False)
-        (out / "sft_rollouts.md").write_text("# SFT samples before RL (room for RL)\n\n" + to_markdown(room))
-        plot_curves(cfg, curves, "reward", out / "reward_curves.png", "mean reward of rollouts")
-        plot_curves(cfg, curves, "kl", out / "kl_curves.png", "k3 KL to the SFT reference")
+        if args.evals:  # text tasks
+            frame = results_frame(cfg, [read_json(p) for p in args.evals], curves)
+            table = main_table(cfg, frame)
+            room = rollout_table([read_json(p) for p in args.rollouts])
+            frame.to_csv(out / "results_long.csv", index=False)
+            table.to_csv(out / "text_table.csv", index=False)
+            (out / "text_table.md").write_text("# Held-out accuracy and reward (text tasks)\n\n" + to_markdown(table))
+            room.to_csv(out / "sft_rollouts.csv", index=False)
+            (out / "sft_rollouts.md").write_text("# SFT samples before RL (room for RL)\n\n" + to_markdown(room))
+            plot_curves(cfg, curves, "reward", out / "reward_curves.png", "mean reward of rollouts")
+            plot_curves(cfg, curves, "kl", out / "kl_curves.png", "k3 KL to the SFT reference")
         if args.credit:
             plot_credit(pd.concat([pd.read_csv(p) for p in args.credit]), out / "credit_by_reveal_step.png")
         if args.image_results:

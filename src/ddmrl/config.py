@@ -470,7 +470,6 @@ def _build_config(raw: dict[str, Any]) -> Config:
         if key not in known:
             raise ConfigError(f"{key}: unknown section; sections are: {', '.join(sorted(known))}")
     tasks = _tasks(raw.get("tasks", ["sudoku4", "countdown3"]), "tasks", "text")
-    _check(len(tasks) >= 1, "tasks", list(tasks), "must name at least one task")
     task_params = _task_params(raw.get("task_params", {}), "task_params")
 
     _check(isinstance(raw.get("grpo") or {}, dict), "grpo", raw.get("grpo"), "must be a mapping")
@@ -498,6 +497,7 @@ def _build_config(raw: dict[str, Any]) -> Config:
         task_params=_task_params(image.task_params, "image.task_params"),
     )
     _check(len(image.tasks) <= 1, "image.tasks", list(image.tasks), "one image task per pipeline (one layout)")
+    _check(len(tasks) + len(image.tasks) >= 1, "tasks", list(tasks), "must name at least one task (or image.tasks)")
     _section(GRPOConfig, image.grpo, "image.grpo")  # names and types of the image overrides
     image_grpo = deep_merge(grpo_raw, image.grpo)
     image_methods = {}

@@ -11,11 +11,10 @@ from typing import Any
 import torch
 
 from ddmrl.config import EvaluateConfig, SamplerConfig
-from ddmrl.geneval import evaluate_folder, summarize, write_geneval_folder
+from ddmrl.geneval import summarize
 from ddmrl.rollout import rollout
 from ddmrl.seeding import generator
 from ddmrl.tasks.base import Example, Task
-from ddmrl.tasks.geneval_mini import parse_grid
 
 
 def evaluate(
@@ -54,38 +53,41 @@ def evaluate(
 
 def sample_prompts(
     model, tok, task: Task, examples: list[Example], cfg: EvaluateConfig, seed: int = 0
-) -> tuple[list[list[str]], dict[str, Any]]:
+) -> tuple[list[list[str]], list[torch.Tensor], dict[str, Any]]:
     """``cfg.samples_per_prompt`` sampled completions per held-out prompt (GenEval's protocol: several images per
-    prompt from a temperature-1 sampler), with NFE and time. Each chunk of ``cfg.batch_size`` samples draws from a
-    generator seeded by (seed, chunk), so a rerun gives the same images."""
-    start, k, nfe, out = time.time(), cfg.samples_per_prompt, 0, []
+    prompt from a temperature-1 sampler): their texts, their ids ([K, L] per prompt), NFE and time. Each chunk of
+    ``cfg.batch_size`` samples draws from a generator seeded by (seed, chunk), so a rerun gives the same images."""
+    start, k, nfe, texts, ids = time.time(), cfg.samples_per_prompt, 0, [], []
     per_chunk = max(1, cfg.batch_size // k)
     for c, lo in enumerate(range(0, len(examples), per_chunk)):
         chunk = examples[lo : lo + per_chunk]
         batch = rollout(model, tok, task, chunk, k, cfg.sampler, generator(seed, "evaluate", c))
         nfe += batch.nfe
-        out += [batch.texts[i * k : (i + 1) * k] for i in range(len(chunk))]
+        texts += [batch.texts[i * k : (i + 1) * k] for i in range(len(chunk))]
+        ids += list(batch.completion_ids.cpu().split(k))
     stats = {"n_prompts": len(examples), "n_samples": len(examples) * k, "nfe": nfe}
-    return out, {**stats, "eval_seconds": time.time() - start}
+    return texts, ids, {**stats, "eval_seconds": time.time() - start}
 
 
 def evaluate_images(
     model, tok, task: Task, examples: list[Example], cfg: EvaluateConfig, folder: str | Path, seed: int = 0
 ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
     """GenEval's protocol on a text-to-image task: ``cfg.samples_per_prompt`` images per held-out prompt, written
-    in GenEval's folder layout under ``folder``, then judged from those PNGs as GenEval's evaluator judges a folder.
+    in GenEval's folder layout under ``folder`` and judged from there (``task.judge_images``: geneval-mini's exact
+    rules on the PNGs, or the official evaluator for real images).
 
     Returns (metrics: GenEval's summary in percent with ``accuracy`` = Overall, the mean reward, NFE and time;
     one generation record per image; the evaluator's results rows)."""
-    samples, stats = sample_prompts(model, tok, task, examples, cfg, seed)
-    grids = [[parse_grid(text, task.height, task.width) for text in texts] for texts in samples]
-    write_geneval_folder(folder, [ex.gold for ex in examples], grids)
-    rows = evaluate_folder(folder, task.height, task.width)
+    texts, ids, stats = sample_prompts(model, tok, task, examples, cfg, seed)
+    rows = task.judge_images(folder, examples, texts, ids)
     summary = summarize(rows)
+    per_image = [ex for ex, sample in zip(examples, texts, strict=True) for _ in sample]
+    flat = [text for sample in texts for text in sample]
+    rewards = task.batch_rewards(flat, torch.cat(ids), per_image)
+    k = cfg.samples_per_prompt
     records = [
-        {"id": ex.id, "prompt": ex.gold["prompt"], "sample": k, "generation": text, "reward": task.reward(text, ex)}
-        for ex, texts in zip(examples, samples, strict=True)
-        for k, text in enumerate(texts)
+        {"id": ex.id, "prompt": ex.gold["prompt"], "sample": i % k, "generation": text, "reward": reward}
+        for i, (ex, text, reward) in enumerate(zip(per_image, flat, rewards, strict=True))
     ]
-    mean_reward = sum(r["reward"] for r in records) / len(records)
+    mean_reward = sum(rewards) / len(rewards)
     return {"accuracy": summary["overall"], **summary, "mean_reward": mean_reward, **stats}, records, rows

@@ -264,7 +264,7 @@ def fetch_all(items: Iterable[HubItem], root: str | Path, manifests: str | Path 
         patterns = list(item.allow_patterns) if item.allow_patterns else None
         try:
             path = fetch(item.repo_id, item.revision, root / item.name, patterns)
-        except RuntimeError as e:
+        except (RuntimeError, ValueError) as e:  # not on the hub and not here, or neither a path nor a hub id
             missing.append(f"[{item.name}] {e}")
             continue
         meta = {"repo_id": item.repo_id, "revision": item.revision, "repo_type": item.repo_type, "path": str(path)}

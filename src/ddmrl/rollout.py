@@ -11,7 +11,6 @@ from typing import NamedTuple
 import torch
 
 from ddmrl.config import SamplerConfig
-from ddmrl.models import decode_completion
 from ddmrl.samplers import SAMPLERS
 from ddmrl.tasks.base import Example, Task
 from ddmrl.training.data import completion_mask, encode_prompts
@@ -67,13 +66,12 @@ def rollout(
         generator=gen,
         **sampler_kwargs(sampler, task.completion_length),
     )
-    texts = [decode_completion(tok, row.tolist(), skip_special_tokens=task.chat) for row in out.completion_ids]
+    texts = task.decode(tok, out.completion_ids)
     mask = completion_mask(out.completion_ids, tok.eos_token_id)
     return Rollouts(prompts, out.completion_ids, mask, out.reveal_step, texts, out.nfe)
 
 
-def rewards(task: Task, examples: list[Example], texts: list[str], num_generations: int) -> torch.Tensor:
-    """[N] task rewards of completions grouped ``num_generations`` per example."""
-    return torch.tensor(
-        [task.reward(text, examples[i // num_generations]) for i, text in enumerate(texts)], dtype=torch.float32
-    )
+def rewards(task: Task, examples: list[Example], batch: Rollouts, num_generations: int) -> torch.Tensor:
+    """[N] task rewards of rollouts grouped ``num_generations`` per example."""
+    per_row = [examples[i // num_generations] for i in range(len(batch.texts))]
+    return torch.tensor(task.batch_rewards(batch.texts, batch.completion_ids, per_row), dtype=torch.float32)

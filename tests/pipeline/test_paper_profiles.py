@@ -12,7 +12,7 @@ from test_engines import ENV, copy_repo, edit_params, snakemake, snakemake_jobs
 from ddmrl.config import load
 from ddmrl.pipeline import dag
 
-PAPER_PROFILES = ["paper_llada_math"]
+PAPER_PROFILES = ["paper_llada_math", "paper_mmada_geneval"]
 
 
 def paper_repo(tmp_path, profile):
@@ -53,19 +53,33 @@ def test_llada_math_profile_has_the_papers_values(tmp_path):
     assert cfg.evaluate.sampler.temperature == 0 and cfg.evaluate.sampler.block_length == 32
 
 
+def test_mmada_geneval_profile_has_rebrls_setup(tmp_path):
+    cfg = paper_repo(tmp_path, "paper_mmada_geneval")[1]
+    assert cfg.tasks == () and cfg.image.tasks == ("geneval",) and cfg.image.model.spec().kind == "mmada"
+    runs = cfg.image_methods
+    assert list(runs) == ["diffu_grpo", "unigrpo", "maskgrpo", "rebrl"]
+    for run in runs.values():  # RebRL: lr 3e-6, global batch 72 (G 9), 12 steps with CFG 3.5, 1800 steps
+        assert (run.learning_rate, run.num_prompts * run.num_generations, run.num_generations) == (3e-6, 72, 9)
+        assert (run.sampler.steps, run.sampler.cfg_scale, run.max_steps) == (12, 3.5, 1800)
+    assert (runs["rebrl"].num_iterations, runs["rebrl"].rebrl_mode) == (8, "token")
+    assert (runs["maskgrpo"].remasking, runs["maskgrpo"].gamma) == ("maskgrpo_random", 0.8)
+    assert cfg.image.evaluate.samples_per_prompt == 4 and cfg.image.download.num_eval == 553
+
+
 @pytest.mark.parametrize("profile", PAPER_PROFILES)
 def test_offline_the_download_stage_names_every_missing_item(tmp_path, profile):
     root, cfg = paper_repo(tmp_path, profile)
-    download = next(s for s in dag.build(cfg) if s.name == "download")
+    download = next(s for s in dag.build(cfg) if s.script == "stages/download.py")
     cmd = [sys.executable, *download.cmd.split()[1:]]
     result = subprocess.run(cmd, cwd=root, env=ENV, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 2, result.stderr[-2000:]
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ")
-    items = cfg.download.hub_items()
-    hub_ids = [i for i in items if not (root / i.repo_id).exists()]
-    assert f"{len(hub_ids)} of {len(items)} downloads missing" in lines[0]
-    for item in hub_ids:
-        assert f"[{item.name}] {item.repo_id}@" in lines[0]
-        assert f"hf download {item.repo_id}" in lines[0] and f"--local-dir data/hub/{item.name}" in lines[0]
-    assert not (root / "data" / "download" / "base").exists(), "nothing that looks complete is left behind"
+    branch = cfg.image if download.name == "download_image" else cfg
+    items = branch.download.hub_items()
+    assert f"{len(items)} of {len(items)} downloads missing" in lines[0]
+    for item in items:
+        assert f"[{item.name}] " in lines[0] and item.repo_id in lines[0]
+        if item.repo_id.count("/") == 1:  # a hub id: the command that fetches it
+            assert f"hf download {item.repo_id}" in lines[0] and f"--local-dir data/hub/{item.name}" in lines[0]
+    assert not list(root.glob("data/download/**/ddmrl_model.json")), "nothing that looks complete is left behind"

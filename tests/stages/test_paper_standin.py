@@ -42,19 +42,9 @@ class LLaDAConfig(PretrainedConfig):
         super().__init__(**kwargs)
 """
 
-# LLaDA's module names (attention q/k/v_proj and attn_out; SwiGLU ff_proj, up_proj, ff_out), one block
-MODELING = """
-import torch
-from torch import nn
-from transformers import PreTrainedModel
-from transformers.modeling_outputs import CausalLMOutputWithPast
-
-from .configuration_llada import LLaDAConfig
-
-
-class LLaDAModelLM(PreTrainedModel):
-    config_class = LLaDAConfig
-
+#: one block under LLaDA's module names (attention q/k/v_proj and attn_out; SwiGLU ff_proj, up_proj, ff_out); the MMaDA
+#: stand-in (test_paper_standin_mmada.py) has the same layers, as MMaDA-8B has LLaDA's
+LAYERS = """
     def __init__(self, config):
         super().__init__(config)
         d = config.d_model
@@ -70,7 +60,23 @@ class LLaDAModelLM(PreTrainedModel):
 
     def get_input_embeddings(self):
         return self.wte
+"""
 
+MODELING = (
+    """
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from .configuration_llada import LLaDAConfig
+
+
+class LLaDAModelLM(PreTrainedModel):
+    config_class = LLaDAConfig
+"""
+    + LAYERS
+    + """
     def forward(self, input_ids, attention_mask=None, **kwargs):
         h = self.wte(input_ids)
         b, length, d = h.shape
@@ -80,6 +86,7 @@ class LLaDAModelLM(PreTrainedModel):
         h = h + self.ff_out(nn.functional.silu(self.ff_proj(h)) * self.up_proj(h))
         return CausalLMOutputWithPast(logits=self.lm_head(h))
 """
+)
 
 TEMPLATE = (
     "{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n{{ m['content'] }}<|eot_id|>"
@@ -107,16 +114,21 @@ def standin_llada(path: Path) -> None:
     config = {"model_type": "llada_standin", "auto_map": auto, "vocab_size": len(tok), "mask_token_id": 0}
     (path / "config.json").write_text(json.dumps({**config, "architectures": ["LLaDAModelLM"]}))
     tok.save_pretrained(path)
-    g, d = torch.Generator().manual_seed(0), 16
-    shapes = {"wte.weight": (len(tok), d), "lm_head.weight": (len(tok), d), "ff_out.weight": (d, 2 * d)}
-    shapes |= {f"{n}.weight": (d, d) for n in ("q_proj", "k_proj", "v_proj", "attn_out")}
-    shapes |= {f"{n}.weight": (2 * d, d) for n in ("ff_proj", "up_proj")}
-    shapes |= {f"{n[:-7]}.bias": (s[0],) for n, s in list(shapes.items()) if n[:-7] not in ("wte", "lm_head")}
-    weights = {k: 0.3 * torch.randn(s, generator=g) for k, s in shapes.items()}
-    # digits, spaces and EOS likely: some completions are all digits (d1's int reward), so groups differ in reward
+    weights = layer_weights(len(tok), scale=0.3)
+    # digits, EOS and "x" likely: some completions are all digits (d1's int reward), so groups differ in reward
     weights["lm_head.bias"] = torch.zeros(len(tok))
-    weights["lm_head.bias"][tok.convert_tokens_to_ids([*"0123456789 ", "<|endoftext|>"])] = 3.0
+    weights["lm_head.bias"][tok.convert_tokens_to_ids([*"0123456789x", "<|endoftext|>"])] = 6.0
     save_file(weights, str(path / "model.safetensors"), metadata={"format": "pt"})
+
+
+def layer_weights(vocab: int, d: int = 16, scale: float = 0.5) -> dict[str, torch.Tensor]:
+    """Random weights (seed 0) of :data:`LAYERS` over a vocabulary of ``vocab`` tokens."""
+    g = torch.Generator().manual_seed(0)
+    shapes = {"wte.weight": (vocab, d), "lm_head.weight": (vocab, d), "lm_head.bias": (vocab,)}
+    shapes |= {f"{n}.weight": (d, d) for n in ("q_proj", "k_proj", "v_proj", "attn_out")}
+    shapes |= {"ff_proj.weight": (2 * d, d), "up_proj.weight": (2 * d, d), "ff_out.weight": (d, 2 * d)}
+    shapes |= {f"{n}.bias": (shapes[f"{n}.weight"][0],) for n in sorted(LORA_TARGETS)}  # a fixed draw order
+    return {k: scale * torch.randn(s, generator=g) for k, s in shapes.items()}
 
 
 def standin_profile(root: Path, model_dir: Path) -> None:

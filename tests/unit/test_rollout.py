@@ -36,6 +36,6 @@ def test_rollout_groups_prompts_and_decodes(make_model):
     # rewards are scored against the example of each completion's group
     seen = []
     task.reward = lambda text, ex: seen.append(ex.id) or 1.0
-    r = rewards(task, examples, out.texts, 3)
+    r = rewards(task, examples, out, 3)
     assert r.dtype == torch.float32 and r.tolist() == [1.0] * 6
     assert seen == [examples[0].id] * 3 + [examples[1].id] * 3

@@ -23,6 +23,7 @@ from ddmrl.io import atomic_path, read_json, write_json
 
 POINTER = "ddmrl_model.json"
 _SPEC_ATTR = "_ddmrl_spec"  # set on a model loaded through a pointer: how to load what is saved from it
+_ADAPTER_ATTR = "_ddmrl_adapter"  # and its ddmrl.models.adapters.ModelAdapter (MMaDA: layout, image decoding)
 
 
 def load_checkpoint(path: str | Path, device: str = "cpu"):
@@ -52,7 +53,13 @@ def _load_pointer(path: Path):
     if tok.mask_token_id != adapter.mask_token_id:
         tok.mask_token = tok.convert_ids_to_tokens(adapter.mask_token_id)
     setattr(model, _SPEC_ATTR, {k: v for k, v in fields.items() if k not in ("path_or_id", "revision")})
+    setattr(model, _ADAPTER_ATTR, adapter)
     return model, tok
+
+
+def adapter_of(model) -> Any:
+    """The adapter of a model loaded through a pointer (also through peft's wrappers), else ``None``."""
+    return getattr(model, _ADAPTER_ATTR, None)
 
 
 def save_checkpoint(model, tok, path: str | Path) -> None:

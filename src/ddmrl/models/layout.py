@@ -90,16 +90,42 @@ class MMaDALayout(ImageLayout):
         return self._codes_only(self.model(x, attention_bias=bias).logits[:, :t])
 
 
+#: MMaDA's reserved tokens of the T2I layout (T2ILayout field -> token); their ids come from the tokenizer when it
+#: has them, else T2ILayout's defaults (MMaDA-8B's reserved ids)
+MMADA_TOKENS = {"t2i_id": "<|t2i|>", "soi_id": "<|soi|>", "eoi_id": "<|eoi|>", "pad_id": "[iPAD]"}
+
+
 def for_task(model: nn.Module, tok, task: Task) -> nn.Module:
-    """``model`` as ``task`` needs it: unchanged for text, wrapped in :class:`ImageLayout` for image tasks."""
+    """``model`` as ``task`` needs it: unchanged for text, wrapped in :class:`ImageLayout` for image tasks in the
+    task's own tokens, in :class:`MMaDALayout` for MMaDA's layout (the task is then bound to the layout's prompts
+    and the checkpoint's image decoder)."""
     if task.modality != "image":
         return model
+    if task.image_layout == "mmada":
+        return _mmada_for_task(model, tok, task)
     return ImageLayout(
         model,
         tok.convert_tokens_to_ids(list(task.completion_suffix)),
         tok.convert_tokens_to_ids(list(task.image_tokens)),
         task.completion_length,
     )
+
+
+def _mmada_for_task(model: nn.Module, tok, task: Task) -> MMaDALayout:
+    from ddmrl.models.checkpoint import adapter_of
+
+    adapter = adapter_of(model)
+    if adapter is None or adapter.kind != "mmada":
+        raise ValueError(f"task {task.name} needs MMaDA (image.model.kind: mmada), not {type(unwrap(model)).__name__}")
+    vocab = tok.get_vocab()
+    ids = {key: vocab[token] for key, token in MMADA_TOKENS.items() if token in vocab}
+    layout = adapter.t2i_layout(task.max_seq_length, task.completion_length, **ids)
+    wrapped = MMaDALayout(model, layout)
+    task.bind(
+        lambda captions: wrapped.prompt_ids(adapter.encode_captions(captions)),
+        lambda completion_ids: adapter.decode_images(layout.codes_from_tokens(completion_ids.cpu()), layout),
+    )
+    return wrapped
 
 
 def unwrap(model: nn.Module) -> nn.Module:

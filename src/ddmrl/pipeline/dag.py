@@ -75,9 +75,11 @@ def build(cfg: Config, params_file: str = "params.yaml") -> list[Stage]:
     ``params_file`` is the name the commands pass as ``--params`` (relative to the repository root).
     """
     new = _StageFactory(cfg, params_file)
-    stages = [download(new)]
-    if cfg.sft.max_steps:
-        stages.append(sft(new))
+    stages = []
+    if cfg.tasks:  # the text branch (a paper profile may be image-only)
+        stages.append(download(new))
+        if cfg.sft.max_steps:
+            stages.append(sft(new))
     if cfg.image.tasks:
         stages.append(download(new, "image"))
     for task in cfg.tasks:

@@ -46,6 +46,9 @@ class Task(ABC):
     modality: str = "text"
     #: tokens after the completion that are part of the layout, never generated (MMaDA's ``<eoi>`` for images)
     completion_suffix: tuple[str, ...] = ()
+    #: image tasks: how ``ddmrl.models.layout.for_task`` wraps the model: "tokens" (the task's own image tokens in
+    #: MMaDA's order) or "mmada" (MMaDA-8B's own token layout, from the checkpoint's adapter)
+    image_layout: str = "tokens"
     #: prompts go through the tokenizer's chat template (:meth:`chat_text`; real checkpoints), not character-encoded
     chat: bool = False
     #: atomic multi-character tokens this task's text uses (each becomes one token)
@@ -80,6 +83,23 @@ class Task(ABC):
     def chat_text(self, example: Example, tokenizer: Any) -> str:
         """The model input text of a chat task (:attr:`chat`)."""
         raise NotImplementedError(f"{self.name} is not a chat task")
+
+    def encode_prompts(self, tokenizer: Any, examples: list[Example]) -> Any:
+        """[N, P] prompt ids when the task lays out its own prompts (MMaDA's text-to-image layout); ``None``: the
+        generic encodings of ``ddmrl.training.data.encode_prompts``."""
+        return None
+
+    def decode(self, tokenizer: Any, completion_ids: Any) -> list[str]:
+        """The text of each completion [N, L] (before the first EOS; a chat task without special tokens, as d1
+        decodes a real checkpoint's completions)."""
+        from ddmrl.models.tokenizer import decode_completion
+
+        return [decode_completion(tokenizer, row.tolist(), self.chat) for row in completion_ids]
+
+    def batch_rewards(self, completions: list[str], completion_ids: Any, examples: list[Example]) -> list[float]:
+        """Rewards of a batch, ``examples[i]`` being the example of completion ``i``: :meth:`reward` of each text,
+        unless the task scores something else (decoded images)."""
+        return [self.reward(c, ex) for c, ex in zip(completions, examples, strict=True)]
 
     @abstractmethod
     def reward(self, completion: str, example: Example) -> float:

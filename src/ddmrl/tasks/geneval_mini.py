@@ -410,6 +410,17 @@ class GenEvalMini(Task):
         """``{"correct", "reason", "tag", "fraction", "details"}``; a malformed completion is incorrect."""
         return self._judge(completion, example)
 
+    def judge_images(
+        self, folder: str | Path, examples: list[Example], texts: list[list[str]], completion_ids: list[Any]
+    ) -> list[dict[str, Any]]:
+        """Render each example's completions (``texts[i]``) as PNGs in GenEval's folder layout under ``folder``, then
+        judge the PNGs read back from disk as GenEval's evaluator judges a folder; its results rows."""
+        from ddmrl.geneval import evaluate_folder, write_geneval_folder
+
+        grids = [[parse_grid(text, self.height, self.width) for text in sample] for sample in texts]
+        write_geneval_folder(folder, [ex.gold for ex in examples], grids)
+        return evaluate_folder(folder, self.height, self.width)
+
     def accuracy(self, scores: list[dict[str, Any]]) -> float:
         """GenEval Overall in percent: the unweighted mean over tags of the per-tag mean of ``correct``."""
         by_tag: dict[str, list[bool]] = {}

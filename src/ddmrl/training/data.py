@@ -26,7 +26,11 @@ def prompt_length(task: Task) -> int:
 def encode_prompts(tok, task: Task, examples: list[Example]) -> torch.Tensor:
     """[N, P] prompt ids: BOS + prompt, left-padded with PAD to the task's fixed P. A chat task (a real checkpoint)
     is tokenised as d1 does: its chat text (``Task.chat_text``) with the tokenizer's own special tokens,
-    left-padded to the longest prompt of the batch (``tokenizer(prompts, padding="longest")``)."""
+    left-padded to the longest prompt of the batch (``tokenizer(prompts, padding="longest")``). A task that lays
+    out its own prompts (``Task.encode_prompts``: MMaDA's text-to-image layout) gives them itself."""
+    own = task.encode_prompts(tok, examples)
+    if own is not None:
+        return own
     if task.chat:
         ids = tok([task.chat_text(ex, tok) for ex in examples], padding="longest", padding_side="left")["input_ids"]
         if max(map(len, ids)) > task.prompt_length:

@@ -237,6 +237,10 @@ def prepare_model(model, mixed_precision: str, gradient_checkpointing: bool, lor
 
 
 def is_peft(model) -> bool:
+    """True for a model with LoRA adapters (also inside an image layout wrapper)."""
+    from ddmrl.models.layout import unwrap
+
+    model = unwrap(model)
     return hasattr(model, "disable_adapter") and hasattr(model, "merge_and_unload")
 
 
@@ -248,7 +252,9 @@ def trainable(model) -> list[torch.nn.Parameter]:
 @contextlib.contextmanager
 def adapters_disabled(acc, policy) -> Iterator[None]:
     """The policy with its LoRA adapters switched off: the frozen base, i.e. the reference model."""
-    with acc.unwrap_model(policy).disable_adapter():
+    from ddmrl.models.layout import unwrap
+
+    with unwrap(acc.unwrap_model(policy)).disable_adapter():
         yield
 
 

@@ -205,7 +205,7 @@ def train_grpo(
         examples = dist.shard(draw_prompts(it), rank, world, "grpo.num_prompts")
         gen = dist.device_generator(acc.device, rseed, "rollout", it)
         batch = dist.to_device(rollout(policy, tok, task, examples, g, cfg.sampler, gen), torch.device("cpu"))
-        r = rewards(task, examples, batch.texts, g)  # [N]
+        r = rewards(task, examples, batch, g)  # [N]
         adv, zero_std = group_advantages(r, g, cfg.scale_rewards)
         if not dist.all_processes(acc, bool(torch.isfinite(r).all() and torch.isfinite(adv).all())):
             skipped, consecutive, it = skipped + 1, consecutive + 1, it + 1

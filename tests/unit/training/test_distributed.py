@@ -175,6 +175,25 @@ def test_lora_trains_only_the_adapters_against_the_disabled_adapter_reference(se
     assert any(not torch.equal(p, q) for p, q in zip(merged.parameters(), base.parameters(), strict=True))
 
 
+def test_adapters_are_seen_through_an_image_layout(setup):
+    """Image runs wrap the (peft) policy in MMaDA's layout: its adapters still count, and switch off."""
+    from ddmrl.models.layout import ImageLayout
+
+    task, tok, policy = setup
+    base = ImageLayout(copy.deepcopy(policy), [], [5, 6], 4)
+    peft_policy = dist.prepare_model(policy, "no", False, LoraConfig(r=4, alpha=8.0, target_modules=("qkv",)))
+    wrapped = ImageLayout(peft_policy, [], [5, 6], 4)
+    assert dist.is_peft(wrapped) and not dist.is_peft(base)
+    with torch.no_grad():
+        next(p for n, p in peft_policy.named_parameters() if "lora_B" in n).fill_(1.0)  # the adapters now matter
+        x = torch.randint(5, len(tok), (2, 8))
+        moved = wrapped(x).logits
+        with dist.adapters_disabled(Accelerator(cpu=True), wrapped):
+            off = wrapped(x).logits
+        plain = base(x).logits
+    assert not torch.equal(moved, off) and torch.allclose(off, plain, atol=1e-6)
+
+
 def test_a_missing_reference_needs_adapters(setup):
     task, tok, policy = setup
     with pytest.raises(ValueError, match="ref is None but the policy has no adapters"):

@@ -1,0 +1,164 @@
+"""``geneval``: GenEval's prompts for a real text-to-image model in MMaDA's layout (the paper profile
+``paper_mmada_geneval``: RebRL's and MaskGRPO's GenEval table on MMaDA-8B-Base).
+
+* Prompts: lines of GenEval's ``evaluation_metadata.jsonl`` (553; djghosh13/geneval ``prompts/``) are the held-out
+  set; training prompts come from another file in the same schema (MaskGRPO trains on its
+  ``dataset/GenEval/train_metadata.jsonl``).
+* The completion is ``num_image_tokens`` image tokens of MMaDA's layout (``ddmrl.models.layout.MMaDALayout``,
+  which ``ddmrl.models.layout.for_task`` builds from the checkpoint's adapter and binds to this task with
+  :meth:`GenEval.bind`); decoded to pixels with MAGVIT-v2.
+* Reward (RL): the images scored by the reward models of ``reward_models`` (``ddmrl.rewards.reward_from_params``;
+  MaskGRPO and RebRL use UnifiedReward through a server, its score / 5).
+* Evaluation: the images in GenEval's folder layout, judged by the official evaluator
+  (``ddmrl.rewards.geneval_bridge.run_geneval``, with the environment of ``evaluator``), summarised by
+  ``ddmrl.geneval.summarize``.
+
+Sources are read on first use, and reward models load on first use, so validating params.yaml reads nothing.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from collections.abc import Callable
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import torch
+from PIL import Image
+
+from ddmrl.io import DataError, read_jsonl
+from ddmrl.tasks.base import Example, Task
+
+__all__ = ["GenEval"]
+
+METADATA_KEYS = ("tag", "prompt", "include")
+
+
+class GenEval(Task):
+    """GenEval prompts; images scored by reward models (RL) and by the official evaluator (evaluation).
+
+    ``eval`` / ``train``: metadata JSONL files. ``num_image_tokens``: image tokens per sample (MMaDA at 512 px: 1024);
+    ``max_seq_length``: caption tokens of the layout (MMaDA's RL: 256). ``reward_models``: the params section of
+    ``ddmrl.rewards.reward_from_params``. ``evaluator``: ``ddmrl.rewards.geneval_bridge.GenEvalEnv`` fields
+    (``geneval_repo``, ``python``, ``model_path``, ...).
+    """
+
+    name = "geneval"
+    modality = "image"
+    image_layout = "mmada"
+
+    def __init__(
+        self,
+        eval: str = "",
+        train: str = "",
+        num_image_tokens: int = 1024,
+        max_seq_length: int = 256,
+        reward_models: dict[str, Any] | None = None,
+        evaluator: dict[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(eval, str) or not eval:
+            raise ValueError(f"eval = {eval!r}: name GenEval's evaluation_metadata.jsonl")
+        for key, value in (("num_image_tokens", num_image_tokens), ("max_seq_length", max_seq_length)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{key} = {value!r}: must be a positive integer")
+        from ddmrl.rewards import reward_from_params
+        from ddmrl.rewards.geneval_bridge import GenEvalEnv
+
+        self.eval, self.train = eval, train
+        self.completion_length, self.max_seq_length = num_image_tokens, max_seq_length
+        self.prompt_length = max_seq_length + 2  # MMaDA's text part (max_seq_length + 1) and <|soi|>
+        self.reward_model = reward_from_params(reward_models) if reward_models else None  # nothing loaded yet
+        self.evaluator = GenEvalEnv(**evaluator) if evaluator else None
+        self._prompt_ids: Callable[[list[str]], torch.Tensor] | None = None
+        self._decode: Callable[[torch.Tensor], torch.Tensor] | None = None
+
+    # ----------------------------------------------------------------------------------------------- prompts
+
+    def _read(self, path: str, split: str) -> list[Example]:
+        rows = read_jsonl(path, required=METADATA_KEYS)
+        return [
+            Example(
+                id=f"{split}-{i}",
+                prompt=r["prompt"],
+                answer="",
+                gold={"prompt": r["prompt"], "metadata": r, "split": split},
+            )
+            for i, r in enumerate(rows)
+        ]
+
+    @cached_property
+    def _train_set(self) -> list[Example]:
+        if not self.train:
+            raise DataError("geneval: train is not set (a metadata JSONL of training prompts, e.g. MaskGRPO's)")
+        return self._read(self.train, "train")
+
+    def held_out(self, n: int, seed: int) -> list[Example]:
+        """The evaluation prompts in file order (all 553 when ``n`` is at least that); ``seed`` is unused."""
+        return self._read(self.eval, "test")[:n]
+
+    def sample(self, rng: random.Random) -> Example:
+        return rng.choice(self._train_set)
+
+    def generate(self, n: int, seed: int, exclude: set[str] | None = None) -> list[Example]:
+        """``n`` distinct training prompts drawn with ``seed``; a training prompt whose text is a held-out one is
+        never drawn (GenEval's prompts must stay unseen)."""
+        pool = [ex for ex in self._train_set if ex.id not in (exclude or set())]
+        held = {ex.prompt for ex in self._read(self.eval, "test")}
+        pool = [ex for ex in pool if ex.prompt not in held]
+        if len(pool) < n:
+            raise DataError(f"{self.train}: {len(pool)} training prompts outside the held-out ones, {n} needed")
+        return random.Random(seed).sample(pool, n)
+
+    # ----------------------------------------------------------------------------------------------- model
+
+    def bind(self, prompt_ids: Callable[[list[str]], torch.Tensor], decode: Callable[[torch.Tensor], torch.Tensor]):
+        """Attach the model's prompt layout (captions -> [N, P] ids) and image decoder (completion ids [N, L] ->
+        uint8 images [N, H, W, 3]); ``ddmrl.models.layout.for_task`` does this when it wraps the model."""
+        self._prompt_ids, self._decode = prompt_ids, decode
+
+    def _bound(self) -> None:
+        if self._prompt_ids is None or self._decode is None:
+            raise RuntimeError("geneval: the task is not bound to a model; wrap the model with for_task first")
+
+    def encode_prompts(self, tokenizer: Any, examples: list[Example]) -> torch.Tensor:
+        self._bound()
+        return self._prompt_ids([ex.prompt for ex in examples])
+
+    def decode(self, tokenizer: Any, completion_ids: torch.Tensor) -> list[str]:
+        """Image tokens as text: the token ids, space-separated (lossless; MMaDA's codes are not text tokens)."""
+        return [" ".join(map(str, row.tolist())) for row in completion_ids]
+
+    def images(self, completion_ids: torch.Tensor) -> list[Image.Image]:
+        """Completion ids [N, L] -> N PIL images (MAGVIT-v2)."""
+        self._bound()
+        return [Image.fromarray(a.cpu().numpy()) for a in self._decode(completion_ids)]
+
+    # ----------------------------------------------------------------------------------------------- scores
+
+    def batch_rewards(self, completions: list[str], completion_ids: Any, examples: list[Example]) -> list[float]:
+        """The reward models' scores of the decoded images for their prompts."""
+        if self.reward_model is None:
+            raise DataError("geneval: reward_models is not set (e.g. {unifiedreward: {base_url: ...}})")
+        return self.reward_model.score(self.images(completion_ids), [ex.prompt for ex in examples])
+
+    def reward(self, completion: str, example: Example) -> float:
+        raise NotImplementedError("geneval scores decoded images in batches (batch_rewards)")
+
+    def score(self, completion: str, example: Example) -> dict[str, Any]:
+        raise NotImplementedError("geneval is judged by the official evaluator on a folder (judge_images)")
+
+    def judge_images(
+        self, folder: str | Path, examples: list[Example], texts: list[list[str]], completion_ids: list[torch.Tensor]
+    ) -> list[dict[str, Any]]:
+        """Write each example's images (``completion_ids[i]`` [K, L]) in GenEval's layout under ``folder`` and run
+        the official evaluator on it; its results rows."""
+        from ddmrl.rewards.geneval_bridge import run_geneval, write_geneval_layout
+
+        if self.evaluator is None:
+            raise DataError("geneval: evaluator is not set (geneval_repo, python, model_path of the official one)")
+        items = [(ex.gold["metadata"], self.images(ids)) for ex, ids in zip(examples, completion_ids, strict=True)]
+        write_geneval_layout(folder, items)
+        with tempfile.TemporaryDirectory() as tmp:  # the stage writes the rows where the DAG says
+            return run_geneval(folder, Path(tmp) / "results.jsonl", self.evaluator)

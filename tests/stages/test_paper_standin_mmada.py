@@ -1,0 +1,267 @@
+"""``paper_mmada_geneval`` end to end on stand-ins: MMaDA's model class and MAGVIT-v2 from a user checkout (a tiny
+fake of Gen-Verse/MMaDA's ``models`` package), GenEval prompts in GenEval's schema, the reward server as a loopback
+HTTP server speaking reward-server's pickle protocol, and the official evaluator as a stand-in
+``evaluation/evaluate_images.py`` run in its own process. Every stage runs its DAG command line: download_image,
+GRPO for the four methods (LoRA, MMaDA's layout, emerge with guidance), GenEval evaluation, tables.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import string
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from PIL import Image
+from safetensors.torch import load_file, save_file
+from test_paper_standin import LAYERS, LORA_TARGETS, layer_weights  # the LLaDA stand-in's layers: MMaDA-8B has LLaDA's
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from ddmrl.config import deep_merge, load
+from ddmrl.pipeline import dag
+from ddmrl.rewards.geneval_bridge import DETECTOR_NAME
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+CODEBOOK = 8192  # MMaDA's codebook size (T2ILayout's default)
+
+MODELS_INIT = (
+    """
+import json
+
+import torch
+from torch import nn
+from transformers import PretrainedConfig, PreTrainedModel
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+
+class MMadaConfig(PretrainedConfig):
+    model_type = "mmada_standin"
+
+    def __init__(self, vocab_size=64, d_model=16, mask_token_id=0, **kwargs):
+        self.vocab_size, self.d_model, self.mask_token_id = vocab_size, d_model, mask_token_id
+        kwargs.setdefault("tie_word_embeddings", False)
+        super().__init__(**kwargs)
+
+
+class MMadaModelLM(PreTrainedModel):
+    config_class = MMadaConfig
+"""
+    + LAYERS
+    + """
+    def forward(self, input_ids, attention_bias=None, **kwargs):
+        h = self.wte(input_ids)
+        q, k, v = self.q_proj(h), self.k_proj(h), self.v_proj(h)
+        bias = torch.where(attention_bias[:, 0], 0.0, torch.finfo(h.dtype).min)  # MMaDA's bias, made additive
+        a = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        h = h + self.attn_out(a)
+        h = h + self.ff_out(nn.functional.silu(self.ff_proj(h)) * self.up_proj(h))
+        return CausalLMOutputWithPast(logits=self.lm_head(h))
+
+
+class MAGVITv2(nn.Module):
+    def __init__(self, codebook_size, factor):
+        super().__init__()
+        self.codebook_size, self.factor = codebook_size, factor
+
+    @classmethod
+    def from_pretrained(cls, path):
+        with open(f"{path}/config.json") as f:
+            return cls(**json.load(f))
+
+    def decode_code(self, codes):  # [B, N] -> [B, 3, H, W] in [-1, 1], one grey level per code
+        b, n = codes.shape
+        side = int(n ** 0.5)
+        x = codes.float().view(b, 1, side, side) / (self.codebook_size - 1) * 2 - 1
+        return x.repeat_interleave(self.factor, 2).repeat_interleave(self.factor, 3).expand(b, 3, -1, -1)
+"""
+)
+
+# the official evaluator's command line and row schema; "detects" an image as correct when it is bright
+FAKE_EVALUATOR = """
+import argparse, json, os
+import numpy as np
+from PIL import Image
+
+ap = argparse.ArgumentParser()
+ap.add_argument("imagedir")
+ap.add_argument("--outfile", required=True)
+ap.add_argument("--model-path", required=True)
+args = ap.parse_args()
+rows = []
+for folder in sorted(f for f in os.listdir(args.imagedir) if f.isdigit()):
+    meta = json.load(open(os.path.join(args.imagedir, folder, "metadata.jsonl")))
+    for name in sorted(os.listdir(os.path.join(args.imagedir, folder, "samples"))):
+        path = os.path.join(args.imagedir, folder, "samples", name)
+        bright = float(np.asarray(Image.open(path).convert("L")).mean()) / 255
+        rows.append({"filename": path, "tag": meta["tag"], "prompt": meta["prompt"], "correct": bright > 0.5,
+                     "reason": "", "metadata": json.dumps(meta), "details": "{}"})
+with open(args.outfile, "w") as f:
+    f.writelines(json.dumps(r) + "\\n" for r in rows)
+"""
+
+EVAL_PROMPTS = [
+    {"tag": "single_object", "include": [{"class": "bench", "count": 1}], "prompt": "a photo of a bench"},
+    {"tag": "colors", "include": [{"class": "cow", "count": 1, "color": "red"}], "prompt": "a photo of a red cow"},
+    {"tag": "counting", "include": [{"class": "cup", "count": 2}], "exclude": [{"class": "cup", "count": 3}],
+     "prompt": "a photo of two cups"},
+]  # fmt: skip
+TRAIN_PROMPTS = [
+    {"tag": "single_object", "include": [{"class": "dog", "count": 1}], "prompt": "a photo of a dog"},
+    {"tag": "colors", "include": [{"class": "car", "count": 1, "color": "blue"}], "prompt": "a photo of a blue car"},
+    {"tag": "two_object", "include": [{"class": "cat", "count": 1}, {"class": "bus", "count": 1}],
+     "prompt": "a photo of a cat and a bus"},
+    {"tag": "single_object", "include": [{"class": "bench", "count": 1}], "prompt": "a photo of a bench"},  # held out
+]  # fmt: skip
+
+
+def standin_mmada(root: Path) -> dict[str, Path]:
+    """The MMaDA checkout, checkpoint and MAGVIT-v2 directories; GenEval prompt files."""
+    (root / "MMaDA" / "models").mkdir(parents=True)
+    (root / "MMaDA" / "models" / "__init__.py").write_text(MODELS_INIT)
+    specials = ["<|mdm_mask|>", "<|startoftext|>", "<|endoftext|>", "<|t2i|>", "<|soi|>", "<|eoi|>", "[iPAD]"]
+    vocab = {t: i for i, t in enumerate([*specials, "[UNK]", *sorted(set(string.printable))])}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core, bos_token="<|startoftext|>", eos_token="<|endoftext|>", unk_token="[UNK]"
+    )
+    tok.add_special_tokens({"additional_special_tokens": specials[3:]})
+    ckpt = root / "mmada-8b-base"
+    ckpt.mkdir()
+    tok.save_pretrained(ckpt)
+    size, d = len(tok) + CODEBOOK, 16  # text vocabulary, then the image codes (MMaDA: code 0 at len(tokenizer))
+    config = {"model_type": "mmada_standin", "vocab_size": size, "d_model": d, "mask_token_id": 0}
+    (ckpt / "config.json").write_text(json.dumps(config))
+    weights = layer_weights(size, d)
+    weights["lm_head.bias"].zero_()  # flat code logits: sampled images, hence their rewards, vary
+    weights["lm_head.weight"] *= 0.05
+    save_file(weights, str(ckpt / "model.safetensors"), metadata={"format": "pt"})
+    (root / "magvitv2").mkdir()
+    (root / "magvitv2" / "config.json").write_text(json.dumps({"codebook_size": CODEBOOK, "factor": 2}))
+    files = {"eval": root / "evaluation_metadata.jsonl", "train": root / "train_metadata.jsonl"}
+    for key, lines in (("eval", EVAL_PROMPTS), ("train", TRAIN_PROMPTS)):
+        files[key].write_text("".join(json.dumps(m) + "\n" for m in lines))
+    geneval = root / "geneval"
+    (geneval / "evaluation").mkdir(parents=True)
+    (geneval / "evaluation" / "evaluate_images.py").write_text(FAKE_EVALUATOR)
+    (geneval / "evaluation" / "object_names.txt").write_text("bench\ncow\ncup\n")
+    (root / "detector").mkdir()
+    (root / "detector" / f"{DETECTOR_NAME}.pth").write_bytes(b"")
+    return {"checkpoint": ckpt, "code": root / "MMaDA", "vq": root / "magvitv2", "geneval": geneval, **files}
+
+
+def brightness(image: Image.Image) -> float:
+    """Mean grey level in [0, 1]."""
+    grey = list(image.convert("L").getdata())
+    return sum(grey) / len(grey) / 255
+
+
+class RewardServer:
+    """reward-server's protocol on loopback: pickled {"images": [JPEG], "prompts"} in, {"scores"} out; the score is
+    5 x the image's mean brightness (the profile divides by 5)."""
+
+    def __init__(self) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                data = pickle.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                scores = [5 * brightness(Image.open(io.BytesIO(b))) for b in data["images"]]
+                body = pickle.dumps({"scores": scores})
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+
+def standin_profile(root: Path, paths: dict[str, Path], reward_url: str) -> None:
+    paper = yaml.safe_load((REPO / "profiles" / "paper_mmada_geneval.yaml").read_text())
+    sampler = {"steps": 4}
+    small = {"image": {
+        "task_params": {"geneval": {
+            "eval": str(paths["eval"]), "train": str(paths["train"]), "num_image_tokens": 16, "max_seq_length": 24,
+            "reward_models": {"unifiedreward": {"url": reward_url}},
+            "evaluator": {"geneval_repo": str(paths["geneval"]), "python": sys.executable,
+                          "model_path": str(root / "detector")},
+        }},
+        "model": {"path_or_id": str(paths["checkpoint"]), "revision": None, "dtype": "float32",
+                  "mmada_code": str(paths["code"]), "vq_path_or_id": str(paths["vq"]), "vq_revision": None},
+        "download": {"num_eval": 3, "hub": [
+            {"name": "mmada-8b-base", "repo_id": str(paths["checkpoint"])},
+            {"name": "magvitv2", "repo_id": str(paths["vq"])},
+            {"name": "geneval-prompts", "repo_id": str(paths["eval"]), "repo_type": "dataset"},
+        ]},
+        "seeds": [0],
+        "grpo": {"max_steps": 2, "num_prompts": 2, "num_generations": 3, "num_iterations": 1, "save_steps": 0,
+                 "mixed_precision": "no", "learning_rate": 0.05, "lora": {"r": 4, "alpha": 8.0, "dropout": 0.0},
+                 "launch": {"launcher": "python", "num_processes": 1}, "sampler": sampler},
+        "method_overrides": {"rebrl": {"num_iterations": 2}},
+        "evaluate": {"samples_per_prompt": 2, "batch_size": 4, "sampler": sampler},
+    }}  # fmt: skip
+    (root / "repo" / "profiles").mkdir(parents=True)
+    overlay = deep_merge(paper, small)
+    (root / "repo" / "profiles" / "standin.yaml").write_text(yaml.safe_dump(overlay, sort_keys=False))
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    (root / "repo" / "params.yaml").write_text(yaml.safe_dump({**params, "profile": "standin"}, sort_keys=False))
+    for d in ("stages", "configs"):
+        (root / "repo" / d).symlink_to(REPO / d)
+
+
+def test_paper_geneval_dag_runs_on_an_mmada_standin(tmp_path):
+    paths = standin_mmada(tmp_path)
+    server = RewardServer()
+    standin_profile(tmp_path, paths, server.url)
+    root = tmp_path / "repo"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    stages = dag.build(load(root / "params.yaml"))
+    assert [s.name for s in stages][0] == "download_image" and "download" not in {s.name for s in stages}
+    try:
+        for stage in stages:
+            cmd = [sys.executable, *stage.cmd.split()[1:]]
+            result = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300, check=False)
+            assert result.returncode == 0, f"{stage.name}: {result.stderr[-3000:]}"
+    finally:
+        server.httpd.shutdown()
+
+    data = root / "data"
+    pointer = json.loads((data / "download" / "image" / "base" / "ddmrl_model.json").read_text())
+    assert pointer["kind"] == "mmada" and pointer["mmada_code"] == str(paths["code"])
+    before = load_file(paths["checkpoint"] / "model.safetensors")
+    for method in ("diffu_grpo", "unigrpo", "maskgrpo", "rebrl"):
+        run = f"{method}_geneval_s0"
+        metrics = json.loads((data / "grpo" / run / "metrics.json").read_text())
+        assert 0.0 <= metrics["reward_first"] <= 1.0  # the server's brightness score / 5
+        after = load_file(data / "grpo" / run / "model" / "model.safetensors")
+        changed = {k.split(".")[0] for k in before if not torch.equal(before[k], after[k])}
+        assert changed and changed <= LORA_TARGETS, (run, changed)
+        ev = json.loads((data / "evaluate" / run / "geneval.json").read_text())
+        assert ev["n_prompts"] == 3 and ev["n_samples"] == 6 and 0.0 <= ev["overall"] <= 100.0
+    # GenEval's layout: one folder per prompt, 2 PNGs decoded by MAGVIT-v2 (4 x 4 codes, factor 2: 8 x 8 pixels)
+    folder = data / "evaluate" / "base" / "geneval"
+    assert sorted(p.name for p in folder.iterdir() if p.name.isdigit()) == ["00000", "00001", "00002"]
+    assert json.loads((folder / "00002" / "metadata.jsonl").read_text()) == EVAL_PROMPTS[2]
+    assert Image.open(folder / "00000" / "samples" / "0001.png").size == (8, 8)
+    rows = [
+        json.loads(line) for line in (data / "evaluate" / "base" / "geneval_results.jsonl").read_text().splitlines()
+    ]
+    assert len(rows) == 6 and {r["tag"] for r in rows} == {"single_object", "colors", "counting"}
+    table = (data / "tables" / "image_table.md").read_text()
+    assert all(name in table for name in ("base", "diffu-GRPO", "UniGRPO", "MaskGRPO", "RebRL"))
