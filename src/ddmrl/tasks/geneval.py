@@ -94,6 +94,10 @@ class GenEval(Task):
             raise DataError("geneval: train is not set (a metadata JSONL of training prompts, e.g. MaskGRPO's)")
         return self._read(self.train, "train")
 
+    @cached_property
+    def _held_prompts(self) -> set[str]:
+        return {ex.prompt for ex in self._read(self.eval, "test")}
+
     def held_out(self, n: int, seed: int) -> list[Example]:
         """The evaluation prompts in file order (all 553 when ``n`` is at least that); ``seed`` is unused."""
         return self._read(self.eval, "test")[:n]
@@ -104,9 +108,8 @@ class GenEval(Task):
     def generate(self, n: int, seed: int, exclude: set[str] | None = None) -> list[Example]:
         """``n`` distinct training prompts drawn with ``seed``; a training prompt whose text is a held-out one is
         never drawn (GenEval's prompts must stay unseen)."""
-        pool = [ex for ex in self._train_set if ex.id not in (exclude or set())]
-        held = {ex.prompt for ex in self._read(self.eval, "test")}
-        pool = [ex for ex in pool if ex.prompt not in held]
+        held = self._held_prompts
+        pool = [ex for ex in self._train_set if ex.id not in (exclude or set()) and ex.prompt not in held]
         if len(pool) < n:
             raise DataError(f"{self.train}: {len(pool)} training prompts outside the held-out ones, {n} needed")
         return random.Random(seed).sample(pool, n)
