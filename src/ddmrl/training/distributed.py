@@ -35,6 +35,7 @@ from accelerate.utils import DistributedType, InitProcessGroupKwargs
 
 from ddmrl.config import ConfigError, LoraConfig
 from ddmrl.io import atomic_path
+from ddmrl.models.layout import unwrap
 from ddmrl.seeding import derive_seed
 
 T = TypeVar("T")
@@ -238,8 +239,6 @@ def prepare_model(model, mixed_precision: str, gradient_checkpointing: bool, lor
 
 def is_peft(model) -> bool:
     """True for a model with LoRA adapters (also inside an image layout wrapper)."""
-    from ddmrl.models.layout import unwrap
-
     model = unwrap(model)
     return hasattr(model, "disable_adapter") and hasattr(model, "merge_and_unload")
 
@@ -252,8 +251,6 @@ def trainable(model) -> list[torch.nn.Parameter]:
 @contextlib.contextmanager
 def adapters_disabled(acc, policy) -> Iterator[None]:
     """The policy with its LoRA adapters switched off: the frozen base, i.e. the reference model."""
-    from ddmrl.models.layout import unwrap
-
     with unwrap(acc.unwrap_model(policy)).disable_adapter():
         yield
 
@@ -289,7 +286,6 @@ def save_policy(acc, policy, tok, path: str | Path) -> None:
     Every process must call it: with ZeRO-3 or FSDP the full state dict is gathered collectively first.
     """
     from ddmrl.models.checkpoint import save_checkpoint
-    from ddmrl.models.layout import unwrap
 
     state = acc.get_state_dict(prepared(acc, policy)) if is_sharded(acc) else None
     if not acc.is_main_process:
