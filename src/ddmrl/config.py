@@ -138,6 +138,9 @@ class ModelConfig:
         _check(0.0 <= self.dropout < 1.0, "dropout", self.dropout, "must be in [0, 1)")
 
 
+TRAIN_LOSSES = ("elbo", "maskgit")  # ddmrl.training.mdm.mdm_loss
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """A supervised masked-diffusion training run (the download stage's pre-training, and SFT)."""
@@ -151,9 +154,11 @@ class TrainConfig:
     log_every: int = 50
     save_steps: int = 0  # checkpoint every this many steps for resuming after a kill (0 = never)
     save_total_limit: int = 2  # checkpoints kept (older ones are deleted)
+    loss: str = "elbo"  # elbo (LLaDA) or maskgit (MaskGIT's and MMaDA's image loss); ddmrl.training.mdm.mdm_loss
 
     def __post_init__(self) -> None:
         _check(self.max_steps >= 0, "max_steps", self.max_steps, "must be >= 0")
+        _check_choice("loss", self.loss, TRAIN_LOSSES)
         _check(self.log_every >= 1, "log_every", self.log_every, "must be >= 1")
         _check(self.save_steps >= 0, "save_steps", self.save_steps, "must be >= 0 (0 = no checkpoints)")
         _check(self.save_total_limit >= 1, "save_total_limit", self.save_total_limit, "must be >= 1")

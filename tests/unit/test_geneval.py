@@ -127,4 +127,5 @@ def test_end_to_end_reference_scenes_score_100(tmp_path, task):
     images = [[parse_grid(task.example(m, rng).answer) for _ in range(2)] for m in metas]
     write_geneval_folder(tmp_path / "g", metas, images)
     s = summarize(evaluate_folder(tmp_path / "g"))
-    assert s["total_images"] == 24 and s["total_prompts"] == 12 and s["overall"] == 100.0
+    assert s["total_images"] == 24 and s["total_prompts"] == len({m["prompt"] for m in metas}) > 8
+    assert s["overall"] == 100.0

@@ -9,7 +9,12 @@ learned detector by an exact one, so that a tiny model can learn it and the verd
 
 * a scene is an ``height x width`` grid (default 8x8) of image codes: ``0`` is the background, ``1..6`` the colours
   :data:`COLORS` (the first six of GenEval's ten);
-* objects are one-colour *shapes* (:data:`SHAPES`), kept one background cell apart (also diagonally) when sampled;
+* objects are one-colour *shapes* (:data:`SHAPES`, at most 3x3). Reference scenes put each object at the top-left
+  cell of a random *slot* (``placement="slots"``, default): the canvas is cut into 4x4 slots, the four quadrants of
+  8x8, so objects never touch. This layout prior is our change to make the benchmark learnable by a model trained for
+  minutes on a CPU (measured, same model and 1000 steps: GenEval Overall 0-1 % with objects anywhere, 9 % with
+  slots); ``placement="free"`` puts them anywhere, one background cell apart (also diagonally). Prompts, rules and
+  detector are the same for both, and a generated object counts wherever it is drawn;
 * the detector (:func:`detect`) takes the 4-connected components of same-colour cells; a component whose shape is
   a class is one detection (score 1.0, colour = its cells' colour, box in cell units), any other is ignored.
 
@@ -294,30 +299,60 @@ def all_metadata() -> list[dict[str, Any]]:
 WORDS = tuple(dict.fromkeys(w for m in all_metadata() for w in m["prompt"].split(" ")))  # first-appearance order
 
 
-def sample_scene(rng: random.Random, metadata: dict[str, Any], height: int = 8, width: int = 8) -> Grid:
-    """A random scene that passes ``metadata``: the include objects (uncoloured ones in random colours) at random
-    places, one background cell apart; placements are redrawn until :func:`check` accepts (e.g. the relation)."""
+PLACEMENTS = ("slots", "free")
+SLOT = 4  # slot pitch in cells: a shape (at most 3x3) and one background row and column
+
+
+def slot_origins(height: int, width: int) -> list[tuple[int, int]]:
+    """Top-left cells of the ``placement="slots"`` slots: every 4th row and column that still holds a 3x3 shape
+    (the four quadrants of an 8x8 canvas)."""
+    return [(r, c) for r in range(0, height - 2, SLOT) for c in range(0, width - 2, SLOT)]
+
+
+def _free_origins(
+    rng: random.Random, classes: list[str], height: int, width: int
+) -> list[tuple[int, int]] | None:
+    """Random top-left cells for ``classes`` anywhere on the canvas, one background cell apart (also diagonally);
+    None when one no longer fits."""
+    origins, blocked = [], set()
+    for cls in classes:
+        cells = SHAPES[cls]
+        spots = [
+            (r0, c0)
+            for r0 in range(height - max(r for r, _ in cells))
+            for c0 in range(width - max(c for _, c in cells))
+            if not any((r0 + r, c0 + c) in blocked for r, c in cells)
+        ]
+        if not spots:
+            return None
+        r0, c0 = rng.choice(spots)
+        origins.append((r0, c0))
+        blocked |= {(r0 + r + dr, c0 + c + dc) for r, c in cells for dr in (-1, 0, 1) for dc in (-1, 0, 1)}
+    return origins
+
+
+def sample_scene(
+    rng: random.Random, metadata: dict[str, Any], height: int = 8, width: int = 8, placement: str = "slots"
+) -> Grid:
+    """A random scene that passes ``metadata``: the include objects (uncoloured ones in random colours), each at the
+    top-left of a random slot (:func:`slot_origins`, ``placement="slots"``) or anywhere one background cell apart
+    (``"free"``); placements are redrawn until :func:`check` accepts (e.g. the relation)."""
     include = metadata["include"]
     for _ in range(1000):
         objs = [(r["class"], r.get("color") or rng.choice(COLORS)) for r in include for _ in range(r["count"])]
-        grid, blocked = [[0] * width for _ in range(height)], set()
-        for cls, color in objs:
-            cells = SHAPES[cls]
-            spots = [
-                (r0, c0)
-                for r0 in range(height - max(r for r, _ in cells))
-                for c0 in range(width - max(c for _, c in cells))
-                if not any((r0 + r, c0 + c) in blocked for r, c in cells)
-            ]
-            if not spots:
-                break
-            r0, c0 = rng.choice(spots)
-            for r, c in cells:
-                grid[r0 + r][c0 + c] = COLORS.index(color) + 1
-                blocked |= {(r0 + r + dr, c0 + c + dc) for dr in (-1, 0, 1) for dc in (-1, 0, 1)}
+        classes = [cls for cls, _ in objs]
+        if placement == "slots":
+            origins = rng.sample(slot_origins(height, width), len(objs))
         else:
-            if check(grid, metadata)[0]:
-                return grid
+            origins = _free_origins(rng, classes, height, width)
+            if origins is None:
+                continue
+        grid = [[0] * width for _ in range(height)]
+        for (cls, color), (r0, c0) in zip(objs, origins, strict=True):
+            for r, c in SHAPES[cls]:
+                grid[r0 + r][c0 + c] = COLORS.index(color) + 1
+        if check(grid, metadata)[0]:
+            return grid
     raise RuntimeError(f"geneval_mini: no {height}x{width} scene found for {metadata['prompt']!r}")
 
 
@@ -327,6 +362,7 @@ class GenEvalMini(Task):
 
     ``partial_credit=True`` makes the reward denser: the fraction of :func:`evaluate`'s checks passed (count,
     colour and position per include clause, one per exclude clause), still 1.0 exactly when GenEval says correct.
+    ``placement`` (``slots`` or ``free``) chooses where reference scenes put objects (:func:`sample_scene`).
     """
 
     name = "geneval_mini"
@@ -337,10 +373,14 @@ class GenEvalMini(Task):
     alphabet = " "
     prompt_length = 20  # longest prompt: color_attr, 10 words + 9 spaces + <soi>
 
-    def __init__(self, height: int = 8, width: int = 8, partial_credit: bool = False) -> None:
+    def __init__(
+        self, height: int = 8, width: int = 8, partial_credit: bool = False, placement: str = "slots"
+    ) -> None:
         if not (7 <= height <= 16 and 7 <= width <= 16):  # 7x7 is the least that holds four pluses
             raise ValueError(f"geneval_mini: height and width must be in [7, 16], got {height}x{width}")
-        self.height, self.width, self.partial_credit = height, width, partial_credit
+        if placement not in PLACEMENTS:
+            raise ValueError(f"geneval_mini: placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
+        self.height, self.width, self.partial_credit, self.placement = height, width, partial_credit, placement
         self.completion_length = height * width
 
     def sample(self, rng: random.Random) -> Example:
@@ -376,7 +416,7 @@ class GenEvalMini(Task):
 
     def example(self, metadata: dict[str, Any], rng: random.Random) -> Example:
         """The Example of a metadata line, with a random scene satisfying it as the reference answer."""
-        grid = sample_scene(rng, metadata, self.height, self.width)
+        grid = sample_scene(rng, metadata, self.height, self.width, self.placement)
         return Example(
             id=metadata["prompt"], prompt=metadata["prompt"] + "<soi>", answer=self.to_text(grid), gold=metadata
         )

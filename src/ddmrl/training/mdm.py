@@ -1,4 +1,4 @@
-"""The masked-diffusion (ELBO) loss and a small training loop for pre-training and SFT.
+"""The masked-diffusion (ELBO, or MaskGIT's) loss and a small training loop for pre-training and SFT.
 
 LLaDA (Nie et al. 2025, GUIDELINES): draw t ~ U(0, 1) per sequence, p = (1 - eps) t + eps, mask each maskable
 token with probability p, and minimise sum over masked tokens of CE / p, divided by the number of maskable
@@ -20,19 +20,43 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from ddmrl.config import TrainConfig
+from ddmrl.config import TRAIN_LOSSES, TrainConfig
 from ddmrl.training import distributed as dist
 from ddmrl.training.data import Encoded
 from ddmrl.training.resume import Checkpointer
 
 
-def mdm_loss(model, x: torch.Tensor, maskable: torch.Tensor, mask_id: int, gen: torch.Generator, eps: float = 1e-3):
-    """ELBO loss of clean sequences ``x`` [N, T] where ``maskable`` [N, T] says which positions may be masked."""
+def mdm_loss(
+    model,
+    x: torch.Tensor,
+    maskable: torch.Tensor,
+    mask_id: int,
+    gen: torch.Generator,
+    eps: float = 1e-3,
+    loss: str = "elbo",
+) -> torch.Tensor:
+    """Masked-diffusion loss of clean sequences ``x`` [N, T] where ``maskable`` [N, T] says which positions may be
+    masked; u ~ U(0, 1) per sequence.
+
+    ``elbo`` (LLaDA): mask rate p = (1 - eps) u + eps, sum of CE / p over masked tokens per maskable token.
+    ``maskgit`` (MaskGIT, Chang et al. 2022 section 3.1; MMaDA's image loss): mask rate cos(pi u / 2) (at least
+    eps), CE averaged over the masked tokens, which weighs the heavily masked draws that decide a whole image more
+    than the ELBO's 1 / p does.
+    """
     n = x.shape[0]
-    p = ((1 - eps) * torch.rand(n, generator=gen) + eps).to(x.device)  # [N] drawn on the CPU generator
+    u = torch.rand(n, generator=gen)  # [N] drawn on the CPU generator
+    if loss == "maskgit":
+        p = torch.cos(math.pi / 2 * u).clamp_min(eps)
+    elif loss == "elbo":
+        p = (1 - eps) * u + eps
+    else:
+        raise ValueError(f"unknown loss '{loss}'; choose one of {', '.join(TRAIN_LOSSES)}")
+    p = p.to(x.device)
     masked = (torch.rand(x.shape, generator=gen).to(x.device) < p[:, None]) & maskable  # [N, T]
     logits = model(x.masked_fill(masked, mask_id)).logits  # [N, T, V]
     ce = F.cross_entropy(logits.flatten(0, 1).float(), x.flatten(), reduction="none").view_as(x)
+    if loss == "maskgit":
+        return (ce * masked).sum() / masked.sum().clamp_min(1)
     return (ce * masked / p[:, None]).sum() / maskable.sum().clamp_min(1)
 
 
@@ -110,7 +134,7 @@ def train_mdm(
     for step in bar:
         x, maskable = sequences(next_batch(step), objective, pad_id)
         x, maskable = x.to(acc.device), maskable.to(acc.device)
-        loss = mdm_loss(model, x, maskable, mask_id, gen)
+        loss = mdm_loss(model, x, maskable, mask_id, gen, loss=cfg.loss)
         acc.sync_gradients = True
         opt.zero_grad(set_to_none=True)
         acc.backward(loss)

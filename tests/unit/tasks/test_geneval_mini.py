@@ -14,6 +14,7 @@ from ddmrl.tasks.base import Example, Task
 from ddmrl.tasks.geneval_mini import (
     COLORS,
     PALETTE,
+    PLACEMENTS,
     SHAPES,
     TAGS,
     all_metadata,
@@ -24,6 +25,7 @@ from ddmrl.tasks.geneval_mini import (
     read_png,
     relative_position,
     render_png,
+    slot_origins,
 )
 
 CODE = {".": 0, **{c[0]: i + 1 for i, c in enumerate(COLORS)}}  # r o y g b p
@@ -144,10 +146,11 @@ def test_excluding_a_whole_tag_is_refused(task):
         task.generate(3, seed=0, exclude=singles)
 
 
-@pytest.mark.parametrize("seed", range(5))
-def test_sampled_answers_pass_their_checker(task, seed):
+@pytest.mark.parametrize("placement", PLACEMENTS)
+@pytest.mark.parametrize("seed", range(3))
+def test_sampled_answers_pass_their_checker(placement, seed):
     """The reference scene passes GenEval's rules and holds exactly the include objects (no stray detections)."""
-    rng = random.Random(seed)
+    task, rng = GenEvalMini(placement=placement), random.Random(seed)
     for _ in range(150):
         ex = task.sample(rng)
         assert task.reward(ex.answer, ex) == 1.0, ex
@@ -157,10 +160,24 @@ def test_sampled_answers_pass_their_checker(task, seed):
         )
 
 
-def test_sampler_varies_scenes(task):
+def test_slots_hold_every_object_at_a_slot_origin(task):
+    assert slot_origins(8, 8) == [(0, 0), (0, 4), (4, 0), (4, 4)] and len(slot_origins(16, 16)) == 16
+    assert slot_origins(7, 9) == [(0, 0), (0, 4), (4, 0), (4, 4)]  # a 3x3 shape needs rows/cols o..o+2
+    rng = random.Random(0)
+    for _ in range(200):
+        ex = task.sample(rng)
+        boxes = [d.bbox for ds in detect(parse_grid(ex.answer)).values() for d in ds]
+        assert {(y1, x1) for x1, y1, _, _ in boxes} <= set(slot_origins(8, 8)) and len(set(boxes)) == len(boxes)
+
+
+def test_sampler_varies_scenes():
     m = meta("colors", "square", "red")
-    scenes = {task.example(m, random.Random(s)).answer for s in range(20)}
-    assert len(scenes) > 10
+    slots = {GenEvalMini().example(m, random.Random(s)).answer for s in range(40)}
+    assert len(slots) == 4  # one square, red, in any of the four slots
+    free = {GenEvalMini(placement="free").example(m, random.Random(s)).answer for s in range(20)}
+    assert len(free) > 10
+    with pytest.raises(ValueError, match="placement must be one of slots, free"):
+        GenEvalMini(placement="grid")
 
 
 # ---------------------------------------------------------------- detector
@@ -361,8 +378,9 @@ def test_png_round_trip(tmp_path, task):
         read_png(tmp_path / "junk.png")
 
 
-def test_shapes_fit_in_the_smallest_canvas():
-    small = GenEvalMini(height=7, width=7)
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_shapes_fit_in_the_smallest_canvas(placement):
+    small = GenEvalMini(height=7, width=7, placement=placement)
     for n in (2, 3, 4):
         for cls in SHAPES:
             ex = small.example(meta("counting", cls, n), random.Random(n))
