@@ -31,10 +31,10 @@ import json, os, shlex, sys
 print(shlex.join(["python", *sys.argv]))
 args = sys.argv[1:]
 for flag, value in zip(args[::2], args[1::2]):
-    is_dir = flag in ("--tasks-out", "--model-out") or (flag == "--out" and "." not in os.path.basename(value))
-    if is_dir:
+    dir_flags = ("--tasks-out", "--model-out", "--images")
+    if flag in dir_flags or (flag == "--out" and "." not in os.path.basename(value)):
         os.makedirs(value, exist_ok=True)
-    elif flag in ("--out", "--metrics", "--curve", "--generations"):
+    elif flag in ("--out", "--metrics", "--curve", "--generations", "--results"):
         os.makedirs(os.path.dirname(value), exist_ok=True)
         with open(value, "w") as f:
             f.write("step,reward\\n0,0\\n" if flag == "--curve" else json.dumps({}))
@@ -196,10 +196,11 @@ def test_each_snakemake_job_runs_its_own_command(tmp_path):
     defined in a loop would run the loop's last command although `snakemake -n -p` prints the right one."""
     root = copy_repo(tmp_path, placeholder=RECORDER)
 
-    def shrink(raw):  # one task, one method: 9 jobs
+    def shrink(raw):  # one text task and method, one image method: 14 jobs
         raw["tasks"] = raw["tasks"][:1]
         raw["grpo"]["methods"] = raw["grpo"]["methods"][-1:]
         raw["grpo"]["seeds"] = [0]
+        raw["image"]["methods"] = raw["image"]["methods"][-1:]
 
     edit_params(root, shrink)
     result = snakemake(root, "--cores", "2")

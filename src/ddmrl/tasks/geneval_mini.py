@@ -12,7 +12,7 @@ learned detector by an exact one, so that a tiny model can learn it and the verd
 * objects are one-colour *shapes* (:data:`SHAPES`, at most 3x3). Reference scenes put each object at the top-left
   cell of a random *slot* (``placement="slots"``, default): the canvas is cut into 4x4 slots, the four quadrants of
   8x8, so objects never touch. This layout prior is our change to make the benchmark learnable by a model trained for
-  minutes on a CPU (measured, same model and 1000 steps: GenEval Overall 0-1.4 % with objects anywhere, 9.4 %
+  minutes on a CPU (measured, same model and 1000 steps: GenEval Overall 0-0.7 % with objects anywhere, 9.4 %
   with slots); ``placement="free"`` puts them anywhere, one background cell apart (also diagonally). Prompts, rules and
   detector are the same for both, and a generated object counts wherever it is drawn;
 * the detector (:func:`detect`) takes the 4-connected components of same-colour cells; a component whose shape is

@@ -39,6 +39,15 @@ class StateTable(torch.nn.Module):
         return -torch.log_softmax(self.table[state[0] * 3 + state[1], pos].double(), -1)[symbol].item()
 
 
+def random_state_table(seed: int, a: int, b: int) -> tuple[StateTable, tuple[float, float, float, float]]:
+    """A random StateTable and the costs -log q of clean x = (a, b): (c0(MM), c1(MM), c0(M b), c1(a M))."""
+    table = torch.randn(9, 2, 3, generator=torch.Generator().manual_seed(seed)) * 1.5
+    table[..., MASK] = -30.0  # the mask symbol is never predicted
+    model = StateTable(table)
+    costs = model.nll((0, 0), 0, a), model.nll((0, 0), 1, b), model.nll((0, b), 0, a), model.nll((a, 0), 1, b)
+    return model, costs
+
+
 def mc(model, x: torch.Tensor, batches: int, seed: int = 0) -> tuple[float, float]:
     """Mean and standard error of mdm_loss over ``batches`` independent batches of ``x``."""
     gen = torch.Generator().manual_seed(seed)
@@ -74,13 +83,8 @@ def test_elbo_of_an_input_dependent_model_matches_enumeration_and_bounds_the_nll
     The sampler's joint (random unmasking order, T = 2) is
       P(a, b) = (1/2) [q0(a | MM) q1(b | a M) + q1(b | MM) q0(a | M b)],
     and at eps = 0, 2 E[loss] = E_order[-log prod q] >= -log P(a, b) (Jensen): the ELBO bounds the NLL per token."""
-    g = torch.Generator().manual_seed(3)
-    table = torch.randn(9, 2, 3, generator=g) * 1.5
-    table[..., MASK] = -30.0
-    model = StateTable(table)
     a, b = 2, 1
-    c0mm, c1mm = model.nll((0, 0), 0, a), model.nll((0, 0), 1, b)
-    c0b, c1a = model.nll((0, b), 0, a), model.nll((a, 0), 1, b)
+    model, (c0mm, c1mm, c0b, c1a) = random_state_table(3, a, b)
     ep = (1 + EPS) / 2
     analytic = 0.5 * (ep * (c0mm + c1mm) + (1 - ep) * (c0b + c1a))
     elbo0 = 0.5 * 0.5 * ((c0mm + c1a) + (c1mm + c0b))
@@ -162,13 +166,8 @@ def test_maskgit_loss_matches_enumeration():
       E[num] = E[p^2] (c0(MM) + c1(MM)) + E[p (1 - p)] (c0(M b) + c1(a M)),  E[den] = 2 E[p],
     E[p] = 2 / pi, E[p^2] = 1 / 2 (the eps clamp changes them by < 1e-6). 20 batches of 20000 rows; 5 standard errors.
     """
-    g = torch.Generator().manual_seed(4)
-    table = torch.randn(9, 2, 3, generator=g) * 1.5
-    table[..., MASK] = -30.0
-    model = StateTable(table)
     a, b = 1, 2
-    c0mm, c1mm = model.nll((0, 0), 0, a), model.nll((0, 0), 1, b)
-    c0b, c1a = model.nll((0, b), 0, a), model.nll((a, 0), 1, b)
+    model, (c0mm, c1mm, c0b, c1a) = random_state_table(4, a, b)
     analytic = (0.5 * (c0mm + c1mm) + (2 / math.pi - 0.5) * (c0b + c1a)) / (4 / math.pi)
     x = torch.tensor([[a, b]]).expand(20000, 2).contiguous()
     gen, ones = torch.Generator().manual_seed(0), torch.ones_like(x, dtype=torch.bool)
