@@ -287,6 +287,9 @@ class GRPOConfig:
     loss_type: str = "token_mean"  # token_mean (d1/MaskGRPO: global token mean) | seq_mean (per-sequence mean)
     kl_target: str = "ref"  # ref (frozen SFT model; d1, MaskGRPO) | old (rollout-time policy; TraceRL)
     sampler: SamplerConfig = field(default_factory=lambda: SamplerConfig(temperature=1.0))
+    # none: training log-probs of the conditional model, although rollouts are sampled with CFG (MaskGRPO's and MMaDA's
+    # released code; maskgrpo.md 7) | guided: under the rollout sampler's guidance, the distribution sampled from
+    logp_cfg: str = "none"
     # DDM-specific: the training views ("re-masking") and the token weighting
     p_mask_prompt: float = 0.15  # diffu-GRPO: prompt tokens masked with this probability
     gamma: float = 0.6  # MaskGRPO: truncated ratios t_j = gamma + (1 - gamma) j / mu
@@ -329,6 +332,7 @@ class GRPOConfig:
         _check(self.eubo_beta > 0, "eubo_beta", self.eubo_beta, "must be > 0")
         _check(0 <= self.eubo_mix <= 1, "eubo_mix", self.eubo_mix, "must be in [0, 1]")
         _check_choice("kl_target", self.kl_target, ("ref", "old"))
+        _check_choice("logp_cfg", self.logp_cfg, ("none", "guided"))
         _check_choice("on_nonfinite", self.on_nonfinite, ("skip", "stop"))
         _check(self.save_steps >= 0, "save_steps", self.save_steps, "must be >= 0 (0 = no checkpoints)")
         _check(self.save_total_limit >= 1, "save_total_limit", self.save_total_limit, "must be >= 1")

@@ -156,6 +156,7 @@ methods:
         ("grpo: {beta: true}\n", "grpo.beta"),
         ("grpo: {sampler: {block_length: 0}}\n", "grpo.sampler.block_length"),
         ("grpo: {coupling: crossed}\n", "grpo.coupling"),
+        ("grpo: {logp_cfg: cond}\n", "grpo.logp_cfg"),
         ("methods: {rebrl: {remasking: full_completion}}\n", "methods.rebrl.remasking"),
         ("methods: {unigrpo: {epsilon: 1.5}}\n", "methods.unigrpo.epsilon"),
         ("methods: {unigrpo: {method: ppo}}\n", "methods.unigrpo.method"),

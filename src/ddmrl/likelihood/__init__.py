@@ -5,17 +5,28 @@ from __future__ import annotations
 
 import torch
 
+from ddmrl.samplers.llada import guided_logits
 
-def token_logps(model, input_ids: torch.Tensor, completion_ids: torch.Tensor) -> torch.Tensor:
+
+def token_logps(
+    model, input_ids: torch.Tensor, completion_ids: torch.Tensor, cfg_scale: float = 0.0, mask_id: int | None = None
+) -> torch.Tensor:
     """One-step token log-probabilities log p(o_k | x^t) of the completion under one view.
 
     ``input_ids`` [N, P + L] is the masked view, ``completion_ids`` [N, L] the clean completion. One forward
     pass; the log-softmax is taken in float32 (MaskGRPO's bf16 log-probs quantise the ratio; maskgrpo.md 3.1).
     This is d1's mean-field estimator when the whole completion is masked, and UniGRPO / MaskGRPO's masked-token
     estimator otherwise (callers weight only the masked positions). Returns [N, L].
+
+    ``cfg_scale > 0``: log-probs under classifier-free guidance, the samplers' ``u + (w + 1)(c - u)`` with every
+    prompt position set to ``mask_id`` in the unconditional branch (two forward passes; maskgrpo.md 7, "guided").
     """
     length = completion_ids.shape[1]
-    logits = model(input_ids).logits[:, -length:].float()  # [N, L, V]
+    if cfg_scale:
+        logits = guided_logits(model, input_ids, input_ids.shape[1] - length, mask_id, cfg_scale)
+    else:
+        logits = model(input_ids).logits
+    logits = logits[:, -length:].float()  # [N, L, V]
     return torch.log_softmax(logits, -1).gather(-1, completion_ids[..., None]).squeeze(-1)
 
 

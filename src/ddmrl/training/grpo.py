@@ -104,9 +104,14 @@ def make_views(cfg: GRPOConfig, batch: Rollouts, seed: int, pad_id: int, mask_id
     return views, weights, z, inputs
 
 
-def view_logps(model, inputs: torch.Tensor, completion_ids: torch.Tensor) -> torch.Tensor:
-    """Token log-probs of every view: [V, N, P + L] inputs -> [V, N, L]."""
-    return torch.stack([token_logps(model, x, completion_ids) for x in inputs])
+def view_logps(model, inputs: torch.Tensor, completion_ids: torch.Tensor, **guidance) -> torch.Tensor:
+    """Token log-probs of every view: [V, N, P + L] inputs -> [V, N, L] (``guidance``: see :func:`logp_guidance`)."""
+    return torch.stack([token_logps(model, x, completion_ids, **guidance) for x in inputs])
+
+
+def logp_guidance(cfg: GRPOConfig, mask_id: int) -> dict:
+    """``token_logps``' guidance keywords: the rollout sampler's CFG scale with ``logp_cfg: guided``, else none."""
+    return {"cfg_scale": cfg.sampler.cfg_scale if cfg.logp_cfg == "guided" else 0.0, "mask_id": mask_id}
 
 
 def step_views(views: Views, step: int, micro: int, cfg: GRPOConfig) -> tuple[int, ...]:
@@ -172,6 +177,7 @@ def train_grpo(
         dist.trainable(policy), lr=cfg.learning_rate, betas=(0.9, 0.99), weight_decay=cfg.weight_decay
     )
     g, ga = cfg.num_generations, cfg.gradient_accumulation_steps
+    guidance = logp_guidance(cfg, tok.mask_token_id)
     local_prompts = cfg.num_prompts // world
     if cfg.num_prompts % (world * ga):
         raise ConfigError(
@@ -222,17 +228,17 @@ def train_grpo(
         t1 = time.time()
         # 4. old and KL-target log-probs on identical views, once per rollout batch
         with torch.no_grad():
-            old = view_logps(policy, inputs, completion_ids)  # [V, N, L]
+            old = view_logps(policy, inputs, completion_ids, **guidance)  # [V, N, L]
             kl_ref = None
             if cfg.beta:
                 if cfg.kl_target == "old":
                     kl_ref = old
                 elif ref is None:  # LoRA: the reference is the base model, the adapters switched off
                     with dist.adapters_disabled(acc, policy):
-                        kl_ref = view_logps(policy, inputs, completion_ids)
+                        kl_ref = view_logps(policy, inputs, completion_ids, **guidance)
                 else:
                     with acc.autocast():
-                        kl_ref = view_logps(ref, inputs, completion_ids)
+                        kl_ref = view_logps(ref, inputs, completion_ids, **guidance)
         t2 = time.time()
         # 5. one optimiser step per entry of the schedule
         policy.train()
@@ -246,7 +252,9 @@ def train_grpo(
                 acc.sync_gradients = a == ga - 1  # DeepSpeed steps its engine at the accumulation boundary
                 with dist.no_sync_unless(acc, policy, a == ga - 1):
                     ids = step_views(views, s, a, cfg)
-                    logps = torch.stack([token_logps(policy, inputs[v, rows], completion_ids[rows]) for v in ids])
+                    logps = torch.stack(
+                        [token_logps(policy, inputs[v, rows], completion_ids[rows], **guidance) for v in ids]
+                    )
                     out = objective(objective_inputs(b, old, kl_ref, logps, ids, rows, g), cfg)
                     finite = dist.all_processes(acc, bool(torch.isfinite(out.loss)))
                     if not finite:

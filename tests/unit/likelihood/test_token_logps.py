@@ -38,3 +38,20 @@ def test_log_softmax_is_taken_in_float32():
     lp = token_logps(Half(logits), torch.zeros(1, 1, dtype=torch.long), torch.tensor([[1]]))
     assert lp.dtype == torch.float32
     assert torch.allclose(lp, torch.log_softmax(logits, -1)[..., 1], atol=1e-6)
+
+
+def test_guided_log_probs_are_the_log_softmax_of_the_samplers_guided_logits(make_model):
+    """cfg_scale w: log_softmax(u + (w + 1)(c - u)), u from the view with every prompt position masked (mask id 1)."""
+    model = make_model(max_positions=7)
+    x = torch.tensor([[2, 6, 7, 1, 1, 5, 1], [4, 2, 8, 1, 9, 1, 1]])  # prompt 3, completion 4
+    completion = torch.tensor([[6, 7, 8, 3], [9, 9, 8, 3]])
+    uncond = x.clone()
+    uncond[:, :3] = 1
+    c, u = model(x).logits[:, 3:], model(uncond).logits[:, 3:]
+    lp = token_logps(model, x, completion, cfg_scale=2.5, mask_id=1)
+    want = torch.log_softmax(u + 3.5 * (c - u), -1).gather(-1, completion[..., None])[..., 0]
+    assert torch.allclose(lp, want, atol=1e-5)
+    assert not torch.allclose(lp, token_logps(model, x, completion), atol=1e-3)  # guidance changes them
+    total = sum(token_logps(model, x, torch.full_like(completion, v), 2.5, 1).exp() for v in range(10))
+    assert torch.allclose(total, torch.ones(2, 4), atol=1e-5)
+    assert torch.equal(token_logps(model, x, completion, 0.0, 1), token_logps(model, x, completion))

@@ -152,3 +152,27 @@ def test_persistent_non_finite_rewards_give_up_after_ten_batches(setup, monkeypa
     monkeypatch.setattr(task, "reward", lambda completion, example: float("nan"))
     with pytest.raises(NonFiniteError, match=f"{MAX_CONSECUTIVE_SKIPS} consecutive"):
         train_grpo(policy, ref, tok, task, lambda it: task.generate(2, seed=it), config("unigrpo"), 0)
+
+
+def test_guided_logps_are_used_for_old_reference_and_current_log_probs(setup, monkeypatch):
+    """``logp_cfg: guided``: every log-prob of the loop is taken under the rollout sampler's CFG scale, so the ratio
+    is exactly 1 and the KL 0 before the first optimiser step; ``none`` takes them without guidance."""
+    import ddmrl.training.grpo as grpo_module
+
+    task, tok, policy, ref = setup
+    scales, seen = [], []
+    real_logps, real_loss = grpo_module.token_logps, losses_module.clipped_token_loss
+    monkeypatch.setattr(
+        grpo_module, "token_logps", lambda *a, **kw: (scales.append(kw["cfg_scale"]), real_logps(*a, **kw))[1]
+    )
+    monkeypatch.setattr(
+        losses_module, "clipped_token_loss", lambda *a: (seen.append(out := real_loss(*a)), out)[1]
+    )
+    sampler = SamplerConfig(block_length=4, steps=4, temperature=1.0, cfg_scale=2.0)
+    for logp_cfg, want in (("guided", 2.0), ("none", 0.0)):
+        scales.clear()
+        cfg = config("unigrpo", sampler=sampler, logp_cfg=logp_cfg)
+        train_grpo(copy.deepcopy(policy), ref, tok, task, lambda it: task.generate(2, seed=it), cfg, 0)
+        assert scales and set(scales) == {want}, logp_cfg
+        assert torch.equal(seen[-2].ratio, torch.ones_like(seen[-2].ratio))
+        assert torch.equal(seen[-2].kl, torch.zeros_like(seen[-2].kl))
