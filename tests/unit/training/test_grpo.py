@@ -165,9 +165,7 @@ def test_guided_logps_are_used_for_old_reference_and_current_log_probs(setup, mo
     monkeypatch.setattr(
         grpo_module, "token_logps", lambda *a, **kw: (scales.append(kw["cfg_scale"]), real_logps(*a, **kw))[1]
     )
-    monkeypatch.setattr(
-        losses_module, "clipped_token_loss", lambda *a: (seen.append(out := real_loss(*a)), out)[1]
-    )
+    monkeypatch.setattr(losses_module, "clipped_token_loss", lambda *a: (seen.append(out := real_loss(*a)), out)[1])
     sampler = SamplerConfig(block_length=4, steps=4, temperature=1.0, cfg_scale=2.0)
     for logp_cfg, want in (("guided", 2.0), ("none", 0.0)):
         scales.clear()
