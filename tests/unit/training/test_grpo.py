@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import ddmrl.objectives.losses as losses_module
+import ddmrl.training.grpo as grpo_module
 from ddmrl.config import GRPOConfig, SamplerConfig
 from ddmrl.methods import METHODS
 from ddmrl.models import build_tokenizer
@@ -157,8 +158,6 @@ def test_persistent_non_finite_rewards_give_up_after_ten_batches(setup, monkeypa
 def test_guided_logps_are_used_for_old_reference_and_current_log_probs(setup, monkeypatch):
     """``logp_cfg: guided``: every log-prob of the loop is taken under the rollout sampler's CFG scale, so the ratio
     is exactly 1 and the KL 0 before the first optimiser step; ``none`` takes them without guidance."""
-    import ddmrl.training.grpo as grpo_module
-
     task, tok, policy, ref = setup
     scales, seen = [], []
     real_logps, real_loss = grpo_module.token_logps, losses_module.clipped_token_loss
