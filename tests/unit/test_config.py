@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,7 @@ import yaml
 
 from ddmrl.config import ConfigError, GRPOConfig, SamplerConfig, TrainConfig, load
 from ddmrl.methods import METHODS
+from ddmrl.pipeline.dag import code_files
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -53,7 +57,7 @@ def test_image_runs_layer_image_keys_over_the_text_sections():
     """grpo < image.grpo < methods.<name> < image.method_overrides.<name>; text runs keep their own values."""
     cfg = load(REPO / "params.yaml")
     mask_text, mask_image = cfg.methods["maskgrpo"], cfg.image_methods["maskgrpo"]
-    assert (mask_text.remasking, mask_text.gamma) == ("", 0.6)
+    assert (mask_text.remasking, mask_text.gamma) == ("maskgrpo_fading", 0.6)  # the method's own views
     assert (mask_image.remasking, mask_image.gamma) == ("maskgrpo_random", 0.8)
     assert mask_image.sampler.name == "maskgit" and mask_text.sampler.name == "llada"
     assert cfg.image_methods["rebrl"].num_iterations == 8 and cfg.methods["rebrl"].num_iterations == 4
@@ -64,7 +68,7 @@ def test_image_runs_layer_image_keys_over_the_text_sections():
 @pytest.mark.parametrize(
     ("edit", "expected"),
     [
-        ({"tasks": ["sudoku4"]}, "image.tasks = 'sudoku4': is not a image task"),
+        ({"tasks": ["sudoku4"]}, "image.tasks[0] = 'sudoku4': unknown value; choose one of geneval_mini, geneval"),
         ({"grpo": {"max_stepz": 3}}, "image.grpo.max_stepz: unknown key"),
         ({"method_overrides": {"rebrl": {"rebrl_mode": "x"}}}, "image.method_overrides.rebrl.rebrl_mode = 'x'"),
         ({"methods": ["nope"]}, "image.method_overrides.nope = 'nope': unknown method"),
@@ -86,6 +90,15 @@ def test_a_profile_overlays_its_file(tmp_path):
     assert cfg.profile == "smoke"
     assert cfg.model.hidden_size == 32 and cfg.grpo.defaults.max_steps == 4
     assert cfg.methods["rebrl"].num_iterations == 2 and cfg.methods["rebrl"].beta == 0.01  # overlay + base
+
+
+@pytest.mark.parametrize("profile", sorted(p.stem for p in (REPO / "profiles").glob("*.yaml")))
+def test_every_profile_loads(tmp_path, profile):
+    shutil.copytree(REPO / "profiles", tmp_path / "profiles")
+    text = (REPO / "params.yaml").read_text().replace("profile: tiny", f"profile: {profile}")
+    cfg = load(write(tmp_path, text))
+    assert cfg.profile == profile and cfg.run_names()
+    assert set(cfg.methods) >= set(cfg.grpo.methods) and list(cfg.image_methods) == list(cfg.image.methods)
 
 
 def test_minimal_file_takes_the_defaults(tmp_path):
@@ -246,3 +259,37 @@ sft: {gradient_checkpointing: true, launch: {launcher: accelerate, num_processes
     assert cfg.sft.gradient_checkpointing and cfg.sft.launch.num_processes == 4
     assert cfg.sft.launch.config_file == "configs/accelerate/ddp.yaml"
     assert type(cfg.download.pretrain) is TrainConfig  # pre-training (download stage) has no scale keys
+
+
+# ------------------------------------------------------------------------------------------------ leaves
+
+CONFIG_FILES = ["__init__.py", "_base.py", "loader.py", "schema.py"]
+IMPORTED = "import {}, sys; print(sorted(m for m in sys.modules if m.startswith(('ddmrl', 'torch', 'transformers'))))"
+
+
+@pytest.mark.parametrize(
+    ("module", "modules"),
+    [
+        (
+            "ddmrl.config",
+            ["ddmrl", *(f"ddmrl.config.{f[:-3]}" for f in CONFIG_FILES[1:]), "ddmrl.config", "ddmrl.errors"],
+        ),
+        ("ddmrl.errors", ["ddmrl", "ddmrl.errors"]),
+        ("ddmrl.io", ["ddmrl", "ddmrl.errors", "ddmrl.io"]),
+        ("ddmrl.seeding", ["ddmrl", "ddmrl.seeding"]),
+    ],
+)
+def test_leaf_modules_import_nothing_heavy(module, modules):
+    """The shared leaves load neither torch nor transformers nor any other ddmrl module than these."""
+    out = subprocess.run([sys.executable, "-c", IMPORTED.format(module)], capture_output=True, text=True, check=True)
+    assert ast.literal_eval(out.stdout) == sorted(modules)
+
+
+def test_the_code_deps_of_a_config_user_are_configs_own_files(tmp_path):
+    """Every stage imports ddmrl.config: through it, a stage depends on the config package and ddmrl.errors only
+    (ddmrl.pipeline.dag.code_files follows every ddmrl import, those inside functions included)."""
+    for text in ("from ddmrl import config\n", "from ddmrl.config import ConfigError, load\n"):
+        (tmp_path / "stage.py").write_text(text)
+        assert code_files(tmp_path / "stage.py", REPO) == tuple(
+            sorted(["src/ddmrl/__init__.py", "src/ddmrl/errors.py", *(f"src/ddmrl/config/{f}" for f in CONFIG_FILES)])
+        )
