@@ -731,18 +731,18 @@ class GenEvalParams(Section):
 class TextTaskParams(Section):
     """Generator parameters per text task (``ddmrl.tasks``); a task left out takes its generator's defaults."""
 
-    sudoku4: Sudoku4Params | None = None
-    countdown3: Countdown3Params | None = None
-    gsm8k: MathParams | None = None
-    math500: MathParams | None = None
+    sudoku4: Sudoku4Params | None = Field(None, description="4x4 Sudoku.")
+    countdown3: Countdown3Params | None = Field(None, description="Three-number Countdown.")
+    gsm8k: MathParams | None = Field(None, description="GSM8K (paper profiles).")
+    math500: MathParams | None = Field(None, description="MATH500 (paper profiles).")
 
 
 @section
 class ImageTaskParams(Section):
     """Generator parameters per image task (``ddmrl.tasks``)."""
 
-    geneval_mini: GenEvalMiniParams | None = None
-    geneval: GenEvalParams | None = None
+    geneval_mini: GenEvalMiniParams | None = Field(None, description="geneval-mini (embedded).")
+    geneval: GenEvalParams | None = Field(None, description="GenEval (paper profiles).")
 
 
 TASK_PARAMS: dict[str, type] = {
@@ -785,12 +785,15 @@ class ImageConfig(Section):
     seeds: tuple[Int, ...] = Field((), description="Seeds of the image runs (empty: grpo.seeds).")
     methods: tuple[SectionName, ...] = Field((), description="Image runs: sections of methods: (as grpo.methods).")
     grpo: Annotated[dict[Str, Any], checked_as(GRPOConfig)] = Field(
-        default_factory=dict, description="grpo: keys overridden for every image run."
+        default_factory=dict,
+        description="grpo: keys overridden for every image run.",
+        json_schema_extra={"type": "keys of [GRPOConfig](#grpoconfig)"},
     )
     method_overrides: dict[SectionName, dict[Str, Any] | None] = Field(
         default_factory=dict,
         description="Per method section, its image-only keys. An image run's keys: grpo:, then image.grpo, then "
         "methods.<name>, then image.method_overrides.<name>.",
+        json_schema_extra={"type": "mapping: section name to keys of a [method section](#methods)"},
     )
     evaluate: EvaluateConfig = Field(
         default_factory=lambda: EvaluateConfig(
@@ -805,8 +808,8 @@ _INTERNAL = {"internal": True}
 
 @section
 class Config(Section):
-    """The whole params.yaml, after the profile overlay, with every method section resolved
-    (:func:`ddmrl.config.load`)."""
+    """The whole params.yaml after the profile overlay; ``ddmrl.config.load`` resolves every method section (its
+    method's defaults, then the ``grpo:`` keys but what the method fixes, then the section's own keys)."""
 
     profile: Str = Field(
         DEFAULT_PROFILE, description="Scale profile: tiny is this file as it is; any other name overlays "
@@ -825,8 +828,8 @@ class Config(Section):
     grpo: GRPOSection = Field(default_factory=GRPOSection, description="The GRPO runs and their shared keys.")
     methods: dict[SectionName, MethodConfig] = Field(
         default_factory=dict,
-        description="Method sections, each resolved: its method's defaults, then grpo: keys (but what the method "
-        "fixes), then the section's own keys.",
+        description="Method sections: every key of GRPOConfig; method defaults to the section's name.",
+        json_schema_extra={"type": "mapping: section name to a [method section](#methods)"},
     )
     image: ImageConfig = Field(default_factory=ImageConfig, description="The text-to-image branch.")
     image_sections: dict[SectionName, MethodConfig] = Field(
