@@ -217,7 +217,7 @@ def choices(tp: Any) -> tuple[Any, ...]:
 
 
 def bounds(tp: Any, info: FieldInfo | None) -> str:
-    """The interval of a constrained number as users read it: ``>= 2``, ``in [0, 1)``."""
+    """The interval of a constrained number as users read it: ``>= 2``, ``in [0, 1)``; empty if unconstrained."""
     meta = [*(info.metadata if info is not None else ()), *strip(tp)[1]]
     lo = next((("[", m.ge) for m in meta if isinstance(m, at.Ge)), None) or next(
         (("(", m.gt) for m in meta if isinstance(m, at.Gt)), None
@@ -229,7 +229,7 @@ def bounds(tp: Any, info: FieldInfo | None) -> str:
         return f"in {lo[0]}{lo[1]}, {hi[0]}{hi[1]}"
     if lo:
         return f"{'>=' if lo[0] == '[' else '>'} {lo[1]}"
-    return f"{'<=' if hi and hi[1] == ']' else '<'} {hi[0] if hi else '?'}"
+    return f"{'<=' if hi[1] == ']' else '<'} {hi[0]}" if hi else ""
 
 
 # ------------------------------------------------------------------------------------------------ error lines
@@ -271,7 +271,7 @@ def describe(error: ValidationError, root: Any, prefix: str = "") -> str:
         return f"{place.key}: required key missing"
     if loc and loc[-1] == "[key]":
         return f"{place.key} = {value!r}: {_why(place) or 'not a valid name'}"
-    return f"{place.key} = {value!r}: {_message(kind, e['msg'], ctx, place, value)}"
+    return f"{place.key} = {value!r}: {_message(kind, e['msg'], ctx, place)}"
 
 
 def _why(place: Place) -> str:
@@ -280,7 +280,7 @@ def _why(place: Place) -> str:
     return next((why for info in infos if (why := _extra(info).get("why"))), "")
 
 
-def _message(kind: str, msg: str, ctx: dict[str, Any], place: Place, value: Any) -> str:
+def _message(kind: str, msg: str, ctx: dict[str, Any], place: Place) -> str:
     why = _why(place)
     if kind == REFUSED:
         return ctx["why"]

@@ -21,7 +21,6 @@ from ddmrl.config._base import bounds, choices, field_type, fields_of, is_sectio
 from ddmrl.config.schema import METHOD_CONFIGS, Config, GRPOConfig, fixed_values
 
 OUT = Path("docs/params.md")
-BOUNDS = ("ge", "gt", "le", "lt")
 
 HEADER = """# Parameter reference
 
@@ -32,8 +31,8 @@ one line naming it. *Default* is the value a key takes when the file leaves it o
 the defaults of the keys it leaves out.
 
 Method sections: `grpo.methods` names sections of `methods:`; a section's `method` defaults to its name (so
-`rebrl_t2: {method: rebrl, rebrl_mode: t2}` adds an ablation). A section takes every key of [`grpo`](#grposection) but
-`methods` and `seeds`, resolved in this order: the method's defaults ([Methods](#methods)), then the keys set in
+`rebrl_t2: {method: rebrl, rebrl_mode: t2}` adds an ablation). A section takes the keys of
+[GRPOConfig](#grpoconfig), resolved in this order: the method's defaults ([Methods](#methods)), then the keys set in
 `grpo:` except those the method fixes, then the section's own keys, which may not contradict what the method fixes.
 Image runs add `image.grpo` after `grpo:` and `image.method_overrides.<name>` after `methods.<name>`.
 """
@@ -176,9 +175,8 @@ def _bare_type(tp: Any, info: Any) -> str:
         return "mapping" if args[1] is Any else f"mapping to {_type(args[1])}"
     names = {int: "integer", float: "number", bool: "true or false", str: "string"}
     text = names.get(tp, "any")
-    if tp in (int, float) and info is not None and any(hasattr(m, a) for m in info.metadata for a in BOUNDS):
-        text += f" ({bounds(tp, info)})"
-    return text
+    constraint = bounds(tp, info) if tp in (int, float) else ""
+    return f"{text} ({constraint})" if constraint else text
 
 
 def _default(info: Any) -> str:
