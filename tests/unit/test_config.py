@@ -471,9 +471,12 @@ def test_the_schema_knows_the_reward_models_and_the_geneval_evaluator():
 def test_model_spec_and_hub_item_are_validated_by_the_schema_when_built_directly():
     """adapters.ModelSpec and hub.HubItem are the schema's (constructed in code too: one line naming the key)."""
     from ddmrl.hub import HubItem as HubsItem
+    from ddmrl.models.adapters import DTYPES, KINDS
     from ddmrl.models.adapters import ModelSpec as AdaptersSpec
 
     assert HubsItem is HubItem and issubclass(AdaptersSpec, ModelSpec)
+    spec = ModelSpec.__pydantic_fields__
+    assert get_args(spec["kind"].annotation) == KINDS and set(get_args(spec["dtype"].annotation)) == set(DTYPES)
     with pytest.raises(ConfigError, match=r"^model.dtype = 'fp8': unknown value; choose one of float32,"):
         AdaptersSpec(kind="llada", path_or_id="x", dtype="fp8")
     with pytest.raises(ConfigError, match=r"^repo_type = 'space': unknown value; choose one of model, dataset$"):

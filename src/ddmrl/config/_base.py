@@ -17,7 +17,6 @@ import typing
 from collections.abc import Callable
 from typing import Annotated, Any, ClassVar, Literal
 
-import annotated_types as at
 from pydantic import (
     ConfigDict,
     Strict,
@@ -219,12 +218,10 @@ def choices(tp: Any) -> tuple[Any, ...]:
 def bounds(tp: Any, info: FieldInfo | None) -> str:
     """The interval of a constrained number as users read it: ``>= 2``, ``in [0, 1)``; empty if unconstrained."""
     meta = [*(info.metadata if info is not None else ()), *strip(tp)[1]]
-    lo = next((("[", m.ge) for m in meta if isinstance(m, at.Ge)), None) or next(
-        (("(", m.gt) for m in meta if isinstance(m, at.Gt)), None
-    )
-    hi = next(((m.le, "]") for m in meta if isinstance(m, at.Le)), None) or next(
-        ((m.lt, ")") for m in meta if isinstance(m, at.Lt)), None
-    )
+    # pydantic keeps Field(ge=0) as annotated_types.Ge(ge=0), and so on
+    b = {k: next((v for m in meta if (v := getattr(m, k, None)) is not None), None) for k in ("ge", "gt", "le", "lt")}
+    lo = ("[", b["ge"]) if b["ge"] is not None else ("(", b["gt"]) if b["gt"] is not None else None
+    hi = (b["le"], "]") if b["le"] is not None else (b["lt"], ")") if b["lt"] is not None else None
     if lo and hi:
         return f"in {lo[0]}{lo[1]}, {hi[0]}{hi[1]}"
     if lo:
