@@ -28,10 +28,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, BatchEncoding
+from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, BatchEncoding
+from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
 from ddmrl.config import ConfigError
 from ddmrl.hub import PINNED_REVISIONS, check_revision, is_commit, is_local, resolve_local
+from ddmrl.models import compat
 from ddmrl.models import mmada as mm
 
 __all__ = [
@@ -175,8 +177,19 @@ class LLaDAAdapter(ModelAdapter):
         return text + REASONING_PREFILL if add_reasoning else text
 
     def logits(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        # d1 and LLaDA's generate() pass no attention mask (left pads are attended); pass one only when asked
-        return super().logits(model, input_ids, attention_mask)
+        """[B, L] -> [B, L, V], attention bidirectional whatever the padding.
+
+        LLaDA's forward turns an ``attention_mask`` holding any 0 into *causal* attention for the whole batch
+        (``LLaDAModel.forward`` adds its mask to the causal bias), so a padding mask is never passed as one:
+
+        * no mask (d1's handling, as in d1's and LLaDA's ``generate`` and every ddmrl sampler and trainer): left
+          pads (EOS) are attended like any token;
+        * a mask with 0s goes in as MMaDA's ``attention_bias`` (``ddmrl.models.mmada.attention_bias``): pads neither
+          attend nor are attended, so with LLaDA's rotary positions a padded row's logits are the unpadded row's.
+        """
+        if attention_mask is None or bool(attention_mask.all()):
+            return model(input_ids).logits
+        return model(input_ids, attention_bias=mm.attention_bias(attention_mask)).logits
 
 
 class MMaDAAdapter(LLaDAAdapter):
@@ -316,24 +329,49 @@ def load_model(spec: ModelSpec) -> tuple[Any, Any, ModelAdapter]:
     remote, dtype = spec.trust_remote_code, spec.torch_dtype
     if spec.kind == "hf_masked_lm":
         _refuse_remote_code(spec, local, "")
-        model = _load("model", local, AutoModelForMaskedLM.from_pretrained, trust_remote_code=remote, dtype=dtype)
+        if remote and "AutoModelForMaskedLM" in (_auto_map(local) or {}):
+            model = _remote_model(local, ("AutoModelForMaskedLM",), dtype)
+        else:
+            model = _load("model", local, AutoModelForMaskedLM.from_pretrained, trust_remote_code=remote, dtype=dtype)
         tok = _load("tokenizer", local, AutoTokenizer.from_pretrained, trust_remote_code=remote)
         mask_id = _checked_mask_id(tok.mask_token_id, model, f"{local} (tokenizer)")
         return model.eval(), tok, MaskedLMAdapter(tok, mask_id)
 
     if spec.kind == "llada":
         _refuse_remote_code(spec, local, " (LLaDAModelLM lives in the checkpoint's modeling_llada.py)")
-        model = _load("model", local, AutoModel.from_pretrained, trust_remote_code=True, dtype=dtype)
+        model = _remote_model(local, ("AutoModel", "AutoModelForCausalLM"), dtype)
         tok = _load("tokenizer", local, AutoTokenizer.from_pretrained, trust_remote_code=True, padding_side="left")
         mask_id = getattr(model.config, "mask_token_id", None)
         mask_id = _checked_mask_id(LLADA_MASK_ID if mask_id is None else mask_id, model, str(local))
         return model.eval(), tok, LLaDAAdapter(tok, mask_id)
 
     # mmada: the model class comes from the user's MMaDA checkout (explicitly configured), not from the hub
-    package = mm.import_mmada(spec.mmada_code)
-    model = _load("model", local, package.MMadaModelLM.from_pretrained, dtype=dtype)
+    cls = mm.import_mmada(spec.mmada_code).MMadaModelLM
+    config = _load("config", local, cls.config_class.from_pretrained)
+    model = _load("model", local, compat.load_pretrained, cls, config, dtype=dtype)
+    # a save carries the checkout's modeling_mmada.py (and what it imports) and an auto_map, as LLaDA's does
+    cls.register_for_auto_class("AutoModel")
+    cls.config_class.register_for_auto_class()
     tok = _load("tokenizer", local, AutoTokenizer.from_pretrained, padding_side="left")
     mask_id = getattr(model.config, "mask_token_id", None)
     mask_id = _checked_mask_id(LLADA_MASK_ID if mask_id is None else mask_id, model, str(local))
     adapter = MMaDAAdapter(tok, mask_id, spec.mmada_code, spec.vq_path_or_id, spec.vq_revision)
     return model.eval(), tok, adapter
+
+
+def _remote_model(local: Path, auto_classes: Sequence[str], dtype: torch.dtype | str) -> Any:
+    """The checkpoint's own model class (the first of ``auto_classes`` in config.json's ``auto_map``), loaded under
+    the pinned transformers through ``ddmrl.models.compat`` and registered for that auto class, so that a saved
+    model carries its modeling files and ``auto_map`` (as ``AutoModel.from_pretrained`` would do)."""
+    config = _load("config", local, AutoConfig.from_pretrained, trust_remote_code=True)
+    auto_map = getattr(config, "auto_map", None) or {}
+    auto = next((name for name in auto_classes if name in auto_map), None)
+    if auto is None:
+        raise RuntimeError(
+            f"{local}/config.json: auto_map has no {' or '.join(auto_classes)} entry (the model class of its remote "
+            "code)"
+        )
+    cls = _load("model code", local, lambda path: get_class_from_dynamic_module(auto_map[auto], path))
+    model = _load("model", local, compat.load_pretrained, cls, config, dtype=dtype)
+    cls.register_for_auto_class(auto)
+    return model
