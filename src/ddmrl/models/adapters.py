@@ -340,7 +340,9 @@ def load_model(spec: ModelSpec) -> tuple[Any, Any, ModelAdapter]:
     if spec.kind == "llada":
         _refuse_remote_code(spec, local, " (LLaDAModelLM lives in the checkpoint's modeling_llada.py)")
         model = _remote_model(local, ("AutoModel", "AutoModelForCausalLM"), dtype)
-        tok = _load("tokenizer", local, AutoTokenizer.from_pretrained, trust_remote_code=True, padding_side="left")
+        tok = _with_eos_padding(
+            _load("tokenizer", local, AutoTokenizer.from_pretrained, trust_remote_code=True, padding_side="left")
+        )
         mask_id = getattr(model.config, "mask_token_id", None)
         mask_id = _checked_mask_id(LLADA_MASK_ID if mask_id is None else mask_id, model, str(local))
         return model.eval(), tok, LLaDAAdapter(tok, mask_id)
@@ -352,11 +354,18 @@ def load_model(spec: ModelSpec) -> tuple[Any, Any, ModelAdapter]:
     # a save carries the checkout's modeling_mmada.py (and what it imports) and an auto_map, as LLaDA's does
     cls.register_for_auto_class("AutoModel")
     cls.config_class.register_for_auto_class()
-    tok = _load("tokenizer", local, AutoTokenizer.from_pretrained, padding_side="left")
+    tok = _with_eos_padding(_load("tokenizer", local, AutoTokenizer.from_pretrained, padding_side="left"))
     mask_id = getattr(model.config, "mask_token_id", None)
     mask_id = _checked_mask_id(LLADA_MASK_ID if mask_id is None else mask_id, model, str(local))
     adapter = MMaDAAdapter(tok, mask_id, spec.mmada_code, spec.vq_path_or_id, spec.vq_revision)
     return model.eval(), tok, adapter
+
+
+def _with_eos_padding(tok: Any) -> Any:
+    """``tok`` with a pad token: EOS when it has none (d1 pads LLaDA's prompts with EOS)."""
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
 
 
 def _remote_model(local: Path, auto_classes: Sequence[str], dtype: torch.dtype | str) -> Any:
