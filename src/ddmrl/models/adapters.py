@@ -6,12 +6,15 @@ layout and image decoding:
 
 * ``tiny``: the embedded TinyDDM (``ddmrl.models.tiny``), prompts used as they are.
 * ``llada``: LLaDA-8B-Instruct (Nie et al. 2025; ``GSAI-ML/LLaDA-8B-Instruct``), model class ``LLaDAModelLM``
-  from the checkpoint's own ``modeling_llada.py`` (remote code), mask id 126336. Prompts are built as d1 does
+  from the checkpoint's own ``modeling_llada.py`` (remote code, run under transformers 5 through
+  ``ddmrl.models.compat``), mask id 126336. Padding never reaches it as an ``attention_mask`` (which would make it
+  causal, see :meth:`LLaDAAdapter.logits`). Prompts are built as d1 does
   (Zhao et al. 2025, ``eval/*.py``): one user turn ``system_prompt + "\\n\\n" + question`` through the chat
   template with ``add_generation_prompt=True``, then the literal ``<reasoning>`` appended (assistant prefill);
   tokenised with the tokenizer's defaults, left-padded (pad = EOS, never the mask id).
 * ``mmada``: MMaDA-8B-Base (Yang et al. 2025), text as LLaDA, plus the T2I layout of ``ddmrl.models.mmada``;
-  ``MMadaModelLM`` and MAGVIT-v2 come from the user's checkout of Gen-Verse/MMaDA (``mmada_code``).
+  ``MMadaModelLM`` and MAGVIT-v2 come from the user's checkout of Gen-Verse/MMaDA (``mmada_code``; its imports:
+  ``pip install -e ".[mmada]"``).
 * ``hf_masked_lm``: any ``AutoModelForMaskedLM`` checkpoint and its tokenizer's ``mask_token_id``.
 
 :func:`load_model` never downloads: ``path_or_id`` is a local directory (the download stage's output, see
