@@ -260,14 +260,23 @@ class MMaDAAdapter(LLaDAAdapter):
 # ------------------------------------------------------------------------------------------------ loading
 
 
-def _auto_map(local: Path) -> dict[str, Any] | None:
+def _config_json(local: Path) -> dict[str, Any]:
     try:
-        cfg = json.loads((local / "config.json").read_text())
+        return json.loads((local / "config.json").read_text())
     except FileNotFoundError:
         raise RuntimeError(f"{local}: no config.json (not a Hugging Face model directory)") from None
     except (OSError, json.JSONDecodeError) as e:
         raise RuntimeError(f"{local}/config.json: cannot be read ({e})") from None
-    return cfg.get("auto_map")
+
+
+def _auto_map(local: Path) -> dict[str, Any] | None:
+    return _config_json(local).get("auto_map")
+
+
+def _llada_mask_id(local: Path, model: Any) -> int:
+    """``mask_token_id`` as config.json states it, else LLaDA's 126336. Not the loaded config's: ``LLaDAConfig``
+    fills a missing one with its ``ModelConfig`` default 50256, an ordinary token of LLaDA's vocabulary."""
+    return _checked_mask_id(_config_json(local).get("mask_token_id", LLADA_MASK_ID), model, str(local))
 
 
 def _local_dir(spec: ModelSpec) -> Path:
@@ -346,9 +355,7 @@ def load_model(spec: ModelSpec) -> tuple[Any, Any, ModelAdapter]:
         tok = _with_eos_padding(
             _load("tokenizer", local, AutoTokenizer.from_pretrained, trust_remote_code=True, padding_side="left")
         )
-        mask_id = getattr(model.config, "mask_token_id", None)
-        mask_id = _checked_mask_id(LLADA_MASK_ID if mask_id is None else mask_id, model, str(local))
-        return model.eval(), tok, LLaDAAdapter(tok, mask_id)
+        return model.eval(), tok, LLaDAAdapter(tok, _llada_mask_id(local, model))
 
     # mmada: the model class comes from the user's MMaDA checkout (explicitly configured), not from the hub
     cls = mm.import_mmada(spec.mmada_code).MMadaModelLM
@@ -358,9 +365,7 @@ def load_model(spec: ModelSpec) -> tuple[Any, Any, ModelAdapter]:
     cls.register_for_auto_class("AutoModel")
     cls.config_class.register_for_auto_class()
     tok = _with_eos_padding(_load("tokenizer", local, AutoTokenizer.from_pretrained, padding_side="left"))
-    mask_id = getattr(model.config, "mask_token_id", None)
-    mask_id = _checked_mask_id(LLADA_MASK_ID if mask_id is None else mask_id, model, str(local))
-    adapter = MMaDAAdapter(tok, mask_id, spec.mmada_code, spec.vq_path_or_id, spec.vq_revision)
+    adapter = MMaDAAdapter(tok, _llada_mask_id(local, model), spec.mmada_code, spec.vq_path_or_id, spec.vq_revision)
     return model.eval(), tok, adapter
 
 

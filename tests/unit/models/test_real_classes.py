@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 
 import pytest
 import torch
-import transformers.dynamic_module_utils as dyn
 import yaml
 from accelerate import Accelerator
 from real_models import (
@@ -36,14 +34,9 @@ from ddmrl.training import distributed as dist
 pytestmark = needs_reference
 
 
-@pytest.fixture(scope="module", autouse=True)
-def modules_cache(tmp_path_factory):
-    """transformers copies remote code into HF_MODULES_CACHE and imports it from there: a temporary one."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(dyn, "HF_MODULES_CACHE", str(tmp_path_factory.mktemp("hf_modules")))
-        mp.setattr(sys, "path", list(sys.path))
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        yield
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
 @pytest.fixture(scope="module")
@@ -150,9 +143,17 @@ def test_mmada_and_magvit_load_from_the_checkout_save_and_reload(tok, magvit, tm
     layout = adapter.t2i_layout(
         max_seq_length=8, num_image_tokens=16, **{k: tok.convert_tokens_to_ids(t) for k, t in T2I_TOKENS.items()}
     )
+    assert (layout.image_offset, layout.bos_id, layout.eos_id) == (len(tok), tok.bos_token_id, tok.eos_token_id)
     input_ids, mask = layout.build(adapter.encode_captions(["a red cow", ""]))
+    t2i, pad = layout.t2i_id, layout.pad_id
+    assert input_ids[1, : layout.text_len].tolist() == [pad] * 6 + [t2i, tok.bos_token_id, tok.eos_token_id]
     with torch.no_grad():
-        assert adapter.t2i_logits(model, input_ids, mask, layout).shape == (2, 16, 8192)
+        cond = adapter.t2i_logits(model, input_ids, mask, layout)
+        assert cond.shape == (2, 16, 8192)
+        # MMaDA's attention_bias: the [iPAD] positions are not attended (any token there gives the same logits)
+        other = input_ids.masked_fill(mask == 0, tok.convert_tokens_to_ids("a"))
+        torch.testing.assert_close(adapter.t2i_logits(model, other, mask, layout), cond, rtol=0, atol=1e-6)
+        assert not torch.allclose(model(other).logits, model(input_ids).logits), "attended without the bias"
     images = adapter.decode_images(torch.tensor([[0] * 16, [8191] * 16]), layout)  # real MAGVIT-v2: 16x upsampling
     assert images.dtype == torch.uint8 and images.shape == (2, 64, 64, 3) and not torch.equal(images[0], images[1])
 
