@@ -32,7 +32,7 @@ from transformers import PreTrainedModel
 
 __all__ = ["IncompatibleRemoteCode", "bridge_class", "bridge_config", "load_pretrained"]
 
-_BRIDGED = "_ddmrl_compat"  # set on a bridged class: the list of what was bridged (also: never bridge twice)
+_BRIDGED = "_ddmrl_compat"  # set on a bridged class: what was bridged (and: never bridge it twice)
 
 
 class IncompatibleRemoteCode(RuntimeError):
@@ -51,6 +51,11 @@ def _fail(cls: type, what: str) -> IncompatibleRemoteCode:
         f"{_where(cls)} is incompatible with transformers {transformers.__version__}: {what} "
         "(ddmrl.models.compat bridges post_init, tie_weights and use_cache only; see docs/real_scale.md)"
     )
+
+
+def _own_classes(cls: type) -> list[type]:
+    """``cls`` and its bases up to (not including) ``PreTrainedModel``: the remote code's own classes."""
+    return [k for k in cls.__mro__ if issubclass(k, PreTrainedModel) and k is not PreTrainedModel]
 
 
 def _calls_post_init(cls: type) -> bool:
@@ -107,11 +112,6 @@ def bridge_class(cls: type) -> list[str]:
         bridged.append("__init__ never calls post_init()")
     setattr(cls, _BRIDGED, tuple(bridged))
     return bridged
-
-
-def _own_classes(cls: type) -> list[type]:
-    """``cls`` and its bases up to (not including) ``PreTrainedModel``: the remote code's own classes."""
-    return [k for k in cls.__mro__ if issubclass(k, PreTrainedModel) and k is not PreTrainedModel]
 
 
 def _reads_use_cache(cls: type) -> bool:
