@@ -406,10 +406,10 @@ def test_missing_mmada_code_is_a_clear_error(tmp_path, monkeypatch):
 
     _broken_checkout(tmp_path / "MMaDA2", "diffusers")
     monkeypatch.setitem(sys.modules, "diffusers", None)  # as if not installed
-    with pytest.raises(RuntimeError, match=r"needs the diffusers package: pip install diffusers"):
+    with pytest.raises(RuntimeError, match=r"needs the diffusers package: pip install diffusers==0.32.2 .*\[mmada\]"):
         mm.import_mmada(tmp_path / "MMaDA2")
     _broken_checkout(tmp_path / "MMaDA3", "ddmrl_no_such_module_x")
-    with pytest.raises(RuntimeError, match=r"module 'ddmrl_no_such_module_x' is missing"):
+    with pytest.raises(RuntimeError, match=r"'ddmrl_no_such_module_x' is missing \(pip install -e \"\.\[mmada\]"):
         mm.import_mmada(tmp_path / "MMaDA3")
 
 
