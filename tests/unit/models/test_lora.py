@@ -3,11 +3,17 @@ names and the paper profiles' targets: test_real_classes.py)."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
+import yaml
 
 from ddmrl.config import ConfigError, LoraConfig
 from ddmrl.models import TinyDDMConfig, TinyDDMForMaskedLM
 from ddmrl.models.lora import lora_targets, peft_target_modules, protected_modules
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
@@ -25,6 +31,19 @@ def test_target_modules_take_names_or_one_regular_expression():
     assert "\n" not in str(e.value)
     with pytest.raises(ConfigError, match="target_modules = 3: must be a list of module names or one regular"):
         LoraConfig(target_modules=3)
+
+
+def test_the_paper_profiles_target_every_block_projection_by_full_name():
+    for name, keys in (("paper_llada_math", ("grpo",)), ("paper_mmada_geneval", ("image", "grpo"))):
+        section = yaml.safe_load((REPO / "profiles" / f"{name}.yaml").read_text())
+        for key in keys:
+            section = section[key]
+        targets = LoraConfig(**section["lora"]).target_modules
+        assert isinstance(targets, str), name
+        for p in ("q_proj", "k_proj", "v_proj", "attn_out", "ff_proj", "up_proj", "ff_out"):
+            assert re.fullmatch(targets, f"model.transformer.blocks.31.{p}"), (name, p)
+        for other in ("model.transformer.ff_out", "model.transformer.wte", "model.transformer.blocks.0.attn_norm"):
+            assert not re.fullmatch(targets, other), (name, other)
 
 
 def test_targets_follow_peft_matching(model):
