@@ -13,6 +13,7 @@ validation. Hyperparameter names follow TRL's ``GRPOConfig`` where the concept m
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -48,13 +49,25 @@ class LoraConfig:
     r: int = 0  # adapter rank (0 = off: full fine-tuning)
     alpha: float = 16.0  # peft lora_alpha (the update is scaled by alpha / r)
     dropout: float = 0.0  # dropout on the adapter input
-    target_modules: tuple[str, ...] = ("all-linear",)  # module names, or all-linear (every Linear but the LM head)
+    # module names (peft: a name matches itself and any module whose name ends with "." + it), all-linear (every
+    # Linear but the LM head), or one string: a regular expression matching full module names (ddmrl.models.lora)
+    target_modules: tuple[str, ...] | str = ("all-linear",)
 
     def __post_init__(self) -> None:
         _check(self.r >= 0, "r", self.r, "must be >= 0 (0 = no adapters)")
         _check(self.alpha > 0, "alpha", self.alpha, "must be > 0")
         _check(0.0 <= self.dropout < 1.0, "dropout", self.dropout, "must be in [0, 1)")
-        _check(len(self.target_modules) >= 1, "target_modules", list(self.target_modules), "must name a module")
+        targets = self.target_modules
+        if isinstance(targets, str):
+            try:
+                re.compile(targets)
+            except re.error as e:
+                raise ConfigError(f"target_modules = {targets!r}: not a regular expression ({e})") from None
+        else:
+            ok = isinstance(targets, (list, tuple)) and all(isinstance(t, str) for t in targets)
+            _check(ok, "target_modules", targets, "must be a list of module names or one regular expression")
+            _check(len(targets) >= 1, "target_modules", list(targets), "must name a module")
+            object.__setattr__(self, "target_modules", tuple(targets))
 
 
 @dataclass(frozen=True)
