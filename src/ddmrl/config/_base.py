@@ -158,6 +158,7 @@ class Place:
     tp: Any = None  # the type expected at the loc
     owner: type | None = None  # the section holding the last field on the way
     info: FieldInfo | None = None  # that field
+    union: Any = None  # the union of types the loc ends in (pydantic tried each member)
 
 
 def locate(root: Any, loc: tuple[Any, ...], prefix: str = "") -> Place:
@@ -165,11 +166,16 @@ def locate(root: Any, loc: tuple[Any, ...], prefix: str = "") -> Place:
     place, mapping_key = Place(prefix, root), None
     for part in loc:
         tp, _ = strip(place.tp)
+        place.union = None
         if isinstance(part, int) and is_section(tp):  # a positional argument of a direct construction
             part = list(tp.__pydantic_fields__)[part]
         members = union_members(tp)
         if members is not None and part in members:  # the discriminator's tag: not a key users write
             place.tp = members[part]
+        elif typing.get_origin(tp) in (typing.Union, types.UnionType) and isinstance(part, str):
+            # pydantic names the member it tried ("tuple[str, ...]", "str"): not a key users write
+            named = [m for m in typing.get_args(tp) if _name(m) == part.split("[")[0]]
+            place.union, place.tp = tp, named[0] if named else None
         elif part == "[key]":  # a mapping's key is wrong, not its value: name the mapping
             place.key, place.tp, place.info = mapping_key or (place.key, None, None)
         elif isinstance(part, int) and typing.get_origin(tp) is not dict:
@@ -187,6 +193,11 @@ def locate(root: Any, loc: tuple[Any, ...], prefix: str = "") -> Place:
             place.owner = tp if is_section(tp) else place.owner
             place.info, place.tp = None, _item(tp)
     return place
+
+
+def _name(tp: Any) -> str:
+    tp = strip(tp)[0]
+    return getattr(typing.get_origin(tp) or tp, "__name__", "")
 
 
 def _item(tp: Any) -> Any:
@@ -250,6 +261,7 @@ _MESSAGES = {
     "union_tag_not_found": "must be a mapping",
     "string_too_short": "must not be empty",
 }
+_KINDS = {tuple: "a list", list: "a list", dict: "a mapping", str: "a string", int: "an integer", float: "a number"}
 
 
 def describe(error: ValidationError, root: Any, prefix: str = "") -> str:
@@ -290,6 +302,10 @@ def _message(kind: str, msg: str, ctx: dict[str, Any], place: Place) -> str:
             if place.info is not owner.__pydantic_fields__["method"]:  # a value the method's definition fixes
                 return f"{owner.__pydantic_fields__['method'].default} requires {allowed[0]!r} by definition"
         return f"unknown value; choose one of {', '.join(map(str, allowed))}" if allowed else msg
+    if place.union is not None and kind.endswith("_type"):  # no member took the value: name them all
+        members = [strip(m)[0] for m in typing.get_args(place.union)]
+        kinds = dict.fromkeys(_KINDS.get(typing.get_origin(m) or m, "a mapping") for m in members)
+        return f"must be {' or '.join(kinds)}"
     if kind in ("too_short", "string_pattern_mismatch") and why:
         return why
     if kind == "too_short":

@@ -169,6 +169,8 @@ def _bare_type(tp: Any, info: Any) -> str:
     if choices(tp):
         return "one of " + ", ".join(_value(c) for c in choices(tp))
     origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type(a) for a in args)
     if origin in (tuple, list):
         return f"list of {_type(args[0])}"
     if origin is dict:

@@ -149,12 +149,22 @@ class LoraConfig(Section):
     r: Int = Field(0, ge=0, description="Adapter rank (0: no adapters).", json_schema_extra={"why": "0 = no adapters"})
     alpha: Float = Field(16.0, gt=0, description="peft lora_alpha: the update is scaled by alpha / r.")
     dropout: Float = Field(0.0, ge=0, lt=1, description="Dropout on the adapter input.")
-    target_modules: tuple[Str, ...] = Field(
+    target_modules: Annotated[tuple[Str, ...], Field(min_length=1)] | Str = Field(
         ("all-linear",),
-        min_length=1,
-        description="Module names to adapt, or all-linear (every Linear but the LM head).",
+        description="Module names to adapt (peft: a name matches itself and any module whose name ends with '.' + "
+        "it), all-linear (every Linear but the LM head), or one string: a regular expression matching full module "
+        "names (ddmrl.models.lora).",
         json_schema_extra={"why": "must name a module"},
     )
+
+    @model_validator(mode="after")
+    def _check(self) -> LoraConfig:
+        if isinstance(self.target_modules, str):
+            try:
+                re.compile(self.target_modules)
+            except re.error as e:
+                raise refuse("target_modules", self.target_modules, f"not a regular expression ({e})") from None
+        return self
 
 
 @section
