@@ -303,6 +303,8 @@ def _message(kind: str, msg: str, ctx: dict[str, Any], place: Place) -> str:
                 return f"{owner.__pydantic_fields__['method'].default} requires {allowed[0]!r} by definition"
         return f"unknown value; choose one of {', '.join(map(str, allowed))}" if allowed else msg
     if place.union is not None and kind.endswith("_type"):  # no member took the value: name them all
+        if why:
+            return why
         members = [strip(m)[0] for m in typing.get_args(place.union)]
         kinds = dict.fromkeys(_KINDS.get(typing.get_origin(m) or m, "a mapping") for m in members)
         return f"must be {' or '.join(kinds)}"

@@ -154,7 +154,7 @@ class LoraConfig(Section):
         description="Module names to adapt (peft: a name matches itself and any module whose name ends with '.' + "
         "it), all-linear (every Linear but the LM head), or one string: a regular expression matching full module "
         "names (ddmrl.models.lora).",
-        json_schema_extra={"why": "must name a module"},
+        json_schema_extra={"why": "must be a list of module names or one regular expression"},
     )
 
     @model_validator(mode="after")
