@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +33,9 @@ import torch
 from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, BatchEncoding
 from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
+from ddmrl import config
 from ddmrl.config import ConfigError
-from ddmrl.hub import PINNED_REVISIONS, check_revision, is_commit, is_local, resolve_local
+from ddmrl.hub import PINNED_REVISIONS, check_revision, is_local, resolve_local
 from ddmrl.models import compat
 from ddmrl.models import mmada as mm
 
@@ -57,53 +57,8 @@ LLADA_MASK_ID = 126336  # <|mdm_mask|> of LLaDA and MMaDA (baselines.md section 
 REASONING_PREFILL = "<reasoning>"  # d1's assistant prefill (add_reasoning=True)
 
 
-@dataclass(frozen=True)
-class ModelSpec:
-    """Which model to load (the ``model:`` keys of a real-scale profile).
-
-    kind: tiny | llada | mmada | hf_masked_lm.
-    path_or_id: a local directory (normally the download stage's output) or a hub id found in the HF cache.
-    revision: hub revision; with ``trust_remote_code`` and a hub id it must be a 40-hex commit.
-    trust_remote_code: run the checkpoint's own ``modeling_*.py`` (opt-in).
-    dtype: float32 | bfloat16 | float16 | auto (LLaDA/MMaDA are meant for bfloat16).
-    mmada_code: (mmada) a checkout of github.com/Gen-Verse/MMaDA, the directory holding ``models/``.
-    vq_path_or_id / vq_revision: (mmada) MAGVIT-v2 weights (``showlab/magvitv2``), for decoding images.
-    """
-
-    kind: str = "tiny"
-    path_or_id: str = ""
-    revision: str | None = None
-    trust_remote_code: bool = False
-    dtype: str = "float32"
-    mmada_code: str | None = None
-    vq_path_or_id: str | None = None
-    vq_revision: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ConfigError(f"model.kind = {self.kind!r}: unknown value; choose one of {', '.join(KINDS)}")
-        if not isinstance(self.path_or_id, str) or not self.path_or_id.strip():
-            raise ConfigError(f"model.path_or_id = {self.path_or_id!r}: must name a local directory or a hub id")
-        if not isinstance(self.trust_remote_code, bool):
-            raise ConfigError(f"model.trust_remote_code = {self.trust_remote_code!r}: must be true or false")
-        if self.dtype not in DTYPES:
-            raise ConfigError(f"model.dtype = {self.dtype!r}: unknown value; choose one of {', '.join(DTYPES)}")
-        for key in ("revision", "vq_revision"):
-            try:
-                check_revision(getattr(self, key), f"model.{key}")
-            except ValueError as e:
-                raise ConfigError(str(e)) from None
-        if self.trust_remote_code and self.revision is not None and not is_commit(self.revision):
-            # a branch or tag with remote code is refused whatever the path: its code can change under the name
-            try:
-                check_revision(self.revision, "model.revision", require_commit=True)
-            except ValueError as e:
-                raise ConfigError(str(e)) from None
-        for key in ("mmada_code", "vq_path_or_id"):
-            if getattr(self, key) is not None and self.kind != "mmada":
-                raise ConfigError(f"model.{key} = {getattr(self, key)!r}: only used with model.kind: mmada")
-        if self.kind == "tiny" and self.trust_remote_code:
-            raise ConfigError("model.trust_remote_code = True: the tiny model has no remote code; set it to false")
+class ModelSpec(config.ModelSpec):
+    """Which model to load (the ``model:`` keys of a real-scale profile), validated by ``ddmrl.config.ModelSpec``."""
 
     @property
     def torch_dtype(self) -> torch.dtype | str:
