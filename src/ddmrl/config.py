@@ -38,6 +38,13 @@ class ConfigError(ValueError):
 
 MIXED_PRECISION = ("no", "bf16", "fp16")
 LAUNCHERS = ("python", "accelerate")
+TRACKERS = ("tensorboard", "dvclive", "wandb")  # accelerate's tracker names (ddmrl.training.tracking)
+DEFAULT_TRACKERS = ("tensorboard", "dvclive")  # offline; wandb where a user adds it
+
+
+def _check_trackers(report_to: tuple[str, ...]) -> None:
+    for name in report_to:
+        _check_choice("report_to", name, TRACKERS)
 
 
 @dataclass(frozen=True)
@@ -155,9 +162,11 @@ class TrainConfig:
     save_steps: int = 0  # checkpoint every this many steps for resuming after a kill (0 = never)
     save_total_limit: int = 2  # checkpoints kept (older ones are deleted)
     loss: str = "elbo"  # elbo (LLaDA) or maskgit (MaskGIT's and MMaDA's image loss); ddmrl.training.mdm.mdm_loss
+    report_to: tuple[str, ...] = DEFAULT_TRACKERS  # experiment trackers (TRL's name); [] = none
 
     def __post_init__(self) -> None:
         _check(self.max_steps >= 0, "max_steps", self.max_steps, "must be >= 0")
+        _check_trackers(self.report_to)
         _check_choice("loss", self.loss, TRAIN_LOSSES)
         _check(self.log_every >= 1, "log_every", self.log_every, "must be >= 1")
         _check(self.save_steps >= 0, "save_steps", self.save_steps, "must be >= 0 (0 = no checkpoints)")
@@ -310,9 +319,11 @@ class GRPOConfig:
     gradient_checkpointing: bool = False  # recompute activations in backward (models that support it)
     lora: LoraConfig = field(default_factory=LoraConfig)  # r > 0: train adapters; the reference = adapters off
     launch: LaunchConfig = field(default_factory=LaunchConfig)
+    report_to: tuple[str, ...] = DEFAULT_TRACKERS  # experiment trackers (TRL's name): tensorboard, dvclive, wandb
 
     def __post_init__(self) -> None:
         _check_scale(self)
+        _check_trackers(self.report_to)
         _check(
             self.num_generations >= 2,
             "num_generations",
