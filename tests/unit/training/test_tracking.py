@@ -44,8 +44,10 @@ def setup(monkeypatch, make_model):
 
 
 @pytest.fixture
-def fresh_state():
-    """accelerate's process-wide state: start and leave clean (trackers belong to one Accelerator)."""
+def fresh_state(tmp_path, monkeypatch):
+    """accelerate's process-wide state: start and leave clean (trackers belong to one Accelerator). The tests run in
+    ``tmp_path``: a DVCLive that looked for a DVC repository from the working directory must never find this one."""
+    monkeypatch.chdir(tmp_path)
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
     yield
