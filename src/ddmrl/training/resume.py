@@ -92,14 +92,16 @@ class Checkpointer:
         acc.wait_for_everyone()
 
     def latest(self, acc) -> tuple[Path, dict[str, Any]] | None:
-        """The newest intact checkpoint of this run and its meta, or None; the main process checks the candidates
-        (corrupt ones are reported and skipped) and every process gets its choice."""
+        """The newest intact checkpoint of this run and its meta, or None; the main process removes what a killed
+        save left, checks the candidates (corrupt ones are reported and skipped) and every process gets its choice."""
         if self.root is None:
             return None
         from accelerate.utils import broadcast_object_list
 
         found = None
         if acc.is_main_process:
+            for partial in self.root.glob(".step-*"):  # what a save killed half way left (atomic_path's temp dirs)
+                shutil.rmtree(partial, ignore_errors=True)
             for path in self._candidates():
                 problem = self._problem(path)
                 if problem is None:

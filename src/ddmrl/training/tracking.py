@@ -5,8 +5,9 @@ Trackers go through accelerate's interface (``Accelerator(log_with=...)``, ``ini
 the stage's ``report_to`` key (TRL's name): ``tensorboard`` (event files) and ``dvclive`` (TSV/JSON files) are
 offline and on by default; ``wandb`` where a user adds it (and installs wandb; ``WANDB_MODE=offline`` keeps it
 local). Everything a tracker writes lives under the stage's log directory (``logs/<stage>/``, git-ignored and no
-output of either engine): DVCLive is told not to touch ``dvc.yaml`` and not to save a DVC experiment, so inside a
-``dvc repro`` or ``dvc exp run`` stage it only writes its own directory.
+output of either engine). DVCLive is used as a file logger (:class:`DVCLiveFiles`): no ``dvc.yaml`` entries, no
+DVC experiment, and no look for the repository, so inside a ``dvc repro`` or ``dvc exp run`` stage, in a git
+repository without commits or without DVC, it only writes its own directory.
 
 Resumed runs: the curve file is rewritten with the checkpoint's rows and the trackers are started afresh and given
 those rows again (:meth:`RunLog.start`), so that the file and the TensorBoard and DVCLive histories of a resumed
@@ -23,6 +24,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from accelerate.tracking import DVCLiveTracker, TensorBoardTracker, WandBTracker, on_main_process
+
 from ddmrl.config import ConfigError
 from ddmrl.io import CsvLog
 
@@ -35,8 +38,6 @@ def trackers(report_to: tuple[str, ...], log_dir: str | Path | None, run_name: s
 
     ``key`` names the params key in errors (``grpo.report_to``): a tracker whose package is missing is refused.
     """
-    from accelerate.tracking import DVCLiveTracker, TensorBoardTracker, WandBTracker
-
     if log_dir is None:
         return []
     log_dir = Path(log_dir)
@@ -47,11 +48,30 @@ def trackers(report_to: tuple[str, ...], log_dir: str | Path | None, run_name: s
         if name == "tensorboard":
             out.append(TensorBoardTracker("tensorboard", log_dir))  # events in <log_dir>/tensorboard
         elif name == "dvclive":
-            out.append(DVCLiveTracker(dir=str(log_dir / "dvclive"), dvcyaml=None, save_dvc_exp=False))
+            out.append(DVCLiveFiles(dir=str(log_dir / "dvclive"), dvcyaml=None, save_dvc_exp=False))
         elif name == "wandb":
             project = os.environ.get("WANDB_PROJECT", "ddmrl")
             out.append(WandBTracker(project, name=run_name, dir=str(log_dir)))
     return out
+
+
+class DVCLiveFiles(DVCLiveTracker):
+    """accelerate's DVCLive tracker with ``dvclive.Live`` as a file logger. Live's constructor looks for the DVC
+    repository from the working directory (``dvclive.live.get_dvc_repo``) to save experiments and write
+    ``dvc.yaml``: in a git repository without DVC that runs ``dvc init``, and in one without commits it fails
+    (``SCMError: Empty git repo``). Neither is wanted from a pipeline stage, so the constructor is given no
+    repository; with ``dvcyaml=None, save_dvc_exp=False`` it then writes its own directory only."""
+
+    @on_main_process
+    def start(self) -> None:
+        import dvclive.live
+
+        find = dvclive.live.get_dvc_repo
+        dvclive.live.get_dvc_repo = lambda: None
+        try:
+            self.live = dvclive.live.Live(**self.init_kwargs)
+        finally:
+            dvclive.live.get_dvc_repo = find
 
 
 def start_trackers(acc, run_name: str, config: dict[str, Any], log_dir: str | Path | None) -> None:

@@ -155,7 +155,11 @@ def test_a_killed_save_leaves_only_a_hidden_temporary_directory(tmp_path, make_m
     with pytest.raises(KeyboardInterrupt):
         ckpt.save(acc, 4, {"curve": []})
     assert [p.name for p in (tmp_path / "ckpt").glob("step-*")] == ["step-00000002"]
+    partial = tmp_path / "ckpt" / ".step-00000006.k1ll3d" / "step-00000006"  # a SIGKILL leaves atomic_path's temp
+    partial.mkdir(parents=True)
+    (partial / "model.safetensors").write_bytes(b"half")
     assert ckpt.latest(acc)[0].name == "step-00000002"
+    assert [p.name for p in (tmp_path / "ckpt").iterdir()] == ["step-00000002"], "the partial save was not removed"
 
 
 def test_no_root_means_no_checkpoints(tmp_path):

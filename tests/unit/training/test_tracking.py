@@ -211,6 +211,24 @@ def test_flat_config_has_dotted_keys_and_scalar_values():
     }
 
 
+@pytest.mark.parametrize("repo", ["git without commits", "git without dvc"])
+def test_dvclive_in_a_bare_repository_neither_fails_nor_initialises_dvc(tmp_path, repo, fresh_state):
+    """``git init`` (+ ``dvc init``) before the first commit, as a new user's first ``dvc repro``: DVCLive's own
+    repository hooks would fail there (empty git repository) or run ``dvc init`` (git without DVC)."""
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    if repo == "git without commits":
+        subprocess.run(
+            [BIN / "dvc", "init", "-q"], cwd=tmp_path, check=True, env={**os.environ, "DVC_NO_ANALYTICS": "1"}
+        )
+    before = sorted(p.name for p in tmp_path.iterdir())
+    acc = dist.make_accelerator(cpu=True, log_with=tracking.trackers(("dvclive",), "logs/x", "x", "k"))
+    tracking.start_trackers(acc, "x", {"beta": 0.04}, "logs/x")
+    RunLog().start(acc, [{"step": 1, "reward": 0.5}])
+    acc.end_training()
+    assert json.loads((tmp_path / "logs/x/dvclive/metrics.json").read_text()) == {"step": 1, "reward": 0.5}
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*before, "logs"]), "DVCLive wrote outside its dir"
+
+
 def test_dvclive_inside_a_dvc_experiment_leaves_dvc_yaml_and_git_alone(tmp_path):
     """Run the tracker as a stage of ``dvc exp run`` would (DVC_ROOT and DVC_EXP_BASELINE_REV set) in a committed git +
     DVC repository whose logs/ is ignored, as the project's is: DVCLive must not write dvc.yaml, stage or commit."""
