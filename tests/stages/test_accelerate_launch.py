@@ -288,27 +288,35 @@ def test_grpo_killed_mid_way_on_two_processes_resumes_to_the_uninterrupted_resul
 ZERO = {
     # ZeRO-3 refuses LoRA (adapters are merged from full weights), so both stages train every weight here
     "grpo": {"max_steps": 8, "save_steps": 4, "lora": None, "gradient_checkpointing": False},
+    "sft": {"max_steps": 6, "save_steps": 4},
 }
 
 
-@pytest.mark.parametrize("stage", [2, 3])
-def test_zero_runs_resume_from_their_checkpoint_to_the_uninterrupted_result(workspace, tmp_path, stage):
+def sft_args(params: str, out: Path, ckpt: Path) -> list:
+    args = ["--params", params, "--tasks", "tasks", "--model", "sft", "--model-out", out / "model", "--metrics"]
+    return args + [out / "metrics.json", "--curve", out / "curve.csv", "--config-out", out / "config.yaml",
+                   "--checkpoints", ckpt]  # fmt: skip
+
+
+@pytest.mark.parametrize(("script", "zero"), [("grpo", 2), ("grpo", 3), ("sft", 2)])
+def test_zero_runs_resume_from_their_checkpoint_to_the_uninterrupted_result(workspace, tmp_path, script, zero):
     """Under DeepSpeed ZeRO (CPU accelerator, gloo) each process saves its own shard of the optimiser through
-    ``save_state``; a run started again from the kept newest checkpoint (what a kill after it leaves) ends with the
-    curve, metrics and weights of the uninterrupted run."""
+    ``save_state`` (SFT: the LR scheduler and both masking generators too); a run started again from the kept
+    newest checkpoint (what a kill after it leaves) ends with the curve, metrics and weights of the uninterrupted
+    run."""
     pytest.importorskip("deepspeed", reason="deepspeed (the gpu extra) is not installed")
-    ws, config = workspace, REPO / "configs" / "accelerate" / f"zero{stage}.yaml"
+    ws, config = workspace, REPO / "configs" / "accelerate" / f"zero{zero}.yaml"
     params = params_file(ws, "params_zero.yaml", ZERO)
-    ref, ckpt = tmp_path / "ref", tmp_path / "ckpt"
-    log = tmp_path / "writes.log"
-    launch(ws, "grpo.py", grpo_args(params, ref, ckpt), log, config, DDMRL_KEEP_CHECKPOINTS="1")
-    assert checkpoint_steps(ckpt) == [4], "expected the checkpoint at step 4 (the rollout batch after save_steps)"
+    args = grpo_args if script == "grpo" else sft_args
+    ref, ckpt, log = tmp_path / "ref", tmp_path / "ckpt", tmp_path / "writes.log"
+    launch(ws, f"{script}.py", args(params, ref, ckpt), log, config, DDMRL_KEEP_CHECKPOINTS="1")
+    assert checkpoint_steps(ckpt) == [4], "expected one checkpoint, at step 4"
     names = {p.relative_to(ckpt / "step-00000004").as_posix() for p in (ckpt / "step-00000004").rglob("*")}
-    shards = {n for n in names if "optim_states" in n}
-    assert len(shards) == 2, names  # one ZeRO optimiser partition per process
-    assert ("0", str(ckpt / "step-00000004")) in writes(log) and len([w for w in writes(log) if "ckpt" in w[1]]) == 1
+    assert len({n for n in names if "optim_states" in n}) == 2, names  # one ZeRO optimiser partition per process
+    assert script == "grpo" or {"scheduler.bin", "generators_0.pt", "generators_1.pt"} <= names, names
+    assert [w for w in writes(log) if "ckpt" in w[1]] == [("0", str(ckpt / "step-00000004"))]
 
     out = tmp_path / "out"
-    text = launch(ws, "grpo.py", grpo_args(params, out, ckpt), log, config)
+    text = launch(ws, f"{script}.py", args(params, out, ckpt), log, config)
     assert resumed_from(text) == [4], text[-3000:]
     assert_same_run(ref, out)

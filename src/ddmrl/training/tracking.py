@@ -29,9 +29,6 @@ from accelerate.tracking import DVCLiveTracker, TensorBoardTracker, WandBTracker
 from ddmrl.config import ConfigError
 from ddmrl.io import CsvLog
 
-#: the package each tracker needs (pyproject pins tensorboard and dvclive)
-PACKAGES = {"tensorboard": "tensorboard", "dvclive": "dvclive", "wandb": "wandb"}
-
 
 def trackers(report_to: tuple[str, ...], log_dir: str | Path | None, run_name: str, key: str) -> list:
     """accelerate tracker objects for ``Accelerator(log_with=...)``, writing under ``log_dir`` (None: no trackers).
@@ -43,8 +40,8 @@ def trackers(report_to: tuple[str, ...], log_dir: str | Path | None, run_name: s
     log_dir = Path(log_dir)
     out = []
     for name in report_to:
-        if importlib.util.find_spec(PACKAGES[name]) is None:
-            raise ConfigError(f"{key} = {list(report_to)!r}: {name} is not installed (pip install {PACKAGES[name]})")
+        if importlib.util.find_spec(name) is None:  # each tracker's package has its name (pyproject pins two)
+            raise ConfigError(f"{key} = {list(report_to)!r}: {name} is not installed (pip install {name})")
         if name == "tensorboard":
             out.append(TensorBoardTracker("tensorboard", log_dir))  # events in <log_dir>/tensorboard
         elif name == "dvclive":
