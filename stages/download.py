@@ -44,7 +44,7 @@ from ddmrl.training import distributed as dist
 from ddmrl.training.data import drop_prompts, encode_examples, prompt_length
 from ddmrl.training.mdm import train_mdm
 from ddmrl.training.resume import Checkpointer, file_digest, fingerprint
-from ddmrl.training.tracking import RunLog, plain, start_trackers, trackers
+from ddmrl.training.tracking import RunLog, plain, start_trackers, trackers, without_trackers
 
 
 def main() -> None:
@@ -109,14 +109,21 @@ def main() -> None:
         )
 
     pre = branch.download.pretrain
-    download = dataclasses.asdict(branch.download)
-    resolved = plain({"modality": args.modality, "seed": cfg.seed, "profile": cfg.profile, "tasks": branch.tasks,
-                      "task_params": branch.task_params, "model": dataclasses.asdict(branch.model),
-                      "download": download, "cond_dropout_prob": cfg.image.cond_dropout_prob
-                      if args.modality == "image" else None})  # fmt: skip
+    download, dropout = dataclasses.asdict(branch.download), cfg.image.cond_dropout_prob
+    resolved = plain(
+        {
+            "modality": args.modality,
+            "seed": cfg.seed,
+            "profile": cfg.profile,
+            "tasks": branch.tasks,
+            "task_params": branch.task_params,
+            "model": dataclasses.asdict(branch.model),
+            "download": download,
+            "cond_dropout_prob": dropout if args.modality == "image" else None,
+        }
+    )
     if args.config_out:
         write_text(args.config_out, yaml.safe_dump(resolved, sort_keys=False))
-    download["pretrain"].pop("report_to")  # trackers do not change the training
     run_id = fingerprint(
         "download",
         args.modality,
@@ -124,8 +131,8 @@ def main() -> None:
         branch.tasks,
         branch.task_params,
         dataclasses.asdict(branch.model),
-        download,
-        cfg.image.cond_dropout_prob if args.modality == "image" else None,
+        without_trackers(download),
+        dropout if args.modality == "image" else None,
     )
     objective = "sft" if args.modality == "image" else "pretrain"  # MMaDA never masks the caption
     ckpt = Checkpointer(args.checkpoints, run_id, pre.save_total_limit)

@@ -37,7 +37,7 @@ from ddmrl.tasks.store import load_task, training_draw
 from ddmrl.training import distributed as dist
 from ddmrl.training.grpo import train_grpo
 from ddmrl.training.resume import Checkpointer, fingerprint
-from ddmrl.training.tracking import RunLog, plain, start_trackers, trackers
+from ddmrl.training.tracking import RunLog, plain, start_trackers, trackers, without_trackers
 
 
 def main() -> None:
@@ -80,7 +80,7 @@ def main() -> None:
         "grpo",
         args.run,
         run_seed,
-        {k: v for k, v in hyper.items() if k != "report_to"},  # trackers do not change the training
+        without_trackers(hyper),
         checkpoint_digest(args.model),
         *dist.fingerprint_parts(acc),
     )

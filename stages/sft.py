@@ -30,7 +30,7 @@ from ddmrl.training import distributed as dist
 from ddmrl.training.data import encode_examples
 from ddmrl.training.mdm import train_mdm
 from ddmrl.training.resume import Checkpointer, fingerprint
-from ddmrl.training.tracking import RunLog, plain, start_trackers, trackers
+from ddmrl.training.tracking import RunLog, plain, start_trackers, trackers, without_trackers
 
 
 def main() -> None:
@@ -73,7 +73,7 @@ def main() -> None:
         "sft",
         cfg.seed,
         cfg.tasks,
-        {k: v for k, v in hyper.items() if k != "report_to"},  # trackers do not change the training
+        without_trackers(hyper),
         checkpoint_digest(args.model),
         *dist.fingerprint_parts(acc),
     )

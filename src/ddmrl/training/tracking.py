@@ -96,6 +96,16 @@ def flat(config: dict[str, Any], prefix: str = "") -> dict[str, bool | int | flo
     return out
 
 
+def without_trackers(hyper: dict[str, Any]) -> dict[str, Any]:
+    """``hyper`` (a section as a mapping) without its ``report_to`` keys at any depth: trackers do not change the
+    training, so a run's checkpoint fingerprint leaves them out.
+
+    >>> without_trackers({"beta": 0.04, "report_to": ["tensorboard"], "pretrain": {"report_to": [], "lr": 1}})
+    {'beta': 0.04, 'pretrain': {'lr': 1}}
+    """
+    return {k: without_trackers(v) if isinstance(v, dict) else v for k, v in hyper.items() if k != "report_to"}
+
+
 def plain(obj: Any) -> Any:
     """``obj`` (dataclasses' ``asdict``, tuples) as JSON/YAML-safe lists, dicts and scalars."""
     return json.loads(json.dumps(obj, default=str))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import dataclasses
 import importlib.machinery
 import json
 import os
@@ -256,3 +257,14 @@ acc.end_training()
     assert (repo / "logs" / "grpo_x" / "dvclive" / "metrics.json").exists()
     assert (repo / "dvc.yaml").read_text() == "stages:\n  s:\n    cmd: python s.py\n"
     assert git("status", "--porcelain").stdout == "" and git("rev-parse", "HEAD").stdout.strip() == head
+
+
+def test_the_fingerprint_leaves_trackers_out_at_any_depth():
+    """Changing report_to must not invalidate a run's checkpoints: the training is the same."""
+    a = GRPOConfig(report_to=("tensorboard",))
+    b = GRPOConfig(report_to=())
+    strip = tracking.without_trackers
+    assert strip(dataclasses.asdict(a)) == strip(dataclasses.asdict(b)) and "report_to" not in strip(
+        dataclasses.asdict(a)
+    )
+    assert strip({"pretrain": {"report_to": ["dvclive"], "lr": 1.0}}) == {"pretrain": {"lr": 1.0}}
