@@ -33,6 +33,9 @@ RewardModel = Literal["imagereward", "hpsv3", "clip", "clip_hf", "deqa", "unifie
 ModelKind = Literal["tiny", "llada", "mmada", "hf_masked_lm"]
 TrainLoss = Literal["elbo", "maskgit"]
 TRAIN_LOSSES: tuple[str, ...] = get_args(TrainLoss)
+Tracker = Literal["tensorboard", "dvclive", "wandb"]  # accelerate's tracker names (ddmrl.training.tracking)
+TRACKERS: tuple[str, ...] = get_args(Tracker)
+DEFAULT_TRACKERS: tuple[str, ...] = ("tensorboard", "dvclive")  # offline; wandb where a user adds it
 
 SectionName = Annotated[
     Str,
@@ -259,6 +262,11 @@ class TrainConfig(Section):
         description="elbo: LLaDA's masked-diffusion ELBO (t ~ U(0, 1), loss / t); maskgit: MaskGIT's and MMaDA's "
         "image loss (mask rate cos(pi u / 2), cross-entropy averaged over the masked tokens).",
     )
+    report_to: tuple[Tracker, ...] = Field(
+        DEFAULT_TRACKERS,
+        description="Experiment trackers (TRL's name): tensorboard and dvclive write offline under the stage's log "
+        "directory, wandb where a user configures it; [] = none. Not part of a checkpoint's fingerprint.",
+    )
 
 
 @section
@@ -417,6 +425,11 @@ class GRPOConfig(Section):
     )
     sampler: SamplerConfig = Field(
         default_factory=lambda: SamplerConfig(temperature=1.0), description="The rollout sampler (temperature > 0)."
+    )
+    report_to: tuple[Tracker, ...] = Field(
+        DEFAULT_TRACKERS,
+        description="Experiment trackers (TRL's name): tensorboard and dvclive write offline under the stage's log "
+        "directory, wandb where a user configures it; [] = none. Not part of a checkpoint's fingerprint.",
     )
     logp_cfg: Literal["none", "guided"] = Field(
         "none",
