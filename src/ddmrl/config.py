@@ -225,9 +225,35 @@ class SamplerConfig:
     remasking: str = "low_confidence"  # llada: low_confidence | random
     noise_temperature: float = 1.0  # maskgit: scale of the annealed Gumbel noise on confidences
     cfg_scale: float = 0.0  # classifier-free guidance weight (0 = off); unconditional = prompt fully masked
+    kv_cache: str = "none"  # llada: none | prefix | dual (Fast-dLLM's block-wise approximate KV cache)
+    parallel: str = "none"  # llada, maskgit: none | threshold | factor (Fast-dLLM's confidence-aware decoding)
+    threshold: float = 0.9  # parallel threshold: also commit every masked token with confidence >= threshold
+    factor: float = 1.0  # parallel factor: also commit the top n with c_(k) >= 1 - factor / (k + 1) for all k <= n
 
     def __post_init__(self) -> None:
         _check_choice("name", self.name, ("llada", "maskgit", "emerge"))
+        _check_choice("kv_cache", self.kv_cache, ("none", "prefix", "dual"))
+        _check(
+            self.kv_cache == "none" or self.name == "llada",
+            "kv_cache",
+            self.kv_cache,
+            f"only the llada sampler has semi-autoregressive blocks to cache (name = {self.name!r})",
+        )
+        _check_choice("parallel", self.parallel, ("none", "threshold", "factor"))
+        _check(
+            self.parallel == "none" or self.name != "emerge",
+            "parallel",
+            self.parallel,
+            "emerge reveals each position by its own coin (ancestral sampling); no confidence rule applies",
+        )
+        _check(
+            self.parallel == "none" or self.name != "llada" or self.remasking == "low_confidence",
+            "parallel",
+            self.parallel,
+            "ranks tokens by the model's confidence: it needs remasking: low_confidence",
+        )
+        _check(0 < self.threshold <= 1, "threshold", self.threshold, "must be in (0, 1]")
+        _check(self.factor > 0, "factor", self.factor, "must be > 0")
         _check(self.block_length >= 1, "block_length", self.block_length, "must be >= 1")
         _check(self.steps >= 0, "steps", self.steps, "must be >= 0 (0 = completion length / 2)")
         _check(self.temperature >= 0, "temperature", self.temperature, "must be >= 0")
