@@ -1,0 +1,55 @@
+"""Old and reference log-probs of all training views in batched passes (ddmrl.training.grpo.view_logps)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import ddmrl.training.grpo as grpo
+from ddmrl.likelihood import token_logps
+from ddmrl.training.grpo import view_logps
+
+MASK = 0
+
+
+def views(n: int = 3, seed: int = 0):
+    """[V=4, N, P + L] masked views of N rows (prompt 4, completion 6) and the clean completion [N, 6]."""
+    g = torch.Generator().manual_seed(seed)
+    completion = torch.randint(5, 10, (n, 6), generator=g)
+    clean = torch.cat([torch.randint(5, 10, (n, 4), generator=g), completion], 1)
+    inputs = torch.stack(
+        [clean.masked_fill(torch.rand(clean.shape, generator=g) < t, MASK) for t in (0.2, 0.5, 0.8, 1)]
+    )
+    return inputs, completion
+
+
+@pytest.mark.parametrize("per_pass_logits", [None, 3 * 10 * 10])  # all views in one pass; one view per pass
+@pytest.mark.parametrize("cfg_scale", [0.0, 1.5])
+def test_batched_views_are_the_per_view_log_probs(make_model, monkeypatch, per_pass_logits, cfg_scale):
+    """Rows are independent, so one pass over every view gives each view's own one-pass log-probs (up to float
+    reassociation in the larger matrix products), with or without guidance, in one pass or several."""
+    if per_pass_logits:
+        monkeypatch.setattr(grpo, "LOGITS_PER_PASS", per_pass_logits)
+    model = make_model(max_positions=10)
+    inputs, completion = views()
+    guidance = {"cfg_scale": cfg_scale, "mask_id": MASK}
+    with torch.no_grad():
+        want = torch.stack([token_logps(model, x, completion, **guidance) for x in inputs])
+        got = view_logps(model, inputs, completion, **guidance)
+    assert got.shape == (4, 3, 6)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+def test_batching_counts_forward_passes(make_model, monkeypatch):
+    """4 views of 3 rows x 10 positions x 10 tokens = 300 logits each: a budget of 600 gives passes of 2 views."""
+    model = make_model(max_positions=10)
+    calls = []
+    model.register_forward_hook(lambda m, args, out: calls.append(args[0].shape[0]))
+    inputs, completion = views()
+    with torch.no_grad():
+        view_logps(model, inputs, completion)
+        assert calls == [12]
+        calls.clear()
+        monkeypatch.setattr(grpo, "LOGITS_PER_PASS", 600)
+        view_logps(model, inputs, completion)
+    assert calls == [6, 6]
