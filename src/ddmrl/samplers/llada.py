@@ -194,7 +194,7 @@ def _generate_fast(
                 break
             logits, past = _block_logits(model, forward, kv_cache, x, p, lo, hi, past, mask_id, cfg_scale)
             nfe += 2 if cfg_scale else 1
-            logits = logits.float()  # [N, K, V]
+            logits = logits.float().clone()  # [N, K, V], a copy: the model's output is left alone
             logits[..., mask_id] = -torch.inf  # never propose the mask token itself
             proposal = gumbel_argmax(logits, temperature, generator)  # [N, K]
             if remasking == "low_confidence":

@@ -311,3 +311,23 @@ def test_reveal_steps_are_the_real_order_of_a_parallel_rollout():
         now = (states[s] == MASK) & (states[s + 1] != MASK)
         assert torch.equal(now, out.reveal_step == s)
         assert torch.equal(states[s + 1][states[s] != MASK], states[s][states[s] != MASK])
+
+
+def test_tracerl_views_of_a_parallel_rollout_follow_its_reveal_steps():
+    """TraceRL rebuilds its trajectory from reveal_step: with parallel decoding several tokens share a step, and each
+    token is still a training target exactly once, at the view of its own (merged) step, with every token revealed
+    later masked (the sampler's real order)."""
+    from ddmrl.masking import build_views
+
+    out = sample(model(layers=2), temperature=1.0, parallel="threshold", threshold=0.3)
+    assert (out.reveal_step[:, :, None] == out.reveal_step[:, None, :]).sum() > out.reveal_step.numel()  # shared
+    n, length = out.completion_ids.shape
+    views = build_views(
+        "tracerl", mu=4, seed=0, completion_mask=torch.ones(n, length, dtype=torch.bool), prompt_ids=prompts(),
+        pad_id=1, reveal_step=out.reveal_step, shrink=2,
+    )  # fmt: skip
+    assert torch.equal(views.target_masks.sum(0), torch.ones(n, length, dtype=torch.long))
+    trace = out.reveal_step // 2
+    for tau in range(views.masks.shape[0]):
+        assert torch.equal(views.target_masks[tau], trace == tau)
+        assert torch.equal(views.masks[tau], trace >= tau)
