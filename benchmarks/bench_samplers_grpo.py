@@ -43,10 +43,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import flops, machine_info, matmul_peak  # noqa: E402
+from common import flops, interleaved, machine_info, matmul_peak  # noqa: E402
 
 from ddmrl import config  # noqa: E402
 from ddmrl.config import GRPOConfig, SamplerConfig  # noqa: E402
+from ddmrl.likelihood import token_logps  # noqa: E402
 from ddmrl.methods import METHODS  # noqa: E402
 from ddmrl.models import build_tokenizer, new_tiny_model  # noqa: E402
 from ddmrl.models.checkpoint import load_checkpoint  # noqa: E402
@@ -267,6 +268,31 @@ def bench_scaling(cfg, model, tok, task, plan: Plan, methods: dict[str, dict]) -
     return rows
 
 
+def bench_view_logps(model, tok, task, plan: Plan) -> dict:
+    """Old/reference log-probs of mu views of a rollout batch: one batched pass (``view_logps``) against one pass
+    per view (its body before batching), interleaved; the fastest of 2 * repeats + 1 rounds of each."""
+    g, mu = plan.center
+    n = plan.num_prompts * g
+    gen = torch.Generator().manual_seed(0)
+    prompts = encode_prompts(tok, task, task.generate(n, seed=3))
+    completion = torch.randint(4, len(tok), (n, task.completion_length), generator=gen)
+    clean = torch.cat([prompts, completion], 1)
+    masks = torch.rand((mu, *clean.shape), generator=gen) < torch.linspace(0.2, 1.0, mu)[:, None, None]
+    masks[:, :, : prompts.shape[1]] = False
+    inputs = clean.masked_fill(masks, tok.mask_token_id)  # [mu, N, P + L]
+
+    def per_view():
+        return torch.stack([token_logps(model, x, completion) for x in inputs])
+
+    with torch.no_grad():
+        seconds, values = interleaved(
+            {"per_view": per_view, "batched": lambda: grpo.view_logps(model, inputs, completion)}, 2 * plan.repeats + 1
+        )
+    best = {k: min(v) for k, v in seconds.items()}
+    return {"views": mu, "rows": n, "seconds": seconds, "best_s": best, "speedup": best["per_view"] / best["batched"],
+            "max_abs_diff": float((values["per_view"] - values["batched"]).abs().max())}  # fmt: skip
+
+
 # ------------------------------------------------------------------------------------------------ reading
 
 
@@ -401,6 +427,15 @@ def summary_markdown(res: dict) -> str:
             f"| {m['gen']:.3f} | {m['old_ref_logp']:.3f} | {m['update']:.3f} | {m['total']:.3f} "
             f"| {r['per_step']['total']:.3f} | {f['gen']:.0f} | {f['old_ref_logp']:.0f} | {f['update']:.0f} |"
         )
+    v = res["view_logps"]
+    best = v["best_s"]
+    out += [
+        "",
+        f"## Old/reference log-probs of {v['views']} views x {v['rows']} rows: batched against one pass per view",
+        "",
+        f"Fastest of {len(v['seconds']['batched'])} interleaved rounds: one pass per view {best['per_view']:.3f} s, "
+        f"batched {best['batched']:.3f} s ({v['speedup']:.2f}x); largest difference {v['max_abs_diff']:.1e}.",
+    ]
     out += ["", "## Reading", ""] + [f"- {line}" for line in res["readings"]]
     return "\n".join(out) + "\n"
 
@@ -424,6 +459,8 @@ def main() -> None:
     methods = bench_methods(cfg, model, tok, task, plan)
     print("c. GRPO scaling with G and mu", flush=True)
     scaling = bench_scaling(cfg, model, tok, task, plan, methods)
+    print("d. old/reference log-probs: batched views against one pass per view", flush=True)
+    logps = bench_view_logps(model, tok, task, plan)
     peaks.append(matmul_peak(args.threads)["peak"])
 
     results = {
@@ -438,6 +475,7 @@ def main() -> None:
         "samplers": samplers,
         "methods": methods,
         "scaling": scaling,
+        "view_logps": logps,
         "peaks": peaks,
         "peak_gflops": max(peaks),
         "readings": readings(samplers, methods, scaling, plan, max(peaks)),

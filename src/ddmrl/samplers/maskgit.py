@@ -137,8 +137,9 @@ def generate(
     passes (2 per step with CFG).
 
     ``parallel`` (threshold | factor; ``ddmrl.samplers.parallel``): a step also reveals the masked tokens the rule
-    picks by their untempered confidence, on top of the schedule's; sampling stops early once nothing is masked.
-    With ``none`` (the default) the sampler is MaskGIT's, unchanged.
+    picks by their untempered confidence, on top of the schedule's; sampling stops once nothing is masked, which
+    saves passes only when the rule reveals every remaining token (the schedule keeps one masked until the last
+    step). With ``none`` (the default) the sampler is MaskGIT's, unchanged (bit for bit; tested).
     """
     if steps < 1:
         raise ValueError("steps must be >= 1")
