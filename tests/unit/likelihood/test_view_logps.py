@@ -53,3 +53,46 @@ def test_batching_counts_forward_passes(make_model, monkeypatch):
         monkeypatch.setattr(grpo, "LOGITS_PER_PASS", 600)
         view_logps(model, inputs, completion)
     assert calls == [6, 6]
+
+
+@pytest.mark.parametrize("method", ["diffu_grpo", "tracerl"])
+def test_grpo_log_probs_are_full_forward_passes_whatever_the_rollout_sampler(make_model, monkeypatch, method):
+    """A GRPO run whose rollouts use the dual cache and threshold decoding: the sampler's passes read and write a
+    cache, but every pass outside the rollouts (old, reference and current log-probs) is the model's own over all
+    P + L positions, with no cache argument (never the sampler's approximation)."""
+    from ddmrl.config import GRPOConfig, SamplerConfig
+    from ddmrl.methods import METHODS
+    from ddmrl.models import build_tokenizer
+    from ddmrl.tasks import make_task
+
+    task = make_task("sudoku4")
+    tok = build_tokenizer(task.alphabet, task.special_tokens)
+    total = task.prompt_length + 1 + task.completion_length
+    policy = make_model(max_positions=total, tokenizer=tok)
+    ref = make_model(max_positions=total, tokenizer=tok)
+    calls, phase = [], ["other"]
+    for m in (policy, ref):
+        m.register_forward_pre_hook(
+            lambda mod, args, kwargs: calls.append((phase[0], args[0].shape[1], "past_key_values" in kwargs)),
+            with_kwargs=True,
+        )
+    real_rollout = grpo.rollout
+
+    def rollout(*args, **kwargs):
+        phase[0] = "rollout"
+        try:
+            return real_rollout(*args, **kwargs)
+        finally:
+            phase[0] = "other"
+
+    monkeypatch.setattr(grpo, "rollout", rollout)
+    sampler = SamplerConfig(block_length=4, steps=10, temperature=1.0, kv_cache="dual", parallel="threshold")
+    cfg = GRPOConfig(
+        method=method, max_steps=2, num_prompts=2, num_generations=4, num_iterations=2, beta=0.04, sampler=sampler,
+        **{**METHODS[method].defaults, **METHODS[method].fixed},
+    )  # fmt: skip
+    grpo.train_grpo(policy, ref, tok, task, lambda it: task.generate(2, seed=100 + it), cfg, 0)
+    rollout_calls = [c for c in calls if c[0] == "rollout"]
+    other = [c for c in calls if c[0] == "other"]
+    assert any(n < total for _, n, _ in rollout_calls), "the rollouts used the cache's windows"
+    assert other and all(n == total and not cached for _, n, cached in other)
