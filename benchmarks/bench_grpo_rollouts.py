@@ -120,17 +120,19 @@ def summary(res: dict, arms: list[str]) -> str:
         f"{res['sft_accuracy']:.1f} %. Every arm: the same seeds, prompts and number of rollouts "
         f"({plain[0]['rollouts']} per run); held-out accuracy with the plain evaluation sampler (greedy).",
         "",
-        "| rollouts | accuracy per seed (± 95 % binomial) | mean ± 95 % t-interval | rollout s (median) | rollout "
-        "speed-up | run s (median) | run speed-up | last rollout reward |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| rollouts | accuracy per seed (± 95 % binomial) | mean ± 95 % t-interval | paired diff to plain | rollout s "
+        "(median) | rollout speed-up | run s (median) | run speed-up | last rollout reward |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for arm in arms:
         runs = res["runs"][arm]
         mean, half = t_interval([r["accuracy"] for r in runs])
+        diff, dhalf = t_interval([r["accuracy"] - p["accuracy"] for r, p in zip(runs, plain, strict=True)])
+        paired = "" if arm == "plain" else f"{diff:+.1f} ± {dhalf:.1f}"
         gen, wall = statistics.median(r["gen"] for r in runs), statistics.median(r["wall"] for r in runs)
         per_seed = ", ".join(f"{r['accuracy']:.1f} ± {r['accuracy_halfwidth']:.1f}" for r in runs)
         lines.append(
-            f"| {arm} | {per_seed} | {mean:.1f} ± {half:.1f} | {gen:.1f} | {gen0 / gen:.2f}x | {wall:.1f} "
+            f"| {arm} | {per_seed} | {mean:.1f} ± {half:.1f} | {paired} | {gen:.1f} | {gen0 / gen:.2f}x | {wall:.1f} "
             f"| {wall0 / wall:.2f}x | {statistics.fmean(r['last_reward'] for r in runs):.3f} |"
         )
     return "\n".join(lines) + "\n"
