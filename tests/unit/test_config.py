@@ -294,6 +294,7 @@ sft: {gradient_checkpointing: true, launch: {launcher: accelerate, num_processes
 DELIBERATE = {
     "task_params.countdown3.max_number",
     "task_params.countdown3.max_target",
+    "grpo.sampler.kv_cache",
     "image.tasks",
     "image.task_params.geneval_mini.partial_credit",
     "image.grpo.max_steps",
