@@ -12,6 +12,8 @@ import torch
 
 from ddmrl.config import SamplerConfig
 from ddmrl.samplers import SAMPLERS
+from ddmrl.samplers.schedules import ass_steps
+from ddmrl.samplers.trajectory import Trajectory
 from ddmrl.tasks.base import Example, Task
 from ddmrl.training.data import completion_mask, encode_prompts
 
@@ -20,7 +22,8 @@ class Rollouts(NamedTuple):
     """N = len(examples) * G completions, grouped consecutively by prompt.
 
     prompt_ids [N, P], completion_ids [N, L], completion_mask [N, L] (answer + first EOS),
-    reveal_step [N, L] (the sampler step that committed each token), texts (decoded completions), nfe.
+    reveal_step [N, L] (the sampler step that committed each token), texts (decoded completions), nfe,
+    trajectory (every step's state, prediction and confidence, ``ddmrl.samplers.trajectory``; None unless recorded).
     """
 
     prompt_ids: torch.Tensor
@@ -29,10 +32,14 @@ class Rollouts(NamedTuple):
     reveal_step: torch.Tensor
     texts: list[str]
     nfe: int
+    trajectory: Trajectory | None = None
 
 
 def sampler_steps(sampler: SamplerConfig, completion_length: int) -> int:
-    """``steps: 0`` means d1's protocol, steps = completion length / 2 (two tokens per step)."""
+    """``steps: 0`` means d1's protocol, steps = completion length / 2 (two tokens per step); ASS takes
+    floor(log2 L)."""
+    if sampler.schedule == "ass":
+        return ass_steps(completion_length)
     return sampler.steps or max(1, completion_length // 2)
 
 
@@ -45,6 +52,8 @@ def sampler_kwargs(sampler: SamplerConfig, completion_length: int) -> dict:
     }
     if sampler.name == "llada":
         kw |= {"block_length": sampler.block_length, "remasking": sampler.remasking, "kv_cache": sampler.kv_cache}
+        kw |= {"schedule": sampler.schedule, "ass_blocks": sampler.ass_blocks, "eoser": sampler.eoser,
+               "eos_min_gamma": sampler.eos_min_gamma, "eos_max_gamma": sampler.eos_max_gamma}  # fmt: skip
     elif sampler.name == "maskgit":
         kw |= {"noise_temperature": sampler.noise_temperature}
     if sampler.name != "emerge":
@@ -53,27 +62,48 @@ def sampler_kwargs(sampler: SamplerConfig, completion_length: int) -> dict:
 
 
 def rollout(
-    model, tok, task: Task, examples: list[Example], num_generations: int, sampler: SamplerConfig, gen: torch.Generator
+    model,
+    tok,
+    task: Task,
+    examples: list[Example],
+    num_generations: int,
+    sampler: SamplerConfig,
+    gen: torch.Generator,
+    record_trajectory: bool = False,
 ) -> Rollouts:
     """Sample ``num_generations`` completions for each example (prompts repeated consecutively), on the device of
-    the model's parameters (the returned tensors live there too)."""
+    the model's parameters (the returned tensors live there too). ``record_trajectory`` (llada sampler): keep every
+    step's state, prediction and confidence in ``Rollouts.trajectory``."""
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     prompts = encode_prompts(tok, task, examples).repeat_interleave(num_generations, 0).to(device)  # [N, P]
-    generate = SAMPLERS[sampler.name]
-    out = generate(
-        model,
-        prompts,
-        task.completion_length,
-        mask_id=tok.mask_token_id,
-        generator=gen,
-        **sampler_kwargs(sampler, task.completion_length),
+    kw = sampler_kwargs(sampler, task.completion_length)
+    if sampler.eoser:
+        kw["eos_id"] = tok.eos_token_id
+    if record_trajectory:
+        if sampler.name != "llada":
+            raise ValueError(f"stored trajectories come from the llada sampler, not {sampler.name!r}")
+        kw["record_trajectory"] = True
+    out = SAMPLERS[sampler.name](
+        model, prompts, task.completion_length, mask_id=tok.mask_token_id, generator=gen, **kw
     )
     texts = task.decode(tok, out.completion_ids)
     mask = completion_mask(out.completion_ids, tok.eos_token_id)
-    return Rollouts(prompts, out.completion_ids, mask, out.reveal_step, texts, out.nfe)
+    return Rollouts(prompts, out.completion_ids, mask, out.reveal_step, texts, out.nfe, out.trajectory)
 
 
 def rewards(task: Task, examples: list[Example], batch: Rollouts, num_generations: int) -> torch.Tensor:
     """[N] task rewards of rollouts grouped ``num_generations`` per example."""
     per_row = [examples[i // num_generations] for i in range(len(batch.texts))]
     return torch.tensor(task.batch_rewards(batch.texts, batch.completion_ids, per_row), dtype=torch.float32)
+
+
+def step_rewards(tok, task: Task, examples: list[Example], batch: Rollouts, num_generations: int) -> torch.Tensor:
+    """[N, S] the task reward of each step's full prediction x̂_0^(s), decoded as a completion (MDPO, He et al.
+    2025: per-step rewards on the intermediate predictions). Needs a recorded trajectory."""
+    if batch.trajectory is None:
+        raise ValueError("per-step rewards need the rollouts' stored trajectory (record_trajectory)")
+    per_row = [examples[i // num_generations] for i in range(len(batch.texts))]
+    out = []
+    for ids in batch.trajectory.predictions:  # [N, L] per step
+        out.append(task.batch_rewards(task.decode(tok, ids), ids, per_row))
+    return torch.tensor(out, dtype=torch.float32).T

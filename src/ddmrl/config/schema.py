@@ -337,10 +337,38 @@ class SamplerConfig(Section):
         json_schema_extra={"why": "0 = completion length / 2"},
     )
     temperature: Float = Field(0.0, ge=0, description="Sampling temperature (Gumbel-max); 0 is greedy.")
-    remasking: Literal["low_confidence", "random"] = Field(
+    remasking: Literal["low_confidence", "random", "rcr"] = Field(
         "low_confidence",
-        description="llada: which masked tokens to commit each step (LLaDA's default: low_confidence).",
+        description="llada: which masked tokens to commit each step (LLaDA's default: low_confidence); rcr: MDPO's "
+        "running-confidence remasking (He et al. 2025): every masked token of the block takes its proposal, then the "
+        "tokens of lowest confidence-when-committed are re-masked down to the schedule, so they can be revised.",
     )
+    schedule: Literal["linear", "ass"] = Field(
+        "linear",
+        description="llada: tokens per step: linear (LLaDA's even split of each block over its steps) or ass, "
+        "CJ-GRPO's ascending step sizes (Yang et al. 2025): step i reveals 2^i tokens, floor(log2 L) steps, the last "
+        "one the rest (steps must be 0; block_length unused, see ass_blocks).",
+    )
+    ass_blocks: Int = Field(
+        1,
+        ge=1,
+        description="llada, schedule ass: blocks of ascending size (the released block_num; 1: one block, full "
+        "diffusion decoding); the last blocks take one step each.",
+    )
+    eoser: Bool = Field(
+        False,
+        description="llada: EOS early rejection (Yang et al. 2025): the confidence of a proposed EOS is multiplied by "
+        "a factor rising from eos_min_gamma to eos_max_gamma over the steps (linearly; with ASS as 2^(i+1) - 1 over "
+        "2^S).",
+    )
+    eos_min_gamma: Float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="eoser: the factor at the first step (null: the released defaults, 0.4 with the linear schedule, "
+        "0.01 with ASS).",
+    )
+    eos_max_gamma: Float = Field(1.0, gt=0, le=1, description="eoser: the factor reached at the last step.")
     noise_temperature: Float = Field(
         1.0, ge=0, description="maskgit: scale of the annealed Gumbel noise on confidences."
     )
@@ -380,6 +408,20 @@ class SamplerConfig(Section):
             raise refuse(
                 "parallel", self.parallel, "ranks tokens by the model's confidence: it needs remasking: low_confidence"
             )
+        options = {"remasking": self.remasking == "rcr", "schedule": self.schedule == "ass", "eoser": self.eoser}
+        for key, on in options.items():
+            if on and self.name != "llada":
+                raise refuse(key, getattr(self, key), f"a llada sampler option (name = {self.name!r})")
+            if on and (self.kv_cache != "none" or self.parallel != "none"):
+                raise refuse(key, getattr(self, key), "needs the plain llada sampler: kv_cache and parallel none")
+        if self.schedule == "ass" and self.steps:
+            raise refuse("steps", self.steps, "ASS takes floor(log2 L) steps; leave steps at 0")
+        if self.ass_blocks != 1 and self.schedule != "ass":
+            raise refuse("ass_blocks", self.ass_blocks, "only used with schedule: ass")
+        if self.eoser and self.remasking == "random":
+            raise refuse("eoser", True, "rescales the model's confidence: it needs remasking low_confidence or rcr")
+        if self.eos_min_gamma is not None and self.eos_min_gamma > self.eos_max_gamma:
+            raise refuse("eos_min_gamma", self.eos_min_gamma, f"must not exceed eos_max_gamma = {self.eos_max_gamma}")
         return self
 
 

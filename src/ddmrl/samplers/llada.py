@@ -27,6 +27,13 @@ With either option on, the loop works on the block's positions only: the Gumbel 
 are reproducible for a seed like them. ``reveal_step`` is the index of the step (forward pass) that committed each
 token, so it stays the sampler's real order for TraceRL and the credit diagnostic; ``nfe`` counts the passes run.
 With both options off the sampler is the plain one, unchanged (bit for bit; tested).
+
+Options of the plain sampler (``ddmrl.samplers.schedules``), each off by default and each leaving the sampler
+unchanged when off: ``remasking: rcr`` (MDPO's running-confidence remasking), ``schedule: ass`` (the ascending
+step-size scheduler, floor(log2 L) steps, ``ass_blocks`` blocks), ``eoser`` (EOS early rejection, with
+``eos_min_gamma`` and ``eos_max_gamma``), and ``record_trajectory`` (keep every step's state, prediction and
+confidence, ``ddmrl.samplers.trajectory``). Under RCR a token can be committed, re-masked and committed again:
+``reveal_step`` is the step of its last commit.
 """
 
 from __future__ import annotations
@@ -37,6 +44,10 @@ import torch
 
 from ddmrl.samplers.cache import KV_CACHES, cached_forward, window
 from ddmrl.samplers.parallel import PARALLEL_RULES, parallel_commits
+from ddmrl.samplers.schedules import EOS_MIN_GAMMA, SCHEDULES, ass_layout, eos_gamma, rcr_step
+from ddmrl.samplers.trajectory import Trajectory, TrajectoryRecorder
+
+REMASKINGS = ("low_confidence", "random", "rcr")
 
 
 class SampleOutput(NamedTuple):
@@ -45,11 +56,13 @@ class SampleOutput(NamedTuple):
     completion_ids: [N, L] generated tokens.
     reveal_step: [N, L] the global step (0-based, counted across blocks) at which each token was committed.
     nfe: number of model evaluations (forward passes, counting both CFG branches).
+    trajectory: every step's state, prediction and confidence (``record_trajectory=True``), else None.
     """
 
     completion_ids: torch.Tensor
     reveal_step: torch.Tensor
     nfe: int
+    trajectory: Trajectory | None = None
 
 
 def init_canvas(prompt_ids: torch.Tensor, completion_length: int, mask_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,6 +89,11 @@ def gumbel_argmax(logits: torch.Tensor, temperature: float, gen: torch.Generator
         return logits.argmax(-1)
     u = uniform(logits.shape, logits.device, gen).clamp_min(1e-300)
     return (logits.double() / temperature - torch.log(-torch.log(u))).argmax(-1)
+
+
+def proposal_prob(logits: torch.Tensor, proposal: torch.Tensor) -> torch.Tensor:
+    """[N, T] the (untempered) probability softmax(logits) of each proposed token: LLaDA's low-confidence score."""
+    return torch.softmax(logits, -1).gather(-1, proposal[..., None]).squeeze(-1)
 
 
 def uniform(shape, device: torch.device, gen: torch.Generator | None) -> torch.Tensor:
@@ -122,13 +140,32 @@ def generate(
     parallel: str = "none",
     threshold: float = 0.9,
     factor: float = 1.0,
+    schedule: str = "linear",
+    ass_blocks: int = 1,
+    eoser: bool = False,
+    eos_min_gamma: float | None = None,
+    eos_max_gamma: float = 1.0,
+    eos_id: int | None = None,
+    record_trajectory: bool = False,
     generator: torch.Generator | None = None,
 ) -> SampleOutput:
     """Sample completions of ``completion_length`` tokens for ``prompt_ids`` [N, P] (left-padded).
 
     ``kv_cache`` (none | prefix | dual) and ``parallel`` (none | threshold | factor, with ``threshold`` and
-    ``factor``): Fast-dLLM's accelerations, see the module docstring.
+    ``factor``): Fast-dLLM's accelerations, see the module docstring. ``remasking: rcr``, ``schedule`` (linear |
+    ass; ASS takes floor(log2 L) steps and ignores ``steps``), ``eoser`` (needs ``eos_id``; ``eos_min_gamma`` None
+    is 0.4 with the linear schedule, 0.01 with ASS) and ``record_trajectory``: ``ddmrl.samplers.schedules``.
     """
+    if remasking not in REMASKINGS:
+        raise ValueError(f"unknown remasking '{remasking}'; choose one of {', '.join(REMASKINGS)}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown schedule {schedule!r}; choose one of {SCHEDULES}")
+    if eoser and eos_id is None:
+        raise ValueError("eoser needs the EOS token id (eos_id)")
+    options = [o for o, on in (("remasking rcr", remasking == "rcr"), ("schedule ass", schedule == "ass"),
+                               ("eoser", eoser), ("record_trajectory", record_trajectory)) if on]  # fmt: skip
+    if options and (kv_cache != "none" or parallel != "none"):
+        raise ValueError(f"{', '.join(options)}: the plain sampler only (kv_cache none, parallel none)")
     if kv_cache not in KV_CACHES:
         raise ValueError(f"unknown kv_cache {kv_cache!r}; choose one of {KV_CACHES}")
     if parallel not in PARALLEL_RULES:
@@ -142,34 +179,65 @@ def generate(
         )  # fmt: skip
     p = prompt_ids.shape[1]
     x, reveal = init_canvas(prompt_ids, completion_length, mask_id)
-    num_blocks = -(-completion_length // block_length)
-    steps_per_block = max(1, steps // num_blocks)
+    blocks = _blocks(schedule, completion_length, block_length, steps, ass_blocks)
+    total = sum(n for _, _, n, _ in blocks)
+    gamma_min = EOS_MIN_GAMMA[schedule] if eos_min_gamma is None else eos_min_gamma
+    recorder = TrajectoryRecorder() if record_trajectory else None
     step, nfe = 0, 0
-    for b in range(num_blocks):
-        lo, hi = p + b * block_length, p + min(completion_length, (b + 1) * block_length)
-        schedule = transfer_schedule((x[:, lo:hi] == mask_id).sum(1), steps_per_block)  # [N, S]
-        for s in range(steps_per_block):
+    for lo, hi, steps_in_block, counts in blocks:
+        lo, hi = p + lo, p + hi
+        if counts is None:  # LLaDA's linear split of the block's masks over its steps
+            transfer = transfer_schedule((x[:, lo:hi] == mask_id).sum(1), steps_in_block)  # [N, S]
+        else:
+            transfer = torch.tensor(counts, device=x.device).expand(x.shape[0], steps_in_block)
+        running = torch.zeros(x.shape[0], hi - lo, dtype=torch.float64, device=x.device)  # RCR's confidences
+        for s in range(steps_in_block):
             logits = guided_logits(model, x, p, mask_id, cfg_scale).float()  # [N, T, V]
             nfe += 2 if cfg_scale else 1
             never = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
             never[mask_id] = True  # never propose the mask token itself
             logits = logits.masked_fill(never, -torch.inf)
             proposal = gumbel_argmax(logits, temperature, generator)  # [N, T]
-            if remasking == "low_confidence":
-                conf = torch.softmax(logits, -1).gather(-1, proposal[..., None]).squeeze(-1).double()
-            elif remasking == "random":
+            if remasking == "random":
                 conf = uniform(proposal.shape, proposal.device, generator)
             else:
-                raise ValueError(f"unknown remasking '{remasking}'; choose low_confidence or random")
-            selectable = torch.zeros_like(x, dtype=torch.bool)
-            selectable[:, lo:hi] = x[:, lo:hi] == mask_id
-            conf = conf.masked_fill(~selectable, -torch.inf)
-            rank = conf.argsort(1, descending=True).argsort(1)  # [N, T] 0 = most confident
-            commit = (rank < schedule[:, s : s + 1]) & selectable
-            x = torch.where(commit, proposal, x)
-            reveal[commit[:, p:]] = step
+                conf = proposal_prob(logits, proposal).double()
+            if recorder is not None:
+                prob = conf if remasking != "random" else proposal_prob(logits, proposal)
+                recorder.add(x[:, p:], proposal[:, p:], prob[:, p:], mask_id)
+            if eoser:
+                gamma = eos_gamma(step, total, schedule, gamma_min, eos_max_gamma)
+                conf = torch.where(proposal == eos_id, conf * gamma, conf)
+            if remasking == "rcr":
+                keep_masked = transfer[:, s + 1 :].sum(1)  # [N] masks the schedule leaves in the block
+                block, running, kept = rcr_step(
+                    x[:, lo:hi], proposal[:, lo:hi], conf[:, lo:hi], running, keep_masked, mask_id
+                )
+                x[:, lo:hi] = block
+                rb = reveal[:, lo - p : hi - p]
+                reveal[:, lo - p : hi - p] = torch.where(kept, step, rb).masked_fill(block == mask_id, -1)
+            else:
+                selectable = torch.zeros_like(x, dtype=torch.bool)
+                selectable[:, lo:hi] = x[:, lo:hi] == mask_id
+                conf = conf.masked_fill(~selectable, -torch.inf)
+                rank = conf.argsort(1, descending=True).argsort(1)  # [N, T] 0 = most confident
+                commit = (rank < transfer[:, s : s + 1]) & selectable
+                x = torch.where(commit, proposal, x)
+                reveal[commit[:, p:]] = step
             step += 1
-    return SampleOutput(x[:, p:], reveal, nfe)
+    trajectory = recorder.trajectory() if recorder is not None else None
+    return SampleOutput(x[:, p:], reveal, nfe, trajectory)
+
+
+def _blocks(schedule: str, length: int, block_length: int, steps: int, ass_blocks: int):
+    """(start, end, steps, tokens per step or None) per block over completion positions: LLaDA's semi-AR blocks of
+    ``block_length`` with max(1, steps // blocks) steps each and the linear split (None, computed per block), or
+    ASS's ascending blocks (:func:`ddmrl.samplers.schedules.ass_layout`)."""
+    if schedule == "ass":
+        return [(lo, hi, len(counts), counts) for lo, hi, counts in ass_layout(length, ass_blocks)]
+    num_blocks = -(-length // block_length)
+    per_block = max(1, steps // num_blocks)
+    return [(b * block_length, min(length, (b + 1) * block_length), per_block, None) for b in range(num_blocks)]
 
 
 def _generate_fast(
