@@ -25,6 +25,8 @@ class Method:
         weighting: key in ``ddmrl.objectives.WEIGHTINGS``: per-(view, token) loss weights.
         objective: key in ``ddmrl.objectives.OBJECTIVES``: the loss of one optimiser step.
         paper: citation for the docs and tables.
+        step_advantage: key in ``ddmrl.objectives.advantages.STEP_ADVANTAGES``: per-step advantages from the task
+            reward of each step's prediction (MDPO), or "" (one advantage per rollout).
     """
 
     name: str
@@ -32,6 +34,7 @@ class Method:
     weighting: str
     paper: str
     objective: str = "token_clip"
+    step_advantage: str = ""
 
 
 METHODS: dict[str, Method] = {
@@ -92,5 +95,23 @@ METHODS: dict[str, Method] = {
         objective="weighted_likelihood",
         paper="Tang et al. 2026, wd1: Weighted Policy Optimization (ICLR 2026, arXiv 2507.08838)",
         # ratio-free: no old or reference likelihood; A = R - mean(R) turned into group softmax weights
+    ),
+    "mdpo": Method(
+        name="mdpo",
+        remasking="mdpo_topk",
+        weighting="mdpo_confidence",
+        objective="mdpo",
+        paper="He et al. 2025, MDPO: Overcoming the Training-Inference Divide of Masked Diffusion Language Models "
+        "(arXiv 2508.13148)",
+        step_advantage="mdpo",
+        # per-step rewards of each step's prediction, adv-v4, top-K steps, L/|M| x confidence, k2 KL
+    ),
+    "cj_grpo": Method(
+        name="cj_grpo",
+        remasking="cj_grpo",
+        weighting="masked_mean",
+        paper="Yang et al. 2025, Taming Masked Diffusion Language Models via Consistency Trajectory RL with Fewer "
+        "Decoding Steps (CJ-GRPO; arXiv 2509.23924)",
+        # every stored step x_s -> x_{s+1}, token mean per step averaged over steps; EOSER + ASS rollouts
     ),
 }

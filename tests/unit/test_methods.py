@@ -19,7 +19,7 @@ from ddmrl.methods import METHODS
 from ddmrl.objectives.losses import OBJECTIVES
 from ddmrl.objectives.weights import WEIGHTINGS
 
-ALL = ["diffu_grpo", "unigrpo", "maskgrpo", "rebrl", "tracerl", "gdpo", "spg", "wd1"]
+ALL = ["diffu_grpo", "unigrpo", "maskgrpo", "rebrl", "tracerl", "gdpo", "spg", "wd1", "mdpo", "cj_grpo"]
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -41,7 +41,7 @@ def every_method(extra: str = "") -> str:
     return f"grpo:\n  methods: [{', '.join(ALL)}]\n{extra}"
 
 
-def test_there_are_eight_well_formed_method_records():
+def test_every_method_record_is_well_formed():
     """Each record names a known view sampler, weighting and objective, and the record's key is its name."""
     assert sorted(METHODS) == sorted(ALL)
     for name, m in METHODS.items():
@@ -66,13 +66,15 @@ def test_what_each_method_fixes():
         "gdpo": {"scale_rewards": "none"},
         "spg": {"beta": 0.0},
         "wd1": {"scale_rewards": "none", "beta": 0.0},
+        "mdpo": {"remasking": "mdpo_topk"},
+        "cj_grpo": {"remasking": "cj_grpo"},
     }
 
 
-def test_all_eight_methods_load_with_their_defaults_and_fixed_values(tmp_path):
+def test_every_method_loads_with_its_defaults_and_fixed_values(tmp_path):
     cfg = load(write(tmp_path, every_method()))
     assert cfg.grpo.methods == tuple(ALL) and set(cfg.methods) == set(ALL)
-    assert len(cfg.run_names()) == 8 * len(cfg.tasks) * len(cfg.grpo.seeds)
+    assert len(cfg.run_names()) == len(ALL) * len(cfg.tasks) * len(cfg.grpo.seeds)
     for name in ALL:  # no grpo: keys but the run list: every run is its method model's defaults
         assert cfg.methods[name] == METHOD_CONFIGS[name](), name
     assert cfg.methods["gdpo"].views_per_step == 3 and cfg.methods["gdpo"].scale_rewards == "none"
@@ -80,6 +82,8 @@ def test_all_eight_methods_load_with_their_defaults_and_fixed_values(tmp_path):
     assert cfg.methods["wd1"].beta == 0.0 and cfg.methods["wd1"].scale_rewards == "none"
     assert cfg.methods["tracerl"].kl_target == "old" and cfg.methods["tracerl"].loss_type == "seq_mean"
     assert cfg.methods["unigrpo"].beta == 0.01 and cfg.methods["unigrpo"].kl_target == "ref"
+    assert cfg.methods["mdpo"].loss_type == "seq_mean" and cfg.methods["mdpo"].sample_train_steps == 8
+    assert cfg.methods["cj_grpo"].loss_type == "token_mean" and cfg.methods["cj_grpo"].kl_target == "ref"
 
 
 def test_fixed_values_win_over_explicit_grpo_keys(tmp_path):
@@ -123,6 +127,24 @@ def test_rebrl_on_full_completion_views_is_refused(tmp_path):
 def test_maskgrpo_with_trajectory_coupling_is_refused(tmp_path):
     msg = refused(tmp_path, every_method("methods: {maskgrpo: {coupling: trajectory}}\n"))
     assert "methods.maskgrpo.coupling" in msg and "trajectory" in msg
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("methods: {mdpo: {sampler: {kv_cache: prefix}}}\n", "methods.mdpo.sampler.kv_cache"),
+        ("methods: {cj_grpo: {sampler: {parallel: threshold}}}\n", "methods.cj_grpo.sampler.parallel"),
+        ("methods: {cj_grpo: {sampler: {name: maskgit}}}\n", "methods.cj_grpo.sampler.name"),
+        ("methods: {unigrpo: {remasking: mdpo_topk}}\n", "methods.unigrpo.remasking"),
+        ("methods: {mdpo: {remasking: unigrpo}}\n", "methods.mdpo.remasking"),
+        ("methods: {mdpo: {sample_train_steps: 0}}\n", "methods.mdpo.sample_train_steps"),
+    ],
+)
+def test_views_of_stored_states_need_the_plain_llada_sampler(tmp_path, text, key):
+    """MDPO and CJ-GRPO train on the sampler's recorded states: no KV cache, no parallel decoding, the llada sampler;
+    MDPO's top-K steps need its per-step advantages."""
+    msg = refused(tmp_path, every_method(text))
+    assert key in msg, msg
 
 
 def test_trajectory_coupling_is_accepted_where_it_applies(tmp_path):

@@ -24,11 +24,12 @@ DEFAULT_PROFILE = "tiny"
 
 TextTask = Literal["sudoku4", "countdown3", "gsm8k", "math500"]
 ImageTask = Literal["geneval_mini", "geneval"]
-MethodName = Literal["diffu_grpo", "unigrpo", "maskgrpo", "rebrl", "tracerl", "gdpo", "spg", "wd1"]
+MethodName = Literal["diffu_grpo", "unigrpo", "maskgrpo", "rebrl", "tracerl", "gdpo", "spg", "wd1", "mdpo", "cj_grpo"]
 ViewSampler = Literal[
     "full_completion", "unigrpo", "maskgrpo_fading", "maskgrpo_random", "rebrl_linear", "tracerl",
-    "gdpo_quadrature", "block_random",
+    "gdpo_quadrature", "block_random", "cj_grpo", "mdpo_topk",
 ]  # fmt: skip
+STATE_VIEWS = ("cj_grpo", "mdpo_topk")  # view samplers built from the sampler's stored states (recorded rollouts)
 RewardModel = Literal["imagereward", "hpsv3", "clip", "clip_hf", "deqa", "unifiedreward", "reward_server"]
 ModelKind = Literal["tiny", "llada", "mmada", "hf_masked_lm"]
 TrainLoss = Literal["elbo", "maskgit"]
@@ -540,6 +541,12 @@ class GRPOConfig(Section):
     eubo_mix: Float = Field(
         0.5, ge=0, le=1, description="SPG: weight of the EUBO in the proxy for negative advantages (1: pure EUBO)."
     )
+    sample_train_steps: Int = Field(
+        8,
+        ge=1,
+        description="MDPO: sampler steps trained per rollout, those of largest absolute per-step advantage (its "
+        "sample_train_steps), spread over the num_iterations optimiser steps.",
+    )
     legacy_broadcast_weighting: Bool = Field(
         False, description="Reproduce MaskGRPO's released loss mask (every view's mask broadcast to all views)."
     )
@@ -583,6 +590,18 @@ class GRPOConfig(Section):
             raise refuse(
                 "coupling", "trajectory", "AR-like fading has its own position-wise curve; use independent or nested"
             )
+        if views in STATE_VIEWS:
+            plain = {"name": "llada", "kv_cache": "none", "parallel": "none"}
+            for key, want in plain.items():
+                if getattr(self.sampler, key) != want:
+                    raise refuse(
+                        f"sampler.{key}",
+                        getattr(self.sampler, key),
+                        f"{views} views are the sampler's stored states: they need the plain llada sampler "
+                        "(kv_cache none, parallel none)",
+                    )
+        if views == "mdpo_topk" and self.method != "mdpo":
+            raise refuse("remasking", views, "ranks the steps by MDPO's per-step advantages: method mdpo only")
         if views == "maskgrpo_fading" and self.gamma < 0.5:
             raise refuse(
                 "gamma",
@@ -712,10 +731,39 @@ class Wd1Config(GRPOConfig):
     scale_rewards: Literal["none"] = "none"
 
 
+@section
+class MDPOConfig(GRPOConfig):
+    """MDPO (He et al. 2025, arXiv 2508.13148; autonomousvision/mdpo): rollouts keep every step's state and full
+    prediction x̂_0^(s); each prediction is rewarded; per-step advantages (its code's adv-v4: the step's reward gain
+    + 1 + the mean reward of the later predictions, z-scored per step over the group); the sample_train_steps steps
+    of largest |advantage| are trained, input x_s, targets x̂_0^(s), weighted by L/|M| and the sampler's confidence;
+    k2 KL. Paper and code: LLaDA-8B-Instruct, lr 1e-5 (demo config) or 7e-7 (README), temperature 0.1-0.4, 128
+    steps, 512 tokens in one block, G 4, sample_train_steps 8-16, beta 0 (config) or 0.02 (README), one update per
+    rollout batch. Optional: running-confidence remasking in the rollouts (sampler.remasking: rcr)."""
+
+    method: Literal["mdpo"] = "mdpo"
+    remasking: Literal["mdpo_topk"] = "mdpo_topk"
+    loss_type: Literal["token_mean", "seq_mean"] = "seq_mean"
+
+
+@section
+class CJGRPOConfig(GRPOConfig):
+    """CJ-GRPO (Yang et al. 2025, arXiv 2509.23924; yjyddq/EOSER-ASS-RL): rollouts keep every state; the loss
+    averages over the sampler steps the clipped token surrogate (plus beta k3 KL against the reference) over the
+    tokens each step unmasked, with log-probs from the state before the step, so that optimisation follows the
+    rollout's trajectory; meant with EOSER and ASS rollouts (sampler: schedule ass, eoser true). Paper and code
+    (d1-based): LLaDA-8B-Instruct, lr 3e-6, beta 0.04, epsilon 0.5, G 6, mu 8 (Countdown, Sudoku) or 12 (GSM8K,
+    MATH), mean-only advantages, 256 tokens, ASS log2 L = 8 steps, EOSER gamma 0.01 -> 1, LoRA r 128."""
+
+    method: Literal["cj_grpo"] = "cj_grpo"
+    remasking: Literal["cj_grpo"] = "cj_grpo"
+
+
 METHOD_CONFIGS: dict[str, type[GRPOConfig]] = {
     c.__pydantic_fields__["method"].default: c
     for c in (
-        DiffuGRPOConfig, UniGRPOConfig, MaskGRPOConfig, RebRLConfig, TraceRLConfig, GDPOConfig, SPGConfig, Wd1Config
+        DiffuGRPOConfig, UniGRPOConfig, MaskGRPOConfig, RebRLConfig, TraceRLConfig, GDPOConfig, SPGConfig, Wd1Config,
+        MDPOConfig, CJGRPOConfig,
     )
 }  # fmt: skip
 MethodConfig = Annotated[Union[tuple(METHOD_CONFIGS.values())], Field(discriminator="method")]  # noqa: UP007

@@ -23,9 +23,27 @@ from typing import NamedTuple
 
 import torch
 
+from ddmrl.samplers.trajectory import Trajectory, next_states, states_from_reveal
 from ddmrl.seeding import generator
 
 MAX_RATIO = 0.999  # MaskGRPO caps the last ratio below 1
+
+
+class StepStates(NamedTuple):
+    """Views built from the sampler's states (CJ-GRPO, MDPO): view j of rollout i is the state x_s the sampler
+    started step s = ``step[j, i]`` from.
+
+    inputs: [V, N, L] that state's completion (the mask id where masked): the view's input.
+    target_ids: [V, N, L] the tokens the view is trained towards: the state after the step (CJ-GRPO) or the step's
+        full prediction x̂_0^(s) (MDPO).
+    step: [V, N] the sampler step s.
+    confidence: [V, N, L] the model's confidence in the targets at that step (MDPO's weight), or None.
+    """
+
+    inputs: torch.Tensor
+    target_ids: torch.Tensor
+    step: torch.Tensor
+    confidence: torch.Tensor | None = None
 
 
 class Views(NamedTuple):
@@ -37,6 +55,8 @@ class Views(NamedTuple):
     seed: the rollout seed every view was derived from (views regenerate identically from it).
     targets: [V, N, L] bool loss targets (None = the masked positions).
     schedule: view indices used by each optimiser step (None = view j at step j).
+    states: views built from the sampler's states (:class:`StepStates`), whose inputs and target tokens are their
+        own; None = every view masks the rollout's completion and is trained towards it.
     """
 
     masks: torch.Tensor
@@ -45,6 +65,7 @@ class Views(NamedTuple):
     seed: int
     targets: torch.Tensor | None = None
     schedule: tuple[tuple[int, ...], ...] | None = None
+    states: StepStates | None = None
 
     @property
     def target_masks(self) -> torch.Tensor:
@@ -142,6 +163,11 @@ class ViewRequest(NamedTuple):
     shrink: int
     views_per_step: int
     block_length: int
+    completion_ids: torch.Tensor | None = None
+    mask_id: int | None = None
+    trajectory: Trajectory | None = None
+    step_advantages: torch.Tensor | None = None
+    train_steps: int = 1
 
 
 def build_views(
@@ -159,6 +185,11 @@ def build_views(
     shrink: int = 1,
     views_per_step: int = 1,
     block_length: int = 4,
+    completion_ids: torch.Tensor | None = None,
+    mask_id: int | None = None,
+    trajectory: Trajectory | None = None,
+    step_advantages: torch.Tensor | None = None,
+    train_steps: int = 1,
 ) -> Views:
     """Build the training views of a rollout batch with the view sampler ``VIEWS[remasking]``.
 
@@ -178,11 +209,18 @@ def build_views(
         shrink: TraceRL merges this many consecutive sampler steps into one trace step.
         views_per_step: views each optimiser step averages (SPG's num_t) or GDPO's quadrature nodes.
         block_length: SPG's block size (the sampler's semi-AR block).
+        completion_ids, mask_id: [N, L] the rollouts' tokens and the mask id (views built from states: cj_grpo,
+            mdpo_topk).
+        trajectory: the rollouts' stored trajectory (``ddmrl.samplers.trajectory``); without one, the states are
+            rebuilt from ``reveal_step``, which is exact for a sampler that never re-masks (cj_grpo).
+        step_advantages: [N, S] per-step advantages (mdpo_topk ranks the steps by their magnitude).
+        train_steps: the steps mdpo_topk keeps per rollout (MDPO's sample_train_steps).
     """
     if remasking not in VIEWS:
         raise ValueError(f"unknown remasking '{remasking}'; choose one of {', '.join(VIEWS)}")
     request = ViewRequest(mu, seed, completion_mask, prompt_ids, pad_id, reveal_step, coupling, gamma,
-                          p_mask_prompt, shrink, views_per_step, block_length)  # fmt: skip
+                          p_mask_prompt, shrink, views_per_step, block_length, completion_ids, mask_id, trajectory,
+                          step_advantages, train_steps)  # fmt: skip
     return VIEWS[remasking](request)
 
 
@@ -262,6 +300,71 @@ def tracerl_views(r: ViewRequest) -> Views:
     return Views(masks, torch.zeros(k, *r.prompt_ids.shape, dtype=torch.bool), t, r.seed, targets=targets)
 
 
+def _states(r: ViewRequest) -> tuple[torch.Tensor, torch.Tensor]:
+    """[S, N, L] the sampler's states before and after each step: stored, or rebuilt from the reveal steps."""
+    if r.completion_ids is None or r.mask_id is None:
+        raise ValueError("views built from the sampler's states need the rollouts' completion_ids and the mask id")
+    if r.trajectory is not None:
+        states = r.trajectory.states
+    elif r.reveal_step is not None:
+        states = states_from_reveal(r.completion_ids, r.reveal_step, r.mask_id)
+    else:
+        raise ValueError("views built from the sampler's states need its stored trajectory or reveal steps")
+    return states, next_states(states, r.completion_ids)
+
+
+def cj_grpo_views(r: ViewRequest) -> Views:
+    """CJ-GRPO (Yang et al. 2025, arXiv 2509.23924): one view per sampler step s, the state x_s the step started
+    from, whose targets are the tokens the step unmasked (towards the state after it); every optimiser step uses
+    every view, the objective averaging the steps' token means, so that training follows the rollout's transitions
+    exactly and each token is a target once."""
+    states, after = _states(r)
+    masks = states == r.mask_id  # [S, N, L]
+    targets = masks & (after != r.mask_id)
+    s = states.shape[0]
+    stored = StepStates(states, after, torch.arange(s)[:, None].expand(s, states.shape[1]))
+    no_prompt = torch.zeros(s, *r.prompt_ids.shape, dtype=torch.bool)
+    every = (tuple(range(s)),) * r.mu
+    return Views(masks, no_prompt, masks.float().mean(-1), r.seed, targets=targets, schedule=every, states=stored)
+
+
+def top_steps(step_advantages: torch.Tensor, k: int) -> torch.Tensor:
+    """[N, K] the K steps of each rollout with the largest |per-step advantage| (MDPO's released step selection,
+    ``torch.topk(advantages.abs().sum(0), k=sample_train_steps)`` over the rows of one process, which its configs
+    fill with one rollout), largest first. K is capped at the number of steps."""
+    return torch.topk(step_advantages.abs(), k=min(k, step_advantages.shape[1]), dim=-1).indices
+
+
+def mdpo_views(r: ViewRequest) -> Views:
+    """MDPO (He et al. 2025, arXiv 2508.13148): the ``train_steps`` sampler steps of each rollout with the largest
+    |per-step advantage| (:func:`top_steps`); view j of rollout i is the state x_s of its j-th step, every masked
+    position a target, trained towards the step's full prediction x̂_0^(s) and weighted by the step's confidence in
+    it. The K views are spread over the mu optimiser steps (each used once per rollout batch, as MDPO's single
+    update per batch uses each)."""
+    if r.trajectory is None or r.step_advantages is None:
+        raise ValueError("mdpo views need the rollouts' stored trajectory and per-step advantages")
+    sel = top_steps(r.step_advantages, r.train_steps).T  # [K, N]
+    rows = torch.arange(sel.shape[1])[None]  # [1, N]
+    inputs = r.trajectory.states[sel, rows]  # [K, N, L]
+    masks = inputs == r.mask_id
+    stored = StepStates(inputs, r.trajectory.predictions[sel, rows], sel, r.trajectory.confidence[sel, rows])
+    no_prompt = torch.zeros(sel.shape[0], *r.prompt_ids.shape, dtype=torch.bool)
+    return Views(masks, no_prompt, masks.float().mean(-1), r.seed, schedule=spread(sel.shape[0], r.mu), states=stored)
+
+
+def spread(views: int, steps: int) -> tuple[tuple[int, ...], ...]:
+    """``views`` views over ``steps`` optimiser steps, in order: contiguous chunks whose sizes differ by at most one
+    (every view used once) when there are at least as many views as steps, else one view per step, cycling.
+
+    >>> spread(5, 2), spread(2, 4)
+    (((0, 1), (2, 3, 4)), ((0,), (1,), (0,), (1,)))
+    """
+    if views < steps:
+        return tuple((s % views,) for s in range(steps))
+    bounds = [s * views // steps for s in range(steps + 1)]
+    return tuple(tuple(range(bounds[s], bounds[s + 1])) for s in range(steps))
+
+
 def block_random_views(r: ViewRequest) -> Views:
     """SPG's ``block_random`` views (Wang et al. 2026): a random block b; every block after b fully masked; inside
     b a random count in [1, block_length] of random positions masked; prompt tokens masked with p_mask_prompt.
@@ -293,11 +396,16 @@ def _random(seed: int, n: int, length: int) -> torch.Tensor:
 def apply_view(
     prompt_ids: torch.Tensor, completion_ids: torch.Tensor, views: Views, j: int, mask_id: int
 ) -> torch.Tensor:
-    """The model input of view j: [N, P + L] with the view's prompt and completion positions set to ``mask_id``."""
-    x = torch.cat([prompt_ids, completion_ids], dim=1)
+    """The model input of view j: [N, P + L] with the view's prompt and completion positions set to ``mask_id``
+    (a view built from the sampler's states starts from that state instead of the completion)."""
+    completion = completion_ids if views.states is None else views.states.inputs[j]
+    x = torch.cat([prompt_ids, completion], dim=1)
     masked = torch.cat([views.prompt_masks[j], views.masks[j]], dim=1)
     return x.masked_fill(masked, mask_id)
 
+
+#: the view samplers built from the sampler's stored states (their rollouts record the trajectory)
+STATE_VIEWS = ("cj_grpo", "mdpo_topk")
 
 VIEWS = {
     "full_completion": full_completion_views,
@@ -308,6 +416,8 @@ VIEWS = {
     "tracerl": tracerl_views,
     "gdpo_quadrature": gdpo_views,
     "block_random": block_random_views,
+    "cj_grpo": cj_grpo_views,
+    "mdpo_topk": mdpo_views,
 }
 
 

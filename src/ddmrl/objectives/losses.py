@@ -11,46 +11,18 @@ Every objective takes the same :class:`ObjectiveInputs` and returns an :class:`O
                        by completion length
   weighted_likelihood  wd1 (Tang et al. 2026): ratio-free, sum_i (-w+_i + w-_i) log pi(o_i), w+- = group softmax
                        of +-A, log pi from d1's one-step estimator summed over the completion
+  mdpo                 MDPO (He et al. 2025): ``ddmrl.objectives.mdpo``
 """
 
 from __future__ import annotations
-
-from typing import NamedTuple
 
 import torch
 
 from ddmrl.config import GRPOConfig
 from ddmrl.likelihood import elbo_proxy, eubo_proxy, sequence_elbo
+from ddmrl.objectives.base import ObjectiveInputs, ObjectiveOutput
+from ddmrl.objectives.mdpo import mdpo
 from ddmrl.objectives.policy_loss import aggregate, clipped_token_loss, k3_kl
-
-
-class ObjectiveInputs(NamedTuple):
-    """What one (micro-)step sees, over its V views (usually V = 1).
-
-    logps: [V, N, L] current policy log-probs (with gradient), old: [V, N, L] rollout-time policy,
-    ref: [V, N, L] | None the KL target (frozen reference, or old for TraceRL), advantages: [N],
-    weights: [V, N, L], z: [N] | None (RebRL's normaliser), t: [V, N] realised masked fractions,
-    targets: [V, N, L] bool valid loss targets, completion_mask: [N, L], num_generations: G.
-    """
-
-    logps: torch.Tensor
-    old: torch.Tensor
-    ref: torch.Tensor | None
-    advantages: torch.Tensor
-    weights: torch.Tensor
-    z: torch.Tensor | None
-    t: torch.Tensor
-    targets: torch.Tensor
-    completion_mask: torch.Tensor
-    num_generations: int
-
-
-class ObjectiveOutput(NamedTuple):
-    """loss (with gradient), and detached diagnostics kl and clip_ratio (0 where they do not apply)."""
-
-    loss: torch.Tensor
-    kl: float
-    clip_ratio: float
 
 
 def token_clip(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
@@ -100,4 +72,5 @@ OBJECTIVES = {
     "sequence_clip": sequence_clip,
     "spg": spg,
     "weighted_likelihood": weighted_likelihood,
+    "mdpo": mdpo,
 }

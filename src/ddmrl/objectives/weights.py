@@ -4,6 +4,8 @@
   masked_mean      the valid loss targets of the view (UniGRPO, MaskGRPO, TraceRL, SPG)
   rebrl            omega_ij(k) = delta_ij(k) * lambda(t_ij) / t_ij * g(F_i(k)), Z_i = (1/mu) sum_j sum_k omega_ij(k)
   gdpo_elbo        omega_n(k) = delta_n(k) q_n / t_n (t_n the node): GDPO's Gauss-Legendre ELBO, summed
+  mdpo_confidence  the view's targets times the sampler's confidence in them at that step (MDPO; its L/|M| factor
+                   is the objective's)
 
 ``legacy_broadcast=True`` reproduces the released MaskGRPO code (algorithms.md A.2, maskgrpo.md 3.2): its loss
 mask is the stack of all mu masks broadcast onto one view, so every completion position (masked in this view or
@@ -67,6 +69,12 @@ def gdpo_elbo_weights(views: Views, completion_mask: torch.Tensor, _mode: str):
     return targets * (q[:, None] / views.t.clamp_min(1e-8))[..., None], None
 
 
+def mdpo_confidence_weights(views: Views, completion_mask: torch.Tensor, _mode: str):
+    if views.states is None or views.states.confidence is None:
+        raise ValueError("mdpo_confidence weights need views built from the sampler's states, with confidences")
+    return _targets(views, completion_mask) * views.states.confidence, None
+
+
 def rebrl_weights(views: Views, completion_mask: torch.Tensor, rebrl_mode: str):
     if rebrl_mode not in REBRL_LAMBDA:
         raise ValueError(f"unknown rebrl_mode '{rebrl_mode}'; choose one of {', '.join(REBRL_LAMBDA)}")
@@ -85,4 +93,5 @@ WEIGHTINGS = {
     "masked_mean": masked_mean_weights,
     "rebrl": rebrl_weights,
     "gdpo_elbo": gdpo_elbo_weights,
+    "mdpo_confidence": mdpo_confidence_weights,
 }

@@ -38,11 +38,13 @@ from tqdm import tqdm
 from ddmrl.config import ConfigError, GRPOConfig
 from ddmrl.likelihood import token_logps
 from ddmrl.masking import Views, apply_view, build_views
+from ddmrl.masking.views import STATE_VIEWS
 from ddmrl.methods import METHODS
 from ddmrl.objectives import group_advantages, token_weights
+from ddmrl.objectives.advantages import STEP_ADVANTAGES
 from ddmrl.objectives.losses import OBJECTIVES, ObjectiveInputs
 from ddmrl.objectives.weights import realised_ratio
-from ddmrl.rollout import Rollouts, rewards, rollout
+from ddmrl.rollout import Rollouts, rewards, rollout, step_rewards
 from ddmrl.seeding import derive_seed
 from ddmrl.tasks.base import Example, Task
 from ddmrl.training import distributed as dist
@@ -76,10 +78,15 @@ class Batch(NamedTuple):
     weights: torch.Tensor  # [V, N, L]
     z: torch.Tensor | None  # [N]
     inputs: torch.Tensor  # [V, N, P + L] the model input of every view
+    target_ids: torch.Tensor | None = None  # [V, N, L] the tokens each view is trained towards (None: the completion)
+    view_advantages: torch.Tensor | None = None  # [V, N] per-view advantages (MDPO's per-step ones)
 
 
-def make_views(cfg: GRPOConfig, batch: Rollouts, seed: int, pad_id: int, mask_id: int):
-    """The method's views of a rollout batch, their weights and model inputs (steps 3 of the loop)."""
+def make_views(
+    cfg: GRPOConfig, batch: Rollouts, seed: int, pad_id: int, mask_id: int, step_advantages: torch.Tensor | None = None
+):
+    """The method's views of a rollout batch, their weights and model inputs (steps 3 of the loop);
+    ``step_advantages`` [N, S]: per-step advantages (MDPO's views select steps by them)."""
     method = METHODS[cfg.method]
     views = build_views(
         cfg.remasking or method.remasking,
@@ -95,6 +102,11 @@ def make_views(cfg: GRPOConfig, batch: Rollouts, seed: int, pad_id: int, mask_id
         shrink=cfg.shrink,
         views_per_step=cfg.views_per_step,
         block_length=cfg.sampler.block_length,
+        completion_ids=batch.completion_ids,
+        mask_id=mask_id,
+        trajectory=batch.trajectory,
+        step_advantages=step_advantages,
+        train_steps=cfg.sample_train_steps,
     )
     weights, z = token_weights(
         method.weighting, views, batch.completion_mask, cfg.rebrl_mode, cfg.legacy_broadcast_weighting
@@ -105,12 +117,30 @@ def make_views(cfg: GRPOConfig, batch: Rollouts, seed: int, pad_id: int, mask_id
     return views, weights, z, inputs
 
 
+def view_targets(views: Views, completion_ids: torch.Tensor) -> torch.Tensor:
+    """[V, N, L] the tokens each view is trained towards: its own (views built from the sampler's states) or the
+    rollout's completion (a view of it, without copying)."""
+    if views.states is not None:
+        return views.states.target_ids
+    return completion_ids[None].expand(views.masks.shape[0], *completion_ids.shape)
+
+
+def view_advantages(views: Views, step_advantages: torch.Tensor | None) -> torch.Tensor | None:
+    """[V, N] the per-step advantage of each view's sampler step, or None without per-step advantages."""
+    if step_advantages is None:
+        return None
+    if views.states is None:
+        raise ValueError("per-step advantages need views built from the sampler's states")
+    return step_advantages.gather(1, views.states.step.T).T
+
+
 #: at most this many logits (rows x positions x vocabulary) per forward pass of :func:`view_logps` (1 GiB in float32)
 LOGITS_PER_PASS = 2**28
 
 
 def view_logps(model, inputs: torch.Tensor, completion_ids: torch.Tensor, **guidance) -> torch.Tensor:
-    """Token log-probs of every view: [V, N, P + L] inputs -> [V, N, L] (``guidance``: see :func:`logp_guidance`).
+    """Token log-probs of every view: [V, N, P + L] inputs -> [V, N, L] (``guidance``: see :func:`logp_guidance`),
+    of ``completion_ids`` [N, L] or of each view's own target tokens [V, N, L].
 
     The views go through the model together, as many per forward pass as keep its logits under
     :data:`LOGITS_PER_PASS` (at least one view), instead of one pass per view: the same numbers (rows are
@@ -124,7 +154,10 @@ def view_logps(model, inputs: torch.Tensor, completion_ids: torch.Tensor, **guid
     out = []
     for lo in range(0, v, per_pass):
         chunk = inputs[lo : lo + per_pass]  # [v', N, P + L]
-        ids = completion_ids.repeat(chunk.shape[0], 1)  # [v' N, L]
+        if completion_ids.dim() == 3:
+            ids = completion_ids[lo : lo + per_pass].reshape(-1, completion_ids.shape[-1])  # [v' N, L]
+        else:
+            ids = completion_ids.repeat(chunk.shape[0], 1)  # [v' N, L]
         out.append(token_logps(model, chunk.reshape(-1, t), ids, **guidance).view(chunk.shape[0], n, -1))
     return torch.cat(out)
 
@@ -160,6 +193,7 @@ def objective_inputs(b: Batch, old, ref, logps, ids: tuple[int, ...], rows: slic
         targets=(b.views.target_masks[v] & b.rollouts.completion_mask[None])[:, rows],
         completion_mask=b.rollouts.completion_mask[rows],
         num_generations=g,
+        view_advantages=None if b.view_advantages is None else b.view_advantages[v][:, rows],
     )
 
 
@@ -190,7 +224,9 @@ def train_grpo(
     acc = accelerator or dist.local_accelerator(policy, cfg.mixed_precision, cfg.gradient_accumulation_steps)
     rank, world = acc.process_index, acc.num_processes
     rseed = dist.rank_seed(seed, rank)  # this process's own draws (process 0: the run's seed)
-    objective = OBJECTIVES[METHODS[cfg.method].objective]
+    method = METHODS[cfg.method]
+    objective = OBJECTIVES[method.objective]
+    record = (cfg.remasking or method.remasking) in STATE_VIEWS  # the views are the sampler's stored states
     dist.check_supported(acc, cfg.lora)
     if ref is None and not dist.is_peft(policy):
         raise ValueError("train_grpo: ref is None but the policy has no adapters to disable (lora.r = 0)")
@@ -230,9 +266,15 @@ def train_grpo(
         policy.eval()
         examples = dist.shard(draw_prompts(it), rank, world, "grpo.num_prompts")
         gen = dist.device_generator(acc.device, rseed, "rollout", it)
-        batch = dist.to_device(rollout(policy, tok, task, examples, g, cfg.sampler, gen), torch.device("cpu"))
+        batch = rollout(policy, tok, task, examples, g, cfg.sampler, gen, record_trajectory=record)
+        batch = dist.to_device(batch, torch.device("cpu"))
         r = rewards(task, examples, batch, g)  # [N]
         adv, zero_std = group_advantages(r, g, cfg.scale_rewards)
+        step_r = step_adv = None
+        if method.step_advantage:  # MDPO: the task reward of every step's prediction, per-step advantages
+            step_r = step_rewards(tok, task, examples, batch, g)  # [N, S]
+            step_adv = STEP_ADVANTAGES[method.step_advantage](step_r, g)
+            adv = torch.where(torch.isfinite(step_adv).all(1), adv, torch.nan)  # a fault in any step skips the batch
         if not dist.all_processes(acc, bool(torch.isfinite(r).all() and torch.isfinite(adv).all())):
             skipped, consecutive, it = skipped + 1, consecutive + 1, it + 1
             _nonfinite(cfg, f"rollout batch {it - 1}: non-finite reward or advantage", consecutive)
@@ -240,25 +282,27 @@ def train_grpo(
         consecutive = 0
         # 3. views and weights, all from the rollout seed (on the CPU), then everything on the run's device
         views, weights, z, inputs = make_views(
-            cfg, batch, derive_seed(rseed, "views", it), tok.pad_token_id, tok.mask_token_id
+            cfg, batch, derive_seed(rseed, "views", it), tok.pad_token_id, tok.mask_token_id, step_adv
         )
-        b = dist.to_device(Batch(batch, r, adv, zero_std, views, weights, z, inputs), acc.device)
-        inputs, completion_ids = b.inputs, b.rollouts.completion_ids
+        targets = view_targets(views, batch.completion_ids)
+        b = Batch(batch, r, adv, zero_std, views, weights, z, inputs, targets, view_advantages(views, step_adv))
+        b = dist.to_device(b, acc.device)
+        inputs, target_ids = b.inputs, b.target_ids  # [V, N, P + L], [V, N, L]
         _same_schedule(acc, len(views.steps))
         t1 = time.time()
         # 4. old and KL-target log-probs on identical views, once per rollout batch
         with torch.no_grad():
-            old = view_logps(policy, inputs, completion_ids, **guidance)  # [V, N, L]
+            old = view_logps(policy, inputs, target_ids, **guidance)  # [V, N, L]
             kl_ref = None
             if cfg.beta:
                 if cfg.kl_target == "old":
                     kl_ref = old
                 elif ref is None:  # LoRA: the reference is the base model, the adapters switched off
                     with dist.adapters_disabled(acc, policy):
-                        kl_ref = view_logps(policy, inputs, completion_ids, **guidance)
+                        kl_ref = view_logps(policy, inputs, target_ids, **guidance)
                 else:
                     with acc.autocast():
-                        kl_ref = view_logps(ref, inputs, completion_ids, **guidance)
+                        kl_ref = view_logps(ref, inputs, target_ids, **guidance)
         t2 = time.time()
         # 5. one optimiser step per entry of the schedule
         policy.train()
@@ -273,7 +317,7 @@ def train_grpo(
                 with dist.no_sync_unless(acc, policy, a == ga - 1):
                     ids = step_views(views, s, a, cfg)
                     logps = torch.stack(
-                        [token_logps(policy, inputs[v, rows], completion_ids[rows], **guidance) for v in ids]
+                        [token_logps(policy, inputs[v, rows], target_ids[v, rows], **guidance) for v in ids]
                     )
                     out = objective(objective_inputs(b, old, kl_ref, logps, ids, rows, g), cfg)
                     finite = dist.all_processes(acc, bool(torch.isfinite(out.loss)))
@@ -307,6 +351,7 @@ def train_grpo(
             "frac_reward_zero_std": zero_all.mean().item(),
             **dist.mean_over_processes(acc, stats),
             "completions/mean_length": lengths.mean().item(),
+            **({} if step_r is None else over_denoising(acc, step_r)),
             "nonfinite_skipped": skipped,
             "time": timing.gen + timing.old_ref_logp + timing.update,
         }
@@ -323,6 +368,13 @@ def train_grpo(
     bar.close()
     policy.eval()
     return curve, timing
+
+
+def over_denoising(acc, step_r: torch.Tensor) -> dict[str, float]:
+    """MDPO's diagnostic of a rollout batch with per-step rewards [N, S]: the share of rollouts an earlier step's
+    prediction scored higher than the completion ("over-denoising", or answer backslide)."""
+    worse = dist.gather(acc, (step_r.max(1).values > step_r[:, -1]).float())
+    return {"over_denoising": worse.mean().item()}
 
 
 def _same_schedule(acc, inner_steps: int) -> None:

@@ -22,6 +22,7 @@ from ddmrl.objectives.losses import (
     token_clip,
     weighted_likelihood,
 )
+from ddmrl.objectives.mdpo import mdpo
 from ddmrl.objectives.policy_loss import aggregate, clipped_token_loss
 
 
@@ -64,12 +65,13 @@ def grad_of(fn, x: ObjectiveInputs, cfg: GRPOConfig) -> tuple[torch.Tensor, torc
     return out.loss.detach(), grad
 
 
-def test_registry_names_the_four_objectives():
+def test_registry_names_the_objectives():
     assert OBJECTIVES == {
         "token_clip": token_clip,
         "sequence_clip": sequence_clip,
         "spg": spg,
         "weighted_likelihood": weighted_likelihood,
+        "mdpo": mdpo,
     }
 
 
