@@ -3,7 +3,9 @@
 Measured on a real batch (the SFT model's scored rollouts) through the method's own objective (see
 ``ddmrl.diagnostics``): the empirical form of RebRL's Eq. 10. For a RebRL section, its rebalancing modes are also
 measured under trajectory masks (views that follow the sampler's own order), where a token's reveal step decides
-in how many views it is masked, as in Eq. 10.
+in how many views it is masked, as in Eq. 10. Methods that train on the sampler's stored states (MDPO, CJ-GRPO)
+sample the same rollouts again from their stored seed with the states recorded (and MDPO rewards every step's
+prediction); MDPO's credit of a view is divided by the advantage of its step.
 
     python stages/credit.py --params params.yaml --tasks data/download/tasks --model data/sft/model \
         --task sudoku4 --method rebrl --rollouts data/reward/sft/sudoku4.jsonl --out data/credit/rebrl/sudoku4.csv
@@ -19,9 +21,14 @@ from ddmrl import config
 from ddmrl.cli import run_stage, write_csv
 from ddmrl.diagnostics import credit_by_reveal_step, token_credit
 from ddmrl.io import read_jsonl
+from ddmrl.masking.views import STATE_VIEWS
+from ddmrl.methods import METHODS
 from ddmrl.models.checkpoint import load_checkpoint
 from ddmrl.objectives import group_advantages
-from ddmrl.rollout import Rollouts
+from ddmrl.objectives.advantages import STEP_ADVANTAGES
+from ddmrl.rollout import Rollouts, rollout, step_rewards
+from ddmrl.rollout import rewards as rollout_rewards
+from ddmrl.seeding import generator
 from ddmrl.tasks.base import Example
 from ddmrl.tasks.store import load_task
 from ddmrl.training.data import completion_mask, encode_prompts
@@ -58,7 +65,18 @@ def main() -> None:
 
     if args.method not in cfg.methods:
         raise config.ConfigError(f"--method {args.method}: not a method section; sections: {', '.join(cfg.methods)}")
-    variants = {args.method: cfg.methods[args.method]}
+    section = cfg.methods[args.method]
+    step_adv = None
+    if section.remasking in STATE_VIEWS:  # the same rollouts again, their states recorded (MDPO, CJ-GRPO)
+        examples = [Example.from_record(r["example"]) for r in records[::g]]
+        batch = rollout(model, tok, task, examples, g, cfg.rollout.sampler, generator(records[0]["seed"]), True)
+        if not torch.equal(batch.completion_ids, ids):
+            print("note: the regenerated rollouts differ from the stored ones (another device?); using them")
+        rewards = rollout_rewards(task, examples, batch, g)
+        method = METHODS[section.method]
+        if method.step_advantage:
+            step_adv = STEP_ADVANTAGES[method.step_advantage](step_rewards(tok, task, examples, batch, g), g)
+    variants = {args.method: section}
     if variants[args.method].method == "rebrl":
         for mode in ("none", "t1", "t2", "token"):
             variants[f"{args.method}[{mode}, trajectory]"] = dataclasses.replace(
@@ -68,9 +86,12 @@ def main() -> None:
     seed = records[0]["view_seed"]  # the views regenerate from the seed stored with the rollouts
     for name, vcfg in variants.items():
         adv, _ = group_advantages(rewards, g, vcfg.scale_rewards)
+        if step_adv is not None:  # a rollout counts when any of its steps has an advantage
+            adv = step_adv.abs().amax(1)
         credit = token_credit(
-            model, dataclasses.replace(vcfg, num_generations=g), batch, adv, seed, tok.pad_token_id, tok.mask_token_id
-        )
+            model, dataclasses.replace(vcfg, num_generations=g), batch, adv, seed, tok.pad_token_id, tok.mask_token_id,
+            step_adv,
+        )  # fmt: skip
         frames.append(credit_by_reveal_step(credit, batch, adv).assign(method=name, task=args.task))
     write_csv(args.out, pd.concat(frames))  # empty (header only) when no rollout had a non-zero advantage
 

@@ -22,19 +22,29 @@ from ddmrl.config import GRPOConfig
 from ddmrl.methods import METHODS
 from ddmrl.objectives.losses import OBJECTIVES
 from ddmrl.rollout import Rollouts
-from ddmrl.training.grpo import Batch, make_views, objective_inputs, view_logps
+from ddmrl.training.grpo import Batch, make_views, objective_inputs, view_advantages, view_logps, view_targets
 
 
 def token_credit(
-    model, cfg: GRPOConfig, rollouts: Rollouts, advantages: torch.Tensor, seed: int, pad_id: int, mask_id: int
+    model,
+    cfg: GRPOConfig,
+    rollouts: Rollouts,
+    advantages: torch.Tensor,
+    seed: int,
+    pad_id: int,
+    mask_id: int,
+    step_advantages: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """C [N, L]: per-token gradient magnitude over one rollout batch's inner steps, divided by |A_i| (0 if A_i = 0)."""
-    views, weights, z, inputs = make_views(cfg, rollouts, seed, pad_id, mask_id)
+    """C [N, L]: per-token gradient magnitude over one rollout batch's inner steps, each view's divided by the
+    advantage it was trained with, |A_i| (0 if A_i = 0), or with per-step advantages [N, S] (MDPO) the advantage of
+    the view's sampler step."""
+    views, weights, z, inputs = make_views(cfg, rollouts, seed, pad_id, mask_id, step_advantages)
+    targets, per_view = view_targets(views, rollouts.completion_ids), view_advantages(views, step_advantages)
     # the objective sees advantages, views and weights; rewards and group flags do not enter the gradient
     none = torch.zeros(0)
-    b = Batch(rollouts, none, advantages, none, views, weights, z, inputs)
+    b = Batch(rollouts, none, advantages, none, views, weights, z, inputs, targets, per_view)
     with torch.no_grad():
-        old = view_logps(model, inputs, rollouts.completion_ids)  # [V, N, L]
+        old = view_logps(model, inputs, targets)  # [V, N, L]
     objective = OBJECTIVES[METHODS[cfg.method].objective]
     credit = torch.zeros_like(old[0])
     rows = slice(0, old.shape[1])
@@ -42,9 +52,9 @@ def token_credit(
         logps = old[list(ids)].clone().requires_grad_(True)  # ratio 1, KL gradient 0
         out = objective(objective_inputs(b, old, old, logps, ids, rows, cfg.num_generations), cfg)
         (grad,) = torch.autograd.grad(out.loss, logps)
-        credit += grad.abs().sum(0)
-    a = advantages.abs()
-    return torch.where(a[:, None] > 0, credit / a.clamp_min(1e-12)[:, None], 0.0) * rollouts.completion_mask
+        a = (advantages[None] if per_view is None else per_view[list(ids)]).abs()[..., None]  # [V', N, 1]
+        credit += torch.where(a > 0, grad.abs() / a.clamp_min(1e-12), 0.0).sum(0)
+    return credit * rollouts.completion_mask
 
 
 def credit_by_reveal_step(credit: torch.Tensor, rollouts: Rollouts, advantages: torch.Tensor) -> pd.DataFrame:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ddmrl.config import DEFAULT_PROFILE, Config, LaunchConfig, run_name
+from ddmrl.config.schema import STATE_VIEWS
 
 # grpo keys that choose which runs exist rather than how one run trains (only the tables stage reads them).
 _GRPO_SWEEP_KEYS = ("methods", "seeds")
@@ -224,12 +225,13 @@ def credit(new: _StageFactory, section: str, task: str) -> Stage:
     """Per-token credit of one method section on the scored rollouts of the start model (RebRL's Eq. 10, measured)."""
     start, model = start_model(new.cfg)
     rollouts, out = f"data/reward/{start}/{task}.jsonl", f"data/credit/{section}/{task}.csv"
+    resample = ("rollout",) if new.cfg.methods[section].remasking in STATE_VIEWS else ()  # states: sampled again
     return new(
         "credit", f"credit_{section}_{task}",
         {"--tasks": TASKS_DIR, "--model": model, "--task": task, "--method": section, "--rollouts": rollouts,
          "--out": out},
-        deps=(TASKS_DIR, model, rollouts), params=("profile", "seed", *grpo_keys(new.cfg), f"methods.{section}"),
-        plots=(out,),
+        deps=(TASKS_DIR, model, rollouts),
+        params=("profile", "seed", *grpo_keys(new.cfg), f"methods.{section}", *resample), plots=(out,),
     )  # fmt: skip
 
 
