@@ -53,6 +53,21 @@ def test_llada_math_profile_has_the_papers_values(tmp_path):
     assert cfg.evaluate.sampler.temperature == 0 and cfg.evaluate.sampler.block_length == 32
 
 
+def test_llada_math_profile_has_mdpo_and_cj_grpo_with_their_papers_values(tmp_path):
+    """Sections for MDPO and CJ-GRPO with their papers' hyperparameters, not in the default run list."""
+    cfg = paper_repo(tmp_path, "paper_llada_math")[1]
+    mdpo, cj = cfg.methods["mdpo"], cfg.methods["cj_grpo"]
+    assert "mdpo" not in cfg.grpo.methods and "cj_grpo" not in cfg.grpo.methods
+    assert (mdpo.learning_rate, mdpo.beta, mdpo.num_generations, mdpo.num_iterations, mdpo.sample_train_steps) == (
+        7e-7, 0.02, 4, 1, 8
+    )  # fmt: skip
+    assert (mdpo.sampler.steps, mdpo.sampler.block_length, mdpo.sampler.temperature) == (128, 256, 0.4)
+    assert (cj.learning_rate, cj.beta, cj.epsilon, cj.num_generations, cj.num_iterations, cj.scale_rewards) == (
+        3e-6, 0.04, 0.5, 6, 12, "none"
+    )  # fmt: skip
+    assert (cj.sampler.schedule, cj.sampler.eoser, cj.sampler.eos_min_gamma, cj.lora.r) == ("ass", True, 0.01, 128)
+
+
 def test_mmada_geneval_profile_has_rebrls_setup(tmp_path):
     cfg = paper_repo(tmp_path, "paper_mmada_geneval")[1]
     assert cfg.tasks == () and cfg.image.tasks == ("geneval",) and cfg.image.model.spec().kind == "mmada"
