@@ -12,19 +12,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ddmrl.errors import DataError, DownloadError
 
-class DataError(ValueError):
-    """A malformed input file; the message is one line naming the file and line (line breaks are folded)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(" ".join(str(message).split()))
-
-
-class DownloadError(RuntimeError):
-    """Something to download is missing (offline, or the hub failed); one line saying what and how to fetch it."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(" ".join(str(message).split()))
+__all__ = [
+    "DataError",
+    "DownloadError",
+    "atomic_path",
+    "read_json",
+    "read_jsonl",
+    "write_json",
+    "write_jsonl",
+    "write_text",
+]
 
 
 @contextmanager

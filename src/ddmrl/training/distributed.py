@@ -36,6 +36,7 @@ from accelerate.utils import DistributedType, InitProcessGroupKwargs
 from ddmrl.config import ConfigError, LoraConfig
 from ddmrl.io import atomic_path
 from ddmrl.models.layout import unwrap
+from ddmrl.models.lora import peft_target_modules
 from ddmrl.seeding import derive_seed
 
 T = TypeVar("T")
@@ -229,7 +230,7 @@ def prepare_model(model, mixed_precision: str, gradient_checkpointing: bool, lor
             raise RuntimeError("lora.r > 0 needs peft: pip install peft==0.21.2") from None
         if mixed_precision == "bf16":
             model = model.to(torch.bfloat16)  # the frozen base; peft keeps the adapters in fp32
-        targets = "all-linear" if lora.target_modules == ("all-linear",) else list(lora.target_modules)
+        targets = peft_target_modules(model, lora.target_modules)  # refuses an accidental output head or embedding
         model = get_peft_model(
             model,
             PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets),
