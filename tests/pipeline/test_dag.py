@@ -233,14 +233,89 @@ def test_code_files_follow_imports_transitively(tmp_path):
     )
 
 
-def test_tables_code_is_not_a_dep_of_training(stages):
-    for s in stages:
-        files = dag.code_files(s.script, REPO)
+def test_code_files_follow_lazy_exports_and_skip_unused_optional_modules(tmp_path):
+    """A name a package exports lazily (its ``_LAZY`` table) brings its module; a registry member does not (a stage
+    names those it uses); an optional module imported inside a function is a dep only of a stage that uses it,
+    imported at module level it always is."""
+    src = tmp_path / "src" / "ddmrl"
+    (src / "pkg").mkdir(parents=True)
+    (src / "__init__.py").write_text("")
+    (src / "pkg" / "__init__.py").write_text('_LAZY = {"f": "ddmrl.pkg.b"}\nREG = Registry({"c": "ddmrl.pkg.c:g"})\n')
+    (src / "pkg" / "b.py").write_text("def f():\n    from ddmrl import hub\n")
+    (src / "pkg" / "c.py").write_text("")
+    (src / "hub.py").write_text("")
+    (tmp_path / "stages").mkdir()
+    (tmp_path / "stages" / "x.py").write_text("from ddmrl.pkg import f, REG\n")
+    base = ("src/ddmrl/__init__.py", "src/ddmrl/pkg/__init__.py", "src/ddmrl/pkg/b.py")
+    assert dag.code_files("stages/x.py", tmp_path) == base
+    assert dag.code_files("stages/x.py", tmp_path, ("ddmrl.pkg.c",)) == (*base, "src/ddmrl/pkg/c.py")
+    assert dag.code_files("stages/x.py", tmp_path, ("ddmrl.hub",)) == tuple(sorted((*base, "src/ddmrl/hub.py")))
+    (tmp_path / "stages" / "y.py").write_text("from ddmrl.pkg import f\nimport ddmrl.hub\n")
+    assert "src/ddmrl/hub.py" in dag.code_files("stages/y.py", tmp_path)
+
+
+def test_the_scan_reads_the_registries_the_code_uses():
+    from ddmrl.objectives import OBJECTIVES
+    from ddmrl.samplers import SAMPLERS
+    from ddmrl.tasks import TASKS
+
+    for package, name, reg in (("ddmrl.tasks", "TASKS", TASKS), ("ddmrl.samplers", "SAMPLERS", SAMPLERS),
+                               ("ddmrl.objectives", "OBJECTIVES", OBJECTIVES)):  # fmt: skip
+        assert dag.registry(package, name) == reg.specs
+
+
+def users(stages, path: str) -> set[str]:
+    return {s.name for s in stages if path in dag.code(s, REPO)}
+
+
+def downstream(stages: list[dag.Stage], names: set[str]) -> set[str]:
+    """``names`` and every stage that reads, directly or not, what they write."""
+    out = set(names)
+    while (
+        more := {s.name for s in stages if set(s.deps) & {o for t in stages if t.name in out for o in t.outputs}} - out
+    ):
+        out |= more
+    return out
+
+
+def test_touching_library_code_reruns_only_the_stages_that_run_it(cfg, stages):
+    """The embedded default, from the DAG data (test_smoke measures the same with both engines after a run)."""
+    for path in ("src/ddmrl/sandbox.py", "src/ddmrl/hub.py", "src/ddmrl/rewards/remote.py"):
+        assert users(stages, path) == set(), path
+    assert users(stages, "src/ddmrl/tables.py") == {"tables"}
+    assert downstream(stages, {"tables"}) == {"tables"}
+    spg = {f"grpo_spg_{t}_s{s}" for t in cfg.tasks for s in cfg.grpo.seeds} | {f"credit_spg_{t}" for t in cfg.tasks}
+    assert users(stages, "src/ddmrl/objectives/spg.py") == spg
+    assert downstream(stages, spg) == spg | {f"evaluate_spg_{t}_s{s}" for t in cfg.tasks for s in cfg.grpo.seeds} | {
+        "tables"
+    }
+    clipped = {r for r in cfg.run_names() if r.split("_")[0] in ("diffu", "unigrpo", "maskgrpo", "rebrl", "tracerl")}
+    credit = {f"credit_{m}_{t}" for m in ("diffu_grpo", "unigrpo", "maskgrpo", "rebrl", "tracerl") for t in cfg.tasks}
+    assert users(stages, "src/ddmrl/objectives/token_clip.py") == {f"grpo_{r}" for r in clipped} | credit
+    countdown = users(stages, "src/ddmrl/tasks/countdown3.py")
+    assert countdown == {"download", "sft"} | {s.name for s in stages if dict(s.wildcards).get("task") == "countdown3"}
+    for s in stages:  # what every stage runs, and what no stage but the tables does
+        files = dag.code(s, REPO)
         assert "src/ddmrl/config/__init__.py" in files
-        if s.name.startswith("grpo_"):
+        if s.kind == "grpo":
             assert "src/ddmrl/training/grpo.py" in files and "src/ddmrl/masking/views.py" in files
-        if s.name != "tables":
-            assert "src/ddmrl/tables.py" not in files
+
+
+def test_dvc_yaml_names_the_same_code(tmp_path):
+    """In dvc.yaml (tasks expanded by DVC, as src/ddmrl/tasks/${item.task}.py) an objective is a dep of its
+    methods' entries only, and the tables code of the tables entry only."""
+    from ddmrl.pipeline import export
+
+    entries = yaml.safe_load(export.render(PARAMS))["stages"]
+
+    def entries_with(path):
+        return {name for name, e in entries.items() if path in e["deps"]}
+
+    assert entries_with("src/ddmrl/objectives/spg.py") == {"credit_spg", "grpo_spg"}
+    assert entries_with("src/ddmrl/tables.py") == {"tables"}
+    assert entries_with("src/ddmrl/sandbox.py") == entries_with("src/ddmrl/hub.py") == set()
+    assert "src/ddmrl/tasks/${item.task}.py" in entries["grpo_rebrl"]["deps"]
+    assert not entries_with("src/ddmrl/tasks/sudoku4.py") - {"download", "sft"}
 
 
 def test_non_default_profile_makes_the_overlay_a_dep(tmp_path):

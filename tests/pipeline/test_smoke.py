@@ -176,3 +176,64 @@ def test_dvc_repro_runs_the_dag_and_experiments_run_exactly_the_new_seed(tmp_pat
     series = {(p["rev"], p["series"]) for p in plots["reward"][0]["content"]["data"]["values"]}
     assert ("seeds01", "rebrl_sudoku4_s1") in series and ("HEAD", "rebrl_sudoku4_s0") in series
     assert ("HEAD", "rebrl_sudoku4_s1") not in series
+
+
+# ------------------------------------------------------------------------------------------------ code deps
+
+
+def imported(log: Path) -> set[str]:
+    """The ddmrl modules a stage imported (Python's -X importtime lines in its log)."""
+    return set(re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s+(ddmrl[\w.]*)\s*$", log.read_text(), flags=re.M))
+
+
+def test_every_module_a_stage_ran_is_one_of_its_code_deps(smoke_workspace):
+    """Sound precision: the library modules each job actually imported (Python's import log, kept in the job's log)
+    are all among its declared code deps, which leave out other tasks, objectives and samplers."""
+    stages = dag.build(load(smoke_workspace / "params.yaml"))
+    for s in stages:
+        deps = set(dag.code(s, smoke_workspace))
+        ran = imported(smoke_workspace / "logs" / f"{s.name}.log")
+        assert "ddmrl.cli" in ran, s.name
+        files = {f.relative_to(smoke_workspace).as_posix() for m in ran for f in dag._module_files(m, smoke_workspace)}
+        assert files <= deps, (s.name, sorted(files - deps))
+
+
+def downstream(stages: list[dag.Stage], names: set[str]) -> set[str]:
+    """``names`` and every stage that reads, directly or not, what they write."""
+    out = set(names)
+    while True:
+        outputs = {o for s in stages if s.name in out for o in s.outputs}
+        more = {s.name for s in stages if any(d in outputs for d in s.deps)} - out
+        if not more:
+            return out
+        out |= more
+
+
+@pytest.mark.parametrize(
+    "touched",
+    [
+        "src/ddmrl/sandbox.py",
+        "src/ddmrl/hub.py",
+        "src/ddmrl/rewards/remote.py",
+        "src/ddmrl/objectives/spg.py",
+        "src/ddmrl/tables.py",
+    ],
+)
+def test_touching_library_code_reruns_only_the_stages_that_run_it(smoke_workspace, tmp_path, touched):
+    """A comment appended to one library file: `snakemake -n` plans the stages that run it and what is downstream;
+    `dvc status` names the stages that run it."""
+    ws = tmp_path / "ws"
+    shutil.copytree(smoke_workspace, ws, symlinks=True)
+    with (ws / touched).open("a") as f:
+        f.write("# touched\n")
+    stages = dag.build(load(ws / "params.yaml"))
+    users = {s.name for s in stages if touched in dag.code(s, ws)}
+    expected = {
+        "src/ddmrl/objectives/spg.py": {"grpo_spg_sudoku4_s0", "credit_spg_sudoku4"},
+        "src/ddmrl/tables.py": {"tables"},
+    }.get(touched, set())
+    assert users == expected
+    assert planned_names(ws) == downstream(stages, users)
+    status = yaml.safe_load(run([BIN / "dvc", "status", "--json"], ws).stdout)
+    addresses = export.addresses(ws / "params.yaml")
+    assert set(status) == {addresses[n] for n in users}

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ddmrl.config import DEFAULT_PROFILE, Config, LaunchConfig, run_name
+from ddmrl.methods import METHODS
 from ddmrl.pipeline import layout
 from ddmrl.pipeline.layout import BASE_DIR, IMAGE_BASE_DIR, IMAGE_TASKS_DIR, SFT_DIR, TASKS_DIR, start_model
 
@@ -55,6 +56,9 @@ class Stage:
     # DVC's deps when they are not ``deps``: the directories holding them, so that dvc.yaml does not list the
     # sweep (the tables stage, whose inputs are every run's files)
     dvc_deps: tuple[str, ...] = ()
+    # library modules the stage runs that only a registry lookup or an optional import reaches: its tasks, sampler,
+    # objective (:func:`code_files`)
+    uses: tuple[str, ...] = ()
 
     @property
     def words(self) -> list[str]:
@@ -204,6 +208,24 @@ class StageFactory:
             **kw,
         )
 
+    def uses(
+        self, tasks: tuple[str, ...] = (), sampler: str = "", section: str = "", image: bool = False
+    ) -> tuple[str, ...]:
+        """The modules a stage runs that no static import names: its tasks' and sampler's (registry members), the
+        objective of method ``section``, the hub and the model adapters for a real model, GenEval's evaluator for
+        an image task."""
+        cfg, modules = self.cfg, []
+        modules += [member_module("ddmrl.tasks", "TASKS", t) for t in tasks]
+        modules += [member_module("ddmrl.samplers", "SAMPLERS", sampler)] if sampler else []
+        run = (cfg.image_methods if image else cfg.methods).get(section)
+        if run is not None:
+            modules.append(member_module("ddmrl.objectives", "OBJECTIVES", METHODS[run.method].objective))
+        if (cfg.image.model if image else cfg.model).pretrained:
+            modules += ["ddmrl.hub", "ddmrl.models.adapters"]
+        if image:
+            modules.append("ddmrl.geneval")
+        return tuple(m for m in dict.fromkeys(modules) if m)
+
     def launch(self, section: str, image: bool = False) -> dict[str, Any]:
         """``launcher`` and ``resources`` of a GRPO run of ``section`` (see :func:`launch`)."""
         runs = self.cfg.image_methods if image else self.cfg.methods
@@ -236,6 +258,7 @@ def download_image(new: StageFactory) -> Stage:
 
 def _download(new, name, root, tasks, base, extra, pretrained) -> Stage:
     prefix = "image." if name == "download_image" else ""
+    branch = new.cfg.image if prefix else new.cfg
     params = tuple(f"{prefix}{k}" for k in ("tasks", "task_params", "model", "download"))
     params += ("image.cond_dropout_prob",) if prefix else ()
     metrics, curve = f"{root}/metrics.json", f"{root}/curve.csv"
@@ -248,6 +271,7 @@ def _download(new, name, root, tasks, base, extra, pretrained) -> Stage:
          "--checkpoints": checkpoints(name), **extra},
         deps=(), params=("profile", "seed", *params), script="stages/download.py",
         outs=(curve,), dir_outs=(tasks, base, *manifests), metrics=(metrics,),
+        uses=new.uses(branch.tasks, image=bool(prefix)),
         threads=PRETRAIN_THREADS if not prefix and not pretrained else 1,
     )  # fmt: skip
 
@@ -269,7 +293,8 @@ def sft(new: StageFactory) -> Stage:
         {"--tasks": TASKS_DIR, "--model": BASE_DIR, "--model-out": SFT_DIR, "--metrics": metrics, "--curve": curve,
          "--checkpoints": checkpoints("sft")},
         deps=(TASKS_DIR, BASE_DIR), params=("profile", "seed", "tasks", "sft"),
-        outs=(curve,), dir_outs=(SFT_DIR,), metrics=(metrics,), threads=1, **launch(new.cfg.sft.launch),
+        outs=(curve,), dir_outs=(SFT_DIR,), metrics=(metrics,), threads=1, uses=new.uses(new.cfg.tasks),
+        **launch(new.cfg.sft.launch),
     )  # fmt: skip
 
 
@@ -281,6 +306,7 @@ def rollout(new: StageFactory, task: str) -> Stage:
         "rollout", f"rollout_{start}_{task}",
         {"--tasks": TASKS_DIR, "--model": model, "--task": task, "--out": out},
         deps=(TASKS_DIR, model), params=("profile", "seed", "rollout"), outs=(out,), wildcards={"task": task},
+        uses=new.uses((task,), new.cfg.rollout.sampler.name),
     )  # fmt: skip
 
 
@@ -292,7 +318,7 @@ def reward(new: StageFactory, task: str) -> Stage:
         "reward", f"reward_{start}_{task}",
         {"--tasks": TASKS_DIR, "--task": task, "--rollouts": rollouts, "--out": out, "--metrics": metrics},
         deps=(TASKS_DIR, rollouts), params=("profile", "tasks"), outs=(out,), metrics=(metrics,),
-        wildcards={"task": task},
+        wildcards={"task": task}, uses=new.uses((task,)),
     )  # fmt: skip
 
 
@@ -305,7 +331,7 @@ def credit(new: StageFactory, method: str, task: str) -> Stage:
         {"--tasks": TASKS_DIR, "--model": model, "--task": task, "--method": method, "--rollouts": rollouts,
          "--out": out},
         deps=(TASKS_DIR, model, rollouts), params=("profile", "seed", *grpo_keys(new.cfg), f"methods.{method}"),
-        outs=(out,), wildcards={"method": method, "task": task},
+        outs=(out,), wildcards={"method": method, "task": task}, uses=new.uses((task,), section=method),
     )  # fmt: skip
 
 
@@ -324,13 +350,15 @@ def _grpo(new, method, task, seed, tasks, start, image) -> Stage:
     root = layout.run_dir(layout.GRPO_DIR, run)
     model, metrics, curve = f"{root}/model", f"{root}/metrics.json", layout.curve(layout.GRPO_DIR, run)
     overrides = ("image.grpo", f"image.method_overrides.{method}") if image else ()
+    run_cfg = (new.cfg.image_methods if image else new.cfg.methods).get(method)
+    sampler = run_cfg.sampler.name if run_cfg is not None else ""
     return new(
         "grpo_image" if image else "grpo", f"grpo_{run}",
         {"--run": run, "--tasks": tasks, "--model": start, "--model-out": model,
          "--metrics": metrics, "--curve": curve, "--checkpoints": checkpoints(f"grpo_{run}")},
         deps=(tasks, start), params=("profile", "seed", *grpo_keys(new.cfg), f"methods.{method}", *overrides),
         outs=(curve,), dir_outs=(model,), metrics=(metrics,), wildcards={"method": method, "task": task, "seed": seed},
-        script="stages/grpo.py", **new.launch(method, image),
+        script="stages/grpo.py", uses=new.uses((task,), sampler, method, image), **new.launch(method, image),
     )  # fmt: skip
 
 
@@ -372,13 +400,14 @@ def _evaluate(new: StageFactory, kind: str, model: str, model_dir: str, wildcard
         return new(
             kind, name, args, deps=(TASKS_DIR, model_dir), params=("profile", "evaluate"), outs=(generations,),
             metrics=(metrics,), wildcards=wildcards, script="stages/evaluate.py",
+            uses=new.uses((task,), new.cfg.evaluate.sampler.name),
         )  # fmt: skip
     images, results = layout.image_folder(root, model, task), layout.image_results(root, model, task)
     args |= {"--tasks": IMAGE_TASKS_DIR, "--images": images, "--results": results}
     return new(
         kind, name, args, deps=(IMAGE_TASKS_DIR, model_dir), params=("profile", "image.evaluate"),
         outs=(generations, results), dir_outs=(images,), metrics=(metrics,), wildcards=wildcards,
-        script="stages/evaluate.py",
+        script="stages/evaluate.py", uses=new.uses((task,), new.cfg.image.evaluate.sampler.name, image=True),
     )  # fmt: skip
 
 
@@ -457,19 +486,29 @@ def param_values(cfg: Config, stage: Stage) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------------ files
 
+SRC = Path(__file__).resolve().parents[1]  # the installed package, whose registries say where their members live
 
-def code_files(script: str | Path, root: str | Path = ".") -> tuple[str, ...]:
-    """The library files (``src/ddmrl/**.py``) that ``script`` imports, directly or through other library modules.
+#: modules that functions import only on some paths (a checkpoint that is a pointer to a real model, an image task):
+#: imported inside a function, one is a dep only of the stages that use it (``Stage.uses``); a module-level import
+#: always runs, so it is always a dep
+OPTIONAL = ("ddmrl.hub", "ddmrl.models.adapters", "ddmrl.geneval")
 
-    Found by parsing ``import ddmrl...`` / ``from ddmrl... import`` statements, so the deps follow the code and
-    editing the tables code does not retrain a policy. A package import includes its ``__init__.py`` files.
+
+def code_files(script: str | Path, root: str | Path = ".", uses: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The library files (``src/ddmrl/**.py``) a stage runs: what ``script`` imports, directly or through other
+    library modules, and the modules it ``uses`` that a registry or a function imports only when needed (its task,
+    sampler and objective; :data:`OPTIONAL` modules). Found by parsing ``import`` statements, so the deps follow the
+    code: editing the tables code does not retrain a policy, nor one objective the runs of another. A package
+    import includes its ``__init__.py`` files; a name a package exports lazily (its ``_LAZY`` table) its module.
     """
     root = Path(root)
     seen: set[Path] = set()
-    todo = [root / script]
+    todo = [root / script, *(f for m in uses for f in _module_files(m, root))]
+    seen.update(todo[1:])
     while todo:
-        path = todo.pop()
-        for module in _ddmrl_imports(path):
+        for module, in_function in _ddmrl_imports(todo.pop(), root):
+            if in_function and module.startswith(OPTIONAL) and not module.startswith(uses):
+                continue
             for file in _module_files(module, root):
                 if file not in seen:
                     seen.add(file)
@@ -477,21 +516,56 @@ def code_files(script: str | Path, root: str | Path = ".") -> tuple[str, ...]:
     return tuple(sorted(f.relative_to(root).as_posix() for f in seen))
 
 
-def _ddmrl_imports(path: Path) -> frozenset[str]:
-    """Dotted names of the ddmrl modules a file imports (``from ddmrl.x import y`` gives ddmrl.x and ddmrl.x.y)."""
-    return _parse_imports(str(path), path.stat().st_mtime_ns)
+def _ddmrl_imports(path: Path, root: Path) -> frozenset[tuple[str, bool]]:
+    """(dotted name, inside a function) of the ddmrl modules a file imports: ``from ddmrl.x import y`` gives
+    ddmrl.x, ddmrl.x.y and, when ddmrl.x exports y lazily, y's module."""
+    return _parse_imports(str(path), path.stat().st_mtime_ns, root / "src")
 
 
 @functools.lru_cache(maxsize=1024)
-def _parse_imports(path: str, _mtime_ns: int) -> frozenset[str]:
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(Path(path).read_text(), filename=path)):
+def _parse_imports(path: str, _mtime_ns: int, src: Path) -> frozenset[tuple[str, bool]]:
+    names: set[tuple[str, bool]] = set()
+
+    def visit(node: ast.AST, in_function: bool) -> None:
         if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names if a.name.split(".")[0] == "ddmrl")
+            names.update((a.name, in_function) for a in node.names if a.name.split(".")[0] == "ddmrl")
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "ddmrl":
-            names.add(node.module)
-            names.update(f"{node.module}.{a.name}" for a in node.names)
+            lazy = _literal(src, node.module, "_LAZY")
+            names.add((node.module, in_function))
+            names.update((f"{node.module}.{a.name}", in_function) for a in node.names)
+            names.update((lazy[a.name], in_function) for a in node.names if a.name in lazy)
+        inner = in_function or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+        for child in ast.iter_child_nodes(node):
+            visit(child, inner)
+
+    visit(ast.parse(Path(path).read_text(), filename=path), False)
     return frozenset(names)
+
+
+def registry(package: str, name: str) -> dict[str, str]:
+    """A registry's table (member -> ``module:attribute``), read from its package's source without importing it
+    (``TASKS = Registry({...})``)."""
+    return _literal(SRC.parent, package, name)
+
+
+@functools.lru_cache(maxsize=256)
+def _literal(src: Path, package: str, name: str) -> dict[str, str]:
+    """The dict literal assigned to ``name`` in ``package``'s ``__init__.py`` under ``src`` (``{}`` if none): a
+    registry's table, or a package's ``_LAZY`` table of names it exports lazily (name -> module)."""
+    init = src.joinpath(*package.split("."), "__init__.py")
+    if not init.is_file():
+        return {}
+    for node in ast.parse(init.read_text()).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            value = node.value.args[0] if isinstance(node.value, ast.Call) else node.value
+            return ast.literal_eval(value)
+    return {}
+
+
+def member_module(package: str, table: str, name: str) -> str | None:
+    """The module that defines registry member ``name`` (None for a name the registry lacks)."""
+    spec = registry(package, table).get(name)
+    return spec.partition(":")[0] if spec else None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -508,13 +582,13 @@ def _module_files(module: str, root: Path) -> tuple[Path, ...]:
 
 
 def inputs(stage: Stage, root: str | Path = ".") -> tuple[str, ...]:
-    """Everything a stage depends on: its artifact deps, its script, then the library files it imports."""
+    """Everything a stage depends on: its artifact deps, its script, then the library files it runs."""
     return (*stage.deps, *code(stage, root))
 
 
 def code(stage: Stage, root: str | Path = ".") -> tuple[str, ...]:
-    """The stage's script, then the library files it runs."""
-    return (stage.script, *code_files(stage.script, root))
+    """The stage's script, then the library files it runs (:func:`code_files`)."""
+    return (stage.script, *code_files(stage.script, root, stage.uses))
 
 
 def check_names(stages: list[Stage]) -> None:

@@ -1,8 +1,7 @@
-"""Policy objectives of ddmrl.objectives.losses: token_clip, sequence_clip (GDPO), spg (SPG) and
-weighted_likelihood (wd1).
+"""The policy objectives, one module each: token_clip, sequence_clip (GDPO, Rojas et al. 2026), spg (SPG, Wang
+et al. 2026) and weighted_likelihood (wd1, Tang et al. 2026), and their registry.
 
-Specs: algorithms.md C.2 (shared objective interface), B.3 (GDPO), B.6 (wd1), B.7 (SPG). Every test builds
-``ObjectiveInputs`` by hand on tiny tensors; gradients are taken with autograd w.r.t. ``logps``.
+Every test builds ``ObjectiveInputs`` by hand on tiny tensors; gradients are taken with autograd w.r.t. ``logps``.
 """
 
 from __future__ import annotations
@@ -13,16 +12,13 @@ import pytest
 import torch
 
 from ddmrl.config import GRPOConfig
-from ddmrl.objectives.losses import (
-    OBJECTIVES,
-    ObjectiveInputs,
-    sequence_clip,
-    sequence_elbo,
-    spg,
-    token_clip,
-    weighted_likelihood,
-)
+from ddmrl.likelihood import sequence_elbo
+from ddmrl.objectives import OBJECTIVES, ObjectiveInputs
 from ddmrl.objectives.policy_loss import aggregate, clipped_token_loss
+from ddmrl.objectives.sequence_clip import sequence_clip
+from ddmrl.objectives.spg import spg
+from ddmrl.objectives.token_clip import token_clip
+from ddmrl.objectives.weighted_likelihood import weighted_likelihood
 
 
 def make(
