@@ -246,33 +246,32 @@ PRETRAIN_THREADS = 2
 
 def download(new: StageFactory) -> Stage:
     """The text base model and tasks: embedded profiles pre-train it, paper profiles fetch it."""
-    return _download(new, "download", "data/download", TASKS_DIR, BASE_DIR, {}, new.cfg.model.pretrained)
+    return _download(new, "download", "data/download", TASKS_DIR, BASE_DIR)
 
 
 def download_image(new: StageFactory) -> Stage:
     """The text-to-image branch's own base model and tasks. Its pre-training runs on one thread, beside the text
     branch's jobs (on 2 cores that finishes sooner than two threads each in turn)."""
-    root, pretrained = "data/download/image", new.cfg.image.model.pretrained
-    return _download(new, "download_image", root, IMAGE_TASKS_DIR, IMAGE_BASE_DIR, {"--modality": "image"}, pretrained)
+    return _download(new, "download_image", "data/download/image", IMAGE_TASKS_DIR, IMAGE_BASE_DIR)
 
 
-def _download(new, name, root, tasks, base, extra, pretrained) -> Stage:
-    prefix = "image." if name == "download_image" else ""
-    branch = new.cfg.image if prefix else new.cfg
+def _download(new: StageFactory, name: str, root: str, tasks: str, base: str) -> Stage:
+    image = name == "download_image"
+    branch, prefix = (new.cfg.image, "image.") if image else (new.cfg, "")
     params = tuple(f"{prefix}{k}" for k in ("tasks", "task_params", "model", "download"))
-    params += ("image.cond_dropout_prob",) if prefix else ()
+    params += ("image.cond_dropout_prob",) if image else ()
     metrics, curve = f"{root}/metrics.json", f"{root}/curve.csv"
-    manifests = (f"{root}/manifests",) if pretrained else ()  # paper profiles: the downloads' checksums
+    extra = {"--modality": "image"} if image else {}
+    manifests = (f"{root}/manifests",) if branch.model.pretrained else ()  # paper profiles: the downloads' checksums
     if manifests:
-        extra = {**extra, "--manifests": manifests[0]}
+        extra["--manifests"] = manifests[0]
     return new(
         name, name,
         {"--tasks-out": tasks, "--model-out": base, "--metrics": metrics, "--curve": curve,
          "--checkpoints": checkpoints(name), **extra},
         deps=(), params=("profile", "seed", *params), script="stages/download.py",
         outs=(curve,), dir_outs=(tasks, base, *manifests), metrics=(metrics,),
-        uses=new.uses(branch.tasks, image=bool(prefix)),
-        threads=PRETRAIN_THREADS if not prefix and not pretrained else 1,
+        threads=1 if image or branch.model.pretrained else PRETRAIN_THREADS, uses=new.uses(branch.tasks, image=image),
     )  # fmt: skip
 
 
@@ -350,8 +349,8 @@ def _grpo(new, method, task, seed, tasks, start, image) -> Stage:
     root = layout.run_dir(layout.GRPO_DIR, run)
     model, metrics, curve = f"{root}/model", f"{root}/metrics.json", layout.curve(layout.GRPO_DIR, run)
     overrides = ("image.grpo", f"image.method_overrides.{method}") if image else ()
-    run_cfg = (new.cfg.image_methods if image else new.cfg.methods).get(method)
-    sampler = run_cfg.sampler.name if run_cfg is not None else ""
+    section = (new.cfg.image_methods if image else new.cfg.methods).get(method)  # None in a pattern ({method})
+    sampler = section.sampler.name if section is not None else ""
     return new(
         "grpo_image" if image else "grpo", f"grpo_{run}",
         {"--run": run, "--tasks": tasks, "--model": start, "--model-out": model,

@@ -126,13 +126,17 @@ def _fill(text: str, wildcards: dict[str, str]) -> str:
 
 
 def _check(template: Stage, code: list[str], stage: Stage, root: Path) -> None:
-    w = dict(stage.wildcards)
-    fill = lambda items: [_fill(x, w) for x in items]  # noqa: E731
-    cmd = _fill(_dvc_cmd(template.words), w)
-    got = (shlex.split(cmd), fill(template.dvc_deps or template.deps), sorted(fill(code)), fill(template.outputs))
-    want = (stage.words, list(stage.dvc_deps or stage.deps), sorted(dag.code(stage, root)), list(stage.outputs))
-    if got != want or shlex.join(shlex.split(cmd)) != stage.cmd or template.params != stage.params:
-        raise AssertionError(f"dvc.yaml entry of {stage.name} does not expand to the stage (a bug in the export)")
+    """Raise unless the entry, with the stage's wildcards filled in, is the stage."""
+
+    def fill(items) -> list[str]:
+        return [_fill(x, dict(stage.wildcards)) for x in items]
+
+    got = (shlex.split(fill([_dvc_cmd(template.words)])[0]), fill(template.dvc_deps or template.deps),
+           sorted(fill(code)), fill(template.outputs), template.params)  # fmt: skip
+    want = (stage.words, list(stage.dvc_deps or stage.deps), sorted(dag.code(stage, root)), list(stage.outputs),
+            stage.params)  # fmt: skip
+    if got != want:
+        raise RuntimeError(f"the dvc.yaml entry of {stage.name} does not expand to the stage (a bug in the export)")
 
 
 def _code_template(group: list[Stage], expanded: list[Dim], root: Path) -> list[str] | None:
