@@ -14,7 +14,7 @@ from ddmrl.config import DEFAULT_PROFILE, ConfigError
 from ddmrl.io import DataError, DownloadError, atomic_path
 
 for _var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "DVC_NO_ANALYTICS"):
-    os.environ.setdefault(_var, "1")  # no hub retries: a missing local file fails at once (ecosystem.md section 6)
+    os.environ.setdefault(_var, "1")  # no hub retries: a missing local file fails at once
 
 
 def run_stage(main: Callable[[], None]) -> None:

@@ -1,5 +1,5 @@
 """GDPO's Gauss-Legendre ELBO estimator against the exact ELBO, by enumeration of every mask pattern
-(algorithms.md B.3; ddmrl.masking.views.gdpo_quadrature, weighting ``gdpo_elbo``, likelihood.sequence_elbo).
+(GDPO, Rojas et al. 2026; ddmrl.masking.views.gdpo_quadrature, weighting ``gdpo_elbo``, likelihood.sequence_elbo).
 
 Setting: vocabulary V = 4 with the mask id 0, a one-token prompt, a completion x of length L, and a stub model
 whose conditional log-probabilities depend on which positions are masked through a known formula

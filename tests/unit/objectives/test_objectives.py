@@ -234,7 +234,7 @@ def test_spg_negative_advantage_with_mix_one_flows_only_through_the_eubo_proxy()
 
 
 def test_spg_loss_weights_sequences_by_completion_length():
-    """SPG's trainer (spg_trainer.py compute_loss; algorithms.md B.7 "the loss is weighted by completion length"):
+    """SPG's trainer (spg_trainer.py compute_loss, Wang et al. 2026: the loss is weighted by completion length):
     loss = sum_i |y_i| (-A_i proxy_i) / sum_i |y_i|, |y_i| the valid completion tokens (up to and including EOS),
     not the plain mean over rollouts. One view masking everything (ELBO = mean log-prob), A = (+1, +1), row 0 of
     length 4 with mean log-prob -1, row 1 of length 1 with log-prob -3: loss = (4 * 1 + 1 * 3) / 5 = 1.4 (the plain
