@@ -175,6 +175,19 @@ def test_snakemake_config_switches_the_profile(tmp_path):
     assert all(f"--params {override}" in j.cmd for j in planned(result.stdout).values())
 
 
+def test_conda_env_and_slurm_profile_follow_the_project():
+    """workflow/envs/ddmrl.yaml pins exactly pyproject's dependencies; the SLURM profile sets resources per kind."""
+    import tomllib
+
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    env = yaml.safe_load((REPO / "workflow" / "envs" / "ddmrl.yaml").read_text())["dependencies"]
+    pins = [p for d in env if isinstance(d, dict) for p in d["pip"] if "==" in p]
+    assert sorted(pins) == sorted(d.split("#")[0].strip() for d in deps)
+    slurm = yaml.safe_load((REPO / "workflow" / "profiles" / "slurm" / "config.yaml").read_text())
+    kinds = {k.name for k in dag.all_kinds(load(REPO / "params.yaml"))}
+    assert set(slurm["set-resources"]) == kinds - {"reward", "tables"}  # those two run on the default CPU slot
+
+
 # ------------------------------------------------------------------------------------------------ validation
 
 

@@ -18,9 +18,8 @@ os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 from ddmrl.config import ConfigError, load
 from ddmrl.pipeline import dag, engines
 
-PARAMS = engines.params_file(config)  # params.yaml, or with `--config` / `--configfile` values on top
-
 try:
+    PARAMS = engines.params_file(config)  # params.yaml, or with `--config` / `--configfile` values on top
     CFG = load(PARAMS)
     STAGES = dag.build(CFG, PARAMS)
     dag.check_names(STAGES)
