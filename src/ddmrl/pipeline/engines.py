@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from ddmrl.config import ConfigError, load
+from ddmrl.config import ConfigError, deep_merge, load
 from ddmrl.pipeline import dag, export
 
 #: where a Snakemake run whose ``--config`` / ``--configfile`` change params.yaml keeps the params it runs with
@@ -31,19 +31,12 @@ def params_file(overrides: dict[str, Any], params: str = "params.yaml") -> str:
     path = Path(params)
     if not overrides:
         return params
-    merged = _merge(yaml.safe_load(path.read_text(encoding="utf-8")) or {}, overrides)
+    merged = deep_merge(yaml.safe_load(path.read_text(encoding="utf-8")) or {}, overrides)
     out = path.parent / OVERRIDE_DIR
     _write_if_changed(out / path.name, yaml.safe_dump(merged, sort_keys=False))
     for overlay in (path.parent / "profiles").glob("*.yaml"):
         _write_if_changed(out / "profiles" / overlay.name, overlay.read_text(encoding="utf-8"))
     return (out / path.name).as_posix()
-
-
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
 
 
 def _write_if_changed(path: Path, text: str) -> None:
@@ -74,7 +67,7 @@ def record(params: str | Path = "params.yaml") -> str:
     dvc = shutil.which("dvc", path=str(Path(sys.executable).parent)) or "dvc"
     out = subprocess.run([dvc, "commit", "--force", "--quiet", *targets], cwd=root, capture_output=True, text=True)
     if out.returncode != 0:
-        return f"dvc commit failed: {(out.stderr or out.stdout).strip().splitlines()[-1:]}"
+        return f"dvc commit failed: {((out.stderr or out.stdout).strip().splitlines() or [''])[-1]}"
     return f"recorded {len(done)} of {len(stages)} stages in dvc.lock and the DVC cache"
 
 

@@ -1,15 +1,18 @@
 """The data tree: where each stage writes, ``data/<stage>/...``, in one place for the DAG and the tables stage.
 
-The DAG (:mod:`ddmrl.pipeline.dag`) names every stage's outputs with these
-functions, and the tables stage finds the files it aggregates with the same functions under the directories it is
-given, so that its command line does not grow with the sweep (DVC expands the sweep at run time).
+The DAG (:mod:`ddmrl.pipeline.dag`) names every stage's outputs with these functions, and the tables stage finds
+the files it aggregates with the same functions under the directories it is given, so that its command line does
+not grow with the sweep (DVC expands the sweep at run time).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddmrl.config import run_name
+
+if TYPE_CHECKING:
+    from ddmrl.config import Config
 
 TASKS_DIR = "data/download/tasks"
 BASE_DIR = "data/download/base"
@@ -29,13 +32,13 @@ CURVES = {
 }
 
 
-def start_model(cfg: Any) -> tuple[str, str]:
+def start_model(cfg: Config) -> tuple[str, str]:
     """(name, directory) of the model text RL starts from: the SFT model, or with ``sft.max_steps: 0`` (the paper
     profiles start from LLaDA-8B-Instruct, as MaskGRPO and d1's diffu-GRPO row do) the downloaded base model."""
     return ("sft", SFT_DIR) if cfg.sft.max_steps else ("base", BASE_DIR)
 
 
-def has_credit(cfg: Any) -> bool:
+def has_credit(cfg: Config) -> bool:
     """The credit diagnostic back-propagates per token through the whole model: embedded models only."""
     return bool(cfg.tasks) and not cfg.model.pretrained
 
@@ -85,7 +88,11 @@ def image_folder(root: str, model: str, task: str) -> str:
 
 
 def tables_inputs(
-    cfg: Any, evaluate: str = EVALUATE_DIR, grpo: str = GRPO_DIR, reward: str | None = None, credits: str = CREDIT_DIR
+    cfg: Config,
+    evaluate: str = EVALUATE_DIR,
+    grpo: str = GRPO_DIR,
+    reward: str | None = None,
+    credits: str = CREDIT_DIR,
 ) -> dict[str, list[str]]:
     """The files the tables stage aggregates, under the given directories (``reward``: the start model's).
 
