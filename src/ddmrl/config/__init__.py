@@ -23,9 +23,11 @@ from ddmrl.config._base import deep_merge
 from ddmrl.config.loader import load, method_config, profile_path, read_params
 from ddmrl.config.schema import (
     DEFAULT_PROFILE,
+    DEFAULT_TRACKERS,
     METHOD_CONFIGS,
     TASK_MODALITY,
     TASK_PARAMS,
+    TRACKERS,
     TRAIN_LOSSES,
     Config,
     DiffuGRPOConfig,
@@ -59,9 +61,11 @@ from ddmrl.errors import ConfigError
 
 __all__ = [
     "DEFAULT_PROFILE",
+    "DEFAULT_TRACKERS",
     "METHOD_CONFIGS",
     "TASK_MODALITY",
     "TASK_PARAMS",
+    "TRACKERS",
     "TRAIN_LOSSES",
     "Config",
     "ConfigError",

@@ -80,6 +80,11 @@ class Stage:
         """Every path the stage writes."""
         return self.outs + self.dir_outs + self.metrics
 
+    @property
+    def plots(self) -> tuple[str, ...]:
+        """Its curves (CSV, one row per step or rollout batch), among :attr:`outs`."""
+        return tuple(o for o in self.outs if o.endswith("curve.csv"))
+
 
 @dataclass(frozen=True)
 class Dim:
@@ -232,6 +237,12 @@ class StageFactory:
         return launch(runs[section].launch) if section in runs else {}
 
 
+def log_dir(stage_name: str) -> str:
+    """Where a training stage's experiment trackers write (TensorBoard, DVCLive): beside its log, git-ignored and,
+    like the checkpoints, no output of either engine."""
+    return f"logs/{stage_name}"
+
+
 def checkpoints(stage_name: str) -> str:
     """Where a training stage keeps resumable checkpoints: deliberately NOT an output of either engine, so that
     Snakemake's removal of incomplete outputs and DVC's removal of outputs before a run leave it alone."""
@@ -265,12 +276,15 @@ def _download(new: StageFactory, name: str, root: str, tasks: str, base: str) ->
     manifests = (f"{root}/manifests",) if branch.model.pretrained else ()  # paper profiles: the downloads' checksums
     if manifests:
         extra["--manifests"] = manifests[0]
+    configs = () if branch.model.pretrained else (f"{root}/config.yaml",)  # the pre-training's resolved config
+    if configs:
+        extra["--config-out"] = configs[0]
     return new(
         name, name,
         {"--tasks-out": tasks, "--model-out": base, "--metrics": metrics, "--curve": curve,
-         "--checkpoints": checkpoints(name), **extra},
+         "--checkpoints": checkpoints(name), "--log-dir": log_dir(name), **extra},
         deps=(), params=("profile", "seed", *params), script="stages/download.py",
-        outs=(curve,), dir_outs=(tasks, base, *manifests), metrics=(metrics,),
+        outs=(curve, *configs), dir_outs=(tasks, base, *manifests), metrics=(metrics,),
         threads=1 if image or branch.model.pretrained else PRETRAIN_THREADS, uses=new.uses(branch.tasks, image=image),
     )  # fmt: skip
 
@@ -286,13 +300,13 @@ def launch(cfg: LaunchConfig) -> dict[str, Any]:
 
 def sft(new: StageFactory) -> Stage:
     """One thread: the embedded SFT is 30 short steps, and runs beside the image branch's pre-training."""
-    metrics, curve = "data/sft/metrics.json", "data/sft/curve.csv"
+    metrics, curve, resolved = "data/sft/metrics.json", "data/sft/curve.csv", "data/sft/config.yaml"
     return new(
         "sft", "sft",
         {"--tasks": TASKS_DIR, "--model": BASE_DIR, "--model-out": SFT_DIR, "--metrics": metrics, "--curve": curve,
-         "--checkpoints": checkpoints("sft")},
+         "--config-out": resolved, "--checkpoints": checkpoints("sft"), "--log-dir": log_dir("sft")},
         deps=(TASKS_DIR, BASE_DIR), params=("profile", "seed", "tasks", "sft"),
-        outs=(curve,), dir_outs=(SFT_DIR,), metrics=(metrics,), threads=1, uses=new.uses(new.cfg.tasks),
+        outs=(curve, resolved), dir_outs=(SFT_DIR,), metrics=(metrics,), threads=1, uses=new.uses(new.cfg.tasks),
         **launch(new.cfg.sft.launch),
     )  # fmt: skip
 
@@ -351,13 +365,16 @@ def _grpo(new, method, task, seed, tasks, start, image) -> Stage:
     overrides = ("image.grpo", f"image.method_overrides.{method}") if image else ()
     section = (new.cfg.image_methods if image else new.cfg.methods).get(method)  # None in a pattern ({method})
     sampler = section.sampler.name if section is not None else ""
+    resolved = f"{root}/config.yaml"  # the run's hyperparameters after profile, method and overrides
     return new(
         "grpo_image" if image else "grpo", f"grpo_{run}",
         {"--run": run, "--tasks": tasks, "--model": start, "--model-out": model,
-         "--metrics": metrics, "--curve": curve, "--checkpoints": checkpoints(f"grpo_{run}")},
+         "--metrics": metrics, "--curve": curve, "--config-out": resolved,
+         "--checkpoints": checkpoints(f"grpo_{run}"), "--log-dir": log_dir(f"grpo_{run}")},
         deps=(tasks, start), params=("profile", "seed", *grpo_keys(new.cfg), f"methods.{method}", *overrides),
-        outs=(curve,), dir_outs=(model,), metrics=(metrics,), wildcards={"method": method, "task": task, "seed": seed},
-        script="stages/grpo.py", uses=new.uses((task,), sampler, method, image), **new.launch(method, image),
+        outs=(curve, resolved), dir_outs=(model,), metrics=(metrics,),
+        wildcards={"method": method, "task": task, "seed": seed}, script="stages/grpo.py",
+        uses=new.uses((task,), sampler, method, image), **new.launch(method, image),
     )  # fmt: skip
 
 
