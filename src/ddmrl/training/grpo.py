@@ -40,9 +40,8 @@ from ddmrl.likelihood import token_logps
 from ddmrl.masking import Views, apply_view, build_views
 from ddmrl.masking.views import STATE_VIEWS
 from ddmrl.methods import METHODS
-from ddmrl.objectives import group_advantages, token_weights
+from ddmrl.objectives import OBJECTIVES, ObjectiveInputs, group_advantages, token_weights
 from ddmrl.objectives.advantages import STEP_ADVANTAGES
-from ddmrl.objectives.losses import OBJECTIVES, ObjectiveInputs
 from ddmrl.objectives.weights import realised_ratio
 from ddmrl.rollout import Rollouts, rewards, rollout, step_rewards
 from ddmrl.seeding import derive_seed

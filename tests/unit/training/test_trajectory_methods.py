@@ -19,7 +19,7 @@ from ddmrl.masking.views import top_steps
 from ddmrl.models import build_tokenizer
 from ddmrl.objectives.advantages import mdpo_step_advantages
 from ddmrl.objectives.base import ObjectiveInputs
-from ddmrl.objectives.losses import token_clip
+from ddmrl.objectives.token_clip import token_clip
 from ddmrl.rollout import Rollouts, rewards, rollout, step_rewards
 from ddmrl.samplers import generate
 from ddmrl.tasks import make_task
