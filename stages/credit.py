@@ -19,9 +19,9 @@ import torch
 
 from ddmrl import config
 from ddmrl.cli import run_stage, write_csv
+from ddmrl.config.schema import STATE_VIEWS
 from ddmrl.diagnostics import credit_by_reveal_step, token_credit
 from ddmrl.io import read_jsonl
-from ddmrl.masking.views import STATE_VIEWS
 from ddmrl.methods import METHODS
 from ddmrl.models.checkpoint import load_checkpoint
 from ddmrl.objectives import group_advantages

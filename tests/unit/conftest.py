@@ -47,6 +47,18 @@ def make_model(tok):
     return make
 
 
+@pytest.fixture
+def sharp_model(make_model):
+    """A tiny random TinyDDM over 16 positions whose weights are drawn wider (std 0.5) than the 0.02-std init, so
+    that confidences spread over (0, 1): samplers revise tokens under RCR and propose EOS."""
+    model = make_model(max_positions=16)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0, 0.5, generator=torch.Generator().manual_seed(p.numel()))
+    return model
+
+
 class Out:
     """The part of a model output the code under test reads: ``.logits``."""
 

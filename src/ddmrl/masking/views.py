@@ -404,9 +404,6 @@ def apply_view(
     return x.masked_fill(masked, mask_id)
 
 
-#: the view samplers built from the sampler's stored states (their rollouts record the trajectory)
-STATE_VIEWS = ("cj_grpo", "mdpo_topk")
-
 VIEWS = {
     "full_completion": full_completion_views,
     "unigrpo": unigrpo_views,

@@ -36,9 +36,9 @@ import torch
 from tqdm import tqdm
 
 from ddmrl.config import ConfigError, GRPOConfig
+from ddmrl.config.schema import STATE_VIEWS
 from ddmrl.likelihood import token_logps
 from ddmrl.masking import Views, apply_view, build_views
-from ddmrl.masking.views import STATE_VIEWS
 from ddmrl.methods import METHODS
 from ddmrl.objectives import OBJECTIVES, ObjectiveInputs, group_advantages, token_weights
 from ddmrl.objectives.advantages import STEP_ADVANTAGES

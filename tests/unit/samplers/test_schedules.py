@@ -38,15 +38,6 @@ def prompts(n: int = 3, p: int = 4, seed: int = 0) -> torch.Tensor:
     return x
 
 
-def sharp(model):
-    """Weights drawn wider than the 0.02-std init, so that confidences spread over (0, 1) and EOS gets proposed."""
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.normal_(0, 0.5, generator=torch.Generator().manual_seed(p.numel()))
-    return model
-
-
 class EosLover(torch.nn.Module):
     """A model with ``bias`` added to the EOS logit everywhere (so that EOS is often proposed early)."""
 
@@ -184,9 +175,9 @@ def reference_eoser_ass(model, prompt, gen_length, block_num, eos_id, eos_min_ga
 
 
 @pytest.mark.parametrize("blocks", [1, 2, 3])
-def test_eoser_ass_sampler_is_the_released_decoder(make_model, blocks):
+def test_eoser_ass_sampler_is_the_released_decoder(sharp_model, blocks):
     """L = 12 (3 steps: 1, 2 and 9 tokens); a random model that likes EOS. EOSER changes the samples."""
-    model = EosLover(sharp(make_model(max_positions=16)))
+    model = EosLover(sharp_model)
     p = prompts()
     want = reference_eoser_ass(model, p, 12, blocks, EOS)
     kw = {"mask_id": MASK, "block_length": 4, "steps": 0, "schedule": "ass", "ass_blocks": blocks, "eos_id": EOS}
@@ -258,9 +249,9 @@ def reference_rcr(model, prompt, gen_length, steps, num_transfer):
 
 
 @pytest.mark.parametrize("steps", [3, 6, 12])
-def test_rcr_is_mdpo_running_confidence_remasking(make_model, steps):
+def test_rcr_is_mdpo_running_confidence_remasking(sharp_model, steps):
     """One block of 12 at temperature 0: the same completions and the same states as MDPO's RCR."""
-    model = sharp(make_model(max_positions=16))
+    model = sharp_model
     p = prompts()
     out = generate(model, p, 12, mask_id=MASK, block_length=12, steps=steps, remasking="rcr", record_trajectory=True)
     counts = [12 // steps] * steps
@@ -278,10 +269,10 @@ def test_rcr_is_mdpo_running_confidence_remasking(make_model, steps):
         assert bool(revised.any()), "RCR re-masks committed low-confidence tokens"
 
 
-def test_rcr_reveal_step_is_the_last_commit_and_blocks_stay_in_order(make_model):
+def test_rcr_reveal_step_is_the_last_commit_and_blocks_stay_in_order(sharp_model):
     """Blocks of 4, 6 steps over 12 tokens (2 per block, 2 tokens each): a token's reveal step is the last step at
     which it became (and stayed) unmasked; every block is finished before the next starts."""
-    model = sharp(make_model(max_positions=16))
+    model = sharp_model
     kw = {"mask_id": MASK, "block_length": 4, "steps": 6, "remasking": "rcr", "temperature": 1.0}
     out = generate(model, prompts(), 12, **kw, record_trajectory=True, generator=torch.Generator().manual_seed(0))
     after = next_states(out.trajectory.states, out.completion_ids)
@@ -306,11 +297,11 @@ def test_rcr_reveal_step_is_the_last_commit_and_blocks_stay_in_order(make_model)
         {"steps": 6, "remasking": "rcr", "eoser": True, "eos_id": EOS},
     ],
 )
-def test_recording_changes_nothing_and_keeps_every_step(make_model, kw):
+def test_recording_changes_nothing_and_keeps_every_step(sharp_model, kw):
     """Recording never changes the samples; each step's state, prediction and confidence are what the model saw and
     proposed: x̂_0^(s) fills the masks of x_s with the step's proposals, the confidence is their probability (1 at the
     positions x_s already holds)."""
-    model = sharp(make_model(max_positions=16))
+    model = sharp_model
     base = {"mask_id": MASK, "block_length": 4, "temperature": 1.0}
     plain = generate(model, prompts(), 12, **base, **kw, generator=torch.Generator().manual_seed(3))
     out = generate(
@@ -344,10 +335,10 @@ def test_recording_changes_nothing_and_keeps_every_step(make_model, kw):
         assert bool((traj.confidence[s][~masked] == 1).all())
 
 
-def test_states_rebuilt_from_reveal_steps_are_the_stored_ones_without_remasking(make_model):
+def test_states_rebuilt_from_reveal_steps_are_the_stored_ones_without_remasking(sharp_model):
     """A sampler that never re-masks is described by its reveal steps: the rebuilt states equal the recorded ones.
     Under RCR they do not (tokens are revised), which is why its trajectory must be stored."""
-    model = sharp(make_model(max_positions=16))
+    model = sharp_model
     kw = {"mask_id": MASK, "block_length": 4, "steps": 6, "temperature": 1.0, "record_trajectory": True}
     for extra in ({}, {"schedule": "ass", "steps": 0}):
         out = generate(model, prompts(), 12, **{**kw, **extra}, generator=torch.Generator().manual_seed(1))
