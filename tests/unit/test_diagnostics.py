@@ -16,6 +16,15 @@ j >= mu - s, so C(k) is proportional to H(s) = sum_{j = mu - s}^{mu} 1/j; the to
 1/4, 7/12, 13/12, 25/12 at s = 0..3, strictly increasing (tokens revealed late are masked in more views).
 
 diffu-GRPO: every view masks the whole completion with weight 1 and token_mean aggregation: C_i(k) = mu / (N L).
+
+CJ-GRPO: one view per sampler step s (S = 4), the state before it, whose targets are the c tokens of each rollout the
+step revealed; token_mean over the N c targets of a view, the S views of an optimiser step averaged, mu optimiser
+steps: each token is a target of exactly one view, so C_i(k) = mu / (S N c), flat over the reveal steps.
+
+MDPO: views are the states of each rollout's K steps of largest |A_s|, spread over the mu optimiser steps (K = 2,
+mu = 4: each view twice); at ratio 1 the gradient of seq_mean w.r.t. log p(k) in view v is A_{i,s} c_v(k) / (t |M|
+N) with |M| the state's masked tokens and t = |M| / L, so divided by |A_{i,s}|: C_i(k) = 2 sum_v c_v(k) L /
+(|M_v,i|^2 N) over the views that mask k (c the sampler's confidence).
 """
 
 from __future__ import annotations
@@ -25,7 +34,9 @@ import torch
 
 from ddmrl.config import GRPOConfig, method_config
 from ddmrl.diagnostics import credit_by_reveal_step, token_credit
+from ddmrl.masking.views import top_steps
 from ddmrl.rollout import Rollouts
+from ddmrl.samplers.trajectory import Trajectory, states_from_reveal
 from ddmrl.training.grpo import make_views
 
 N, L, P, MU, C = 4, 8, 3, 4, 2
@@ -48,9 +59,11 @@ def config(method: str, **kw) -> GRPOConfig:
     return method_config(method, base, **kw)
 
 
-def credit_for(tok, make_model, cfg: GRPOConfig, batch: Rollouts, adv: torch.Tensor = ADV) -> torch.Tensor:
+def credit_for(
+    tok, make_model, cfg: GRPOConfig, batch: Rollouts, adv: torch.Tensor = ADV, step_adv: torch.Tensor | None = None
+) -> torch.Tensor:
     model = make_model(max_positions=P + L, seed=1)
-    return token_credit(model, cfg, batch, adv, 7, tok.pad_token_id, tok.mask_token_id)
+    return token_credit(model, cfg, batch, adv, 7, tok.pad_token_id, tok.mask_token_id, step_adv)
 
 
 @pytest.mark.parametrize("coupling", ["independent", "nested", "trajectory"])
@@ -101,3 +114,31 @@ def test_zero_advantage_rows_and_post_eos_tokens_get_no_credit(tok, make_model):
     assert bool((credit[[0, 1, 3]][valid[[0, 1, 3]]] > 0).all())
     frame = credit_by_reveal_step(credit, batch, adv)
     assert int(frame["count"].sum()) == 3 * L - 2
+
+
+def test_cj_grpo_credit_is_flat_each_token_a_target_once(tok, make_model):
+    """Module docstring: C_i(k) = mu / (S N c), the views rebuilt from the reveal steps (no stored trajectory)."""
+    batch = rollouts()
+    credit = credit_for(tok, make_model, config("cj_grpo"), batch)
+    assert torch.allclose(credit, torch.full((N, L), MU / (MU * N * C)), rtol=1e-5)
+    frame = credit_by_reveal_step(credit, batch, ADV)
+    assert frame["relative_credit"].tolist() == pytest.approx([1.0] * MU, abs=1e-5)
+
+
+def test_mdpo_credit_is_the_confidence_over_the_squared_masked_count(tok, make_model):
+    """Module docstring: C_i(k) = 2 sum_v c_v(k) L / (|M_v,i|^2 N) over the K = 2 top steps that mask k."""
+    batch = rollouts()
+    g = torch.Generator().manual_seed(3)
+    states = states_from_reveal(batch.completion_ids, batch.reveal_step, tok.mask_token_id)  # [S, N, L]
+    masked = states == tok.mask_token_id
+    predictions = torch.where(masked, batch.completion_ids[None], states)
+    confidence = torch.where(masked, torch.rand(states.shape, generator=g), 1.0)
+    batch = batch._replace(trajectory=Trajectory(states, predictions, confidence))
+    step_adv = torch.randn(N, MU, generator=g)
+    credit = credit_for(tok, make_model, config("mdpo", sample_train_steps=2), batch, ADV.abs(), step_adv)
+    want = torch.zeros(N, L)
+    for i in range(N):
+        for s in top_steps(step_adv, 2)[i].tolist():
+            m = masked[s, i]
+            want[i] += 2 * torch.where(m, confidence[s, i], 0.0) * L / (m.sum() ** 2 * N)
+    assert torch.allclose(credit, want, rtol=1e-5)
