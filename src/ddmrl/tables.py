@@ -32,6 +32,9 @@ DISPLAY = {
     "gdpo": "GDPO",
     "spg": "SPG",
     "wd1": "wd1",
+    "mdpo": "MDPO",
+    "mdpo_rcr": "MDPO + RCR",  # profiles/extended.yaml: MDPO with running-confidence remasking in its rollouts
+    "cj_grpo": "CJ-GRPO",
 }
 
 
