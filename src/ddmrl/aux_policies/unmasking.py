@@ -44,17 +44,19 @@ def bernoulli_logp(logits: torch.Tensor, unmask: torch.Tensor, select: torch.Ten
     independently with probability sigmoid(logits) (logits [..., L], unmask and select bool [..., L]).
 
     With ``fallback``, an empty draw reveals the selectable position of highest logit k* alone, so that action's
-    probability is prod_{k != k*} (1 - s_k) (an empty action then has probability 0 and is never drawn). A row with
-    nothing selectable has log-probability 0.
+    probability is prod_{k != k*} (1 - s_k), and an empty action has probability 0 (log-probability -inf). A row
+    with nothing selectable has log-probability 0.
     """
     unmask = unmask & select
     ll = torch.where(unmask, F.logsigmoid(logits), F.logsigmoid(-logits)).masked_fill(~select, 0.0).sum(-1)
     if not fallback:
         return ll
     star = logits.masked_fill(~select, -torch.inf).argmax(-1, keepdim=True)  # [..., 1]
-    lone_star = (unmask.sum(-1) == 1) & unmask.gather(-1, star).squeeze(-1)
+    count = unmask.sum(-1)
+    lone_star = (count == 1) & unmask.gather(-1, star).squeeze(-1)
     # log P_B({k*}) + log(1 + P_B({}) / P_B({k*})) = log P_B({k*}) + softplus(-b_k*)
-    return torch.where(lone_star, ll + F.softplus(-logits.gather(-1, star).squeeze(-1)), ll)
+    ll = torch.where(lone_star, ll + F.softplus(-logits.gather(-1, star).squeeze(-1)), ll)
+    return ll.masked_fill((count == 0) & select.any(-1), -torch.inf)
 
 
 def draw_unmask(logits: torch.Tensor, select: torch.Tensor, fallback: bool, uniforms: torch.Tensor) -> torch.Tensor:
