@@ -611,6 +611,8 @@ def _check_aux(cfg: GRPOConfig) -> None:
     if aux.kind == "none":
         if aux.freeze_model:
             raise refuse("aux_policy.freeze_model", True, "with no auxiliary policy nothing would be trained")
+        if aux.speed_alpha:
+            raise refuse("aux_policy.speed_alpha", aux.speed_alpha, "counts an auxiliary policy's steps: set its kind")
         return
     if aux.freeze_model and cfg.lora.r:
         raise refuse("lora.r", cfg.lora.r, "the model is frozen (aux_policy.freeze_model): no adapters to train")
