@@ -26,7 +26,7 @@ unweighted mean of tags, in percent).
 import argparse
 
 from ddmrl import config
-from ddmrl.aux_policies import UnmaskingPolicy, load_aux_policy
+from ddmrl.aux_policies import load_aux_policy
 from ddmrl.cli import run_stage
 from ddmrl.evaluation import evaluate, evaluate_images, with_heuristics
 from ddmrl.io import write_json, write_jsonl
@@ -62,7 +62,9 @@ def main() -> None:
     else:
         ecfg = cfg.evaluate
         metrics, records = evaluate(model, tok, task, held_out, ecfg.sampler, ecfg.batch_size, cfg.seed, aux)
-        if isinstance(aux, UnmaskingPolicy):  # the unmasking paper's comparison: the same model, the heuristics
+        if (
+            aux is not None and aux.kind == "unmasking"
+        ):  # the unmasking paper's comparison: the same model, the heuristics
             metrics, records = with_heuristics(
                 model, tok, task, held_out, ecfg.sampler, ecfg.batch_size, cfg.seed, metrics, records
             )

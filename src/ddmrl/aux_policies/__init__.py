@@ -1,32 +1,42 @@
 """Auxiliary policies: trainable modules besides the model whose actions a sampler draws and records (Co-GRPO's
 schedule policy, a learned unmasking policy), trained by GRPO on their trajectories and saved with the model in
-``<model>/aux_policy/``. ``AUX_POLICIES`` maps ``aux_policy.kind`` to its class."""
+``<model>/aux_policy/``. ``AUX_POLICIES`` maps ``aux_policy.kind`` to its class, imported when first looked up (a
+run depends on its own policy's module only); every other name here is imported from its module on first use."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ddmrl.aux_policies.base import (
-    AUX_DIR,
-    AuxLoss,
-    AuxPolicy,
-    AuxTrace,
-    aux_clip_loss,
-    aux_config,
-    stack_steps,
-    trajectory_logp,
+from ddmrl.registry import Registry, lazy_exports
+
+AUX_POLICIES = Registry(
+    {
+        "schedule": "ddmrl.aux_policies.schedule:SchedulePolicy",
+        "unmasking": "ddmrl.aux_policies.unmasking:UnmaskingPolicy",
+    }
 )
-from ddmrl.aux_policies.schedule import SchedulePolicy
-from ddmrl.aux_policies.unmasking import UnmaskingPolicy, speed_reward
 
-AUX_POLICIES: dict[str, type[AuxPolicy]] = {"schedule": SchedulePolicy, "unmasking": UnmaskingPolicy}
+_LAZY = {
+    "AUX_DIR": "ddmrl.aux_policies.base",
+    "AuxLoss": "ddmrl.aux_policies.base",
+    "AuxPolicy": "ddmrl.aux_policies.base",
+    "AuxTrace": "ddmrl.aux_policies.base",
+    "aux_clip_loss": "ddmrl.aux_policies.base",
+    "aux_config": "ddmrl.aux_policies.base",
+    "speed_reward": "ddmrl.aux_policies.base",
+    "stack_steps": "ddmrl.aux_policies.base",
+    "trajectory_logp": "ddmrl.aux_policies.base",
+    "SchedulePolicy": "ddmrl.aux_policies.schedule",
+    "UnmaskingPolicy": "ddmrl.aux_policies.unmasking",
+}
+__getattr__ = lazy_exports(__name__, _LAZY)
 
 
-def new_aux_policy(cfg, rollout_steps: int) -> AuxPolicy | None:
-    """A freshly initialised policy for an ``aux_policy`` config section (None for kind ``none``);
+def new_aux_policy(cfg, rollout_steps: int):
+    """A freshly initialised ``AuxPolicy`` for an ``aux_policy`` config section (None for kind ``none``);
     ``rollout_steps``: the rollout sampler's steps (the schedule table's knots)."""
     if cfg.kind == "unmasking":
-        return UnmaskingPolicy(
+        return AUX_POLICIES["unmasking"](
             hidden_size=cfg.hidden_size,
             num_heads=cfg.num_heads,
             intermediate_size=cfg.intermediate_size,
@@ -36,15 +46,17 @@ def new_aux_policy(cfg, rollout_steps: int) -> AuxPolicy | None:
             eval_temperature=cfg.eval_temperature,
         )
     if cfg.kind == "schedule":
-        return SchedulePolicy(
+        return AUX_POLICIES["schedule"](
             actions=cfg.actions, head=cfg.head, knots=rollout_steps, hidden_size=cfg.hidden_size, init_std=cfg.init_std
         )
     return None
 
 
-def load_aux_policy(path: str | Path, device: str | None = None) -> AuxPolicy | None:
-    """The auxiliary policy saved with the model in directory ``path`` (eval mode), or None when it has none."""
+def load_aux_policy(path: str | Path, device: str | None = None):
+    """The ``AuxPolicy`` saved with the model in directory ``path`` (eval mode), or None when it has none."""
     from safetensors.torch import load_file
+
+    from ddmrl.aux_policies.base import AUX_DIR, aux_config
 
     config = aux_config(path)
     if config is None:
@@ -58,19 +70,4 @@ def load_aux_policy(path: str | Path, device: str | None = None) -> AuxPolicy | 
     return policy.to(device or "cpu").eval()
 
 
-__all__ = [
-    "AUX_DIR",
-    "AUX_POLICIES",
-    "AuxLoss",
-    "AuxPolicy",
-    "AuxTrace",
-    "SchedulePolicy",
-    "UnmaskingPolicy",
-    "aux_clip_loss",
-    "aux_config",
-    "load_aux_policy",
-    "new_aux_policy",
-    "speed_reward",
-    "stack_steps",
-    "trajectory_logp",
-]
+__all__ = ["AUX_POLICIES", "load_aux_policy", "new_aux_policy", *_LAZY]

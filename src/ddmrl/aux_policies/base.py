@@ -133,3 +133,15 @@ def trajectory_logp(
     """
     tokens = (token_logps * targets).sum((0, 2))  # [N]
     return tokens + aux_logp.masked_fill(~active, 0.0).sum(1)
+
+
+def speed_reward(reward: torch.Tensor, steps: torch.Tensor, length: int, alpha: float) -> torch.Tensor:
+    """The multiplicative reward r x ((L - min(T_hat, L) + 1) / L)^alpha (1 for one step, 1/L^alpha for L steps).
+
+    >>> speed_reward(torch.tensor([1.0, 1.0, 0.0]), torch.tensor([1, 4, 1]), 4, 1.0).tolist()
+    [1.0, 0.25, 0.0]
+    """
+    if alpha == 0:
+        return reward
+    factor = ((length - steps.clamp(max=length) + 1).to(reward.dtype) / length) ** alpha
+    return reward * factor

@@ -70,18 +70,6 @@ def draw_unmask(logits: torch.Tensor, select: torch.Tensor, fallback: bool, unif
     return unmask
 
 
-def speed_reward(reward: torch.Tensor, steps: torch.Tensor, length: int, alpha: float) -> torch.Tensor:
-    """The multiplicative reward r x ((L - min(T_hat, L) + 1) / L)^alpha (1 for one step, 1/L^alpha for L steps).
-
-    >>> speed_reward(torch.tensor([1.0, 1.0, 0.0]), torch.tensor([1, 4, 1]), 4, 1.0).tolist()
-    [1.0, 0.25, 0.0]
-    """
-    if alpha == 0:
-        return reward
-    factor = ((length - steps.clamp(max=length) + 1).to(reward.dtype) / length) ** alpha
-    return reward * factor
-
-
 def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10_000.0) -> torch.Tensor:
     """DiT's sinusoidal embedding of ``t`` [...] (in [0, 1], scaled by 1000): [..., dim]."""
     half = dim // 2
