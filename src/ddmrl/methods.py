@@ -114,4 +114,19 @@ METHODS: dict[str, Method] = {
         "Decoding Steps (CJ-GRPO; arXiv 2509.23924)",
         # every stored step x_s -> x_{s+1}, token mean per step averaged over steps; EOSER + ASS rollouts
     ),
+    "cogrpo": Method(
+        name="cogrpo",
+        remasking="tracerl",
+        weighting="masked_mean",
+        paper="Zhou, Ni et al. 2025, Co-GRPO: Co-Optimized GRPO for Masked Diffusion Model (arXiv 2512.22288)",
+        # the model on its own trajectory (TraceRL's views), plus a schedule policy (aux_policy.kind: schedule)
+    ),
+    "unmask_policy": Method(
+        name="unmask_policy",
+        remasking="tracerl",
+        weighting="masked_mean",
+        paper="Jazbec, Olausson et al. 2025, Learning Unmasking Policies for Diffusion Language Models "
+        "(arXiv 2512.09106)",
+        # an unmasking policy (aux_policy.kind: unmasking) on the frozen model; the views train the model when joint
+    ),
 }

@@ -6,7 +6,7 @@ functions, so what RL trains on and what the tables report come from the same co
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
@@ -17,6 +17,9 @@ from ddmrl.samplers.trajectory import Trajectory
 from ddmrl.tasks.base import Example, Task
 from ddmrl.training.data import completion_mask, encode_prompts
 
+if TYPE_CHECKING:
+    from ddmrl.aux_policies import AuxPolicy, AuxTrace
+
 
 class Rollouts(NamedTuple):
     """N = len(examples) * G completions, grouped consecutively by prompt.
@@ -24,6 +27,8 @@ class Rollouts(NamedTuple):
     prompt_ids [N, P], completion_ids [N, L], completion_mask [N, L] (answer + first EOS),
     reveal_step [N, L] (the sampler step that committed each token), texts (decoded completions), nfe,
     trajectory (every step's state, prediction and confidence, ``ddmrl.samplers.trajectory``; None unless recorded).
+    aux: what an auxiliary policy did (``ddmrl.aux_policies.AuxTrace``: its inputs, actions and their log-probs per
+    step), None without one.
     """
 
     prompt_ids: torch.Tensor
@@ -33,6 +38,7 @@ class Rollouts(NamedTuple):
     texts: list[str]
     nfe: int
     trajectory: Trajectory | None = None
+    aux: AuxTrace | None = None
 
 
 def sampler_steps(sampler: SamplerConfig, completion_length: int) -> int:
@@ -70,10 +76,12 @@ def rollout(
     sampler: SamplerConfig,
     gen: torch.Generator,
     record_trajectory: bool = False,
+    aux_policy: AuxPolicy | None = None,
 ) -> Rollouts:
     """Sample ``num_generations`` completions for each example (prompts repeated consecutively), on the device of
     the model's parameters (the returned tensors live there too). ``record_trajectory`` (llada sampler): keep every
-    step's state, prediction and confidence in ``Rollouts.trajectory``."""
+    step's state, prediction and confidence in ``Rollouts.trajectory``. ``aux_policy``: an auxiliary policy the
+    sampler consults at every step (in its ``train()`` mode it explores, in ``eval()`` mode it acts as deployed)."""
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     prompts = encode_prompts(tok, task, examples).repeat_interleave(num_generations, 0).to(device)  # [N, P]
     kw = sampler_kwargs(sampler, task.completion_length)
@@ -83,12 +91,14 @@ def rollout(
         if sampler.name != "llada":
             raise ValueError(f"stored trajectories come from the llada sampler, not {sampler.name!r}")
         kw["record_trajectory"] = True
+    if aux_policy is not None:
+        kw["aux_policy"] = aux_policy
     out = SAMPLERS[sampler.name](
         model, prompts, task.completion_length, mask_id=tok.mask_token_id, generator=gen, **kw
     )
     texts = task.decode(tok, out.completion_ids)
     mask = completion_mask(out.completion_ids, tok.eos_token_id)
-    return Rollouts(prompts, out.completion_ids, mask, out.reveal_step, texts, out.nfe, out.trajectory)
+    return Rollouts(prompts, out.completion_ids, mask, out.reveal_step, texts, out.nfe, out.trajectory, out.aux)
 
 
 def rewards(task: Task, examples: list[Example], batch: Rollouts, num_generations: int) -> torch.Tensor:

@@ -35,6 +35,9 @@ DISPLAY = {
     "mdpo": "MDPO",
     "mdpo_rcr": "MDPO + RCR",  # profiles/extended.yaml: MDPO with running-confidence remasking in its rollouts
     "cj_grpo": "CJ-GRPO",
+    "cogrpo": "Co-GRPO",
+    "cogrpo_schedule_only": "Co-GRPO (schedule only)",
+    "unmask_policy": "unmasking policy",
 }
 
 

@@ -19,7 +19,19 @@ from ddmrl.methods import METHODS
 from ddmrl.objectives import OBJECTIVES
 from ddmrl.objectives.weights import WEIGHTINGS
 
-ALL = ["diffu_grpo", "unigrpo", "maskgrpo", "rebrl", "tracerl", "gdpo", "spg", "wd1", "mdpo", "cj_grpo"]
+ALL = [
+    "diffu_grpo",
+    "unigrpo",
+    "maskgrpo",
+    "rebrl",
+    "tracerl",
+    "gdpo",
+    "spg",
+    "wd1",
+    "mdpo",
+    "cj_grpo",
+]  # grpo's sampler
+AUX = ["cogrpo", "unmask_policy"]  # with an auxiliary policy (Co-GRPO: images, maskgit; unmasking policy: llada)
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -43,7 +55,7 @@ def every_method(extra: str = "") -> str:
 
 def test_every_method_record_is_well_formed():
     """Each record names a known view sampler, weighting and objective, and the record's key is its name."""
-    assert sorted(METHODS) == sorted(ALL)
+    assert sorted(METHODS) == sorted(ALL + AUX)
     for name, m in METHODS.items():
         assert m.name == name
         assert m.remasking in VIEWS and m.weighting in WEIGHTINGS and m.objective in OBJECTIVES, name
@@ -62,12 +74,13 @@ def test_the_schema_knows_the_methods_and_view_samplers_of_the_registries():
 
 
 def test_what_each_method_fixes():
-    assert {m: fixed_values(m) for m in ALL if fixed_values(m)} == {
+    assert {m: fixed_values(m) for m in ALL + AUX if fixed_values(m)} == {
         "gdpo": {"scale_rewards": "none"},
         "spg": {"beta": 0.0},
         "wd1": {"scale_rewards": "none", "beta": 0.0},
         "mdpo": {"remasking": "mdpo_topk"},
         "cj_grpo": {"remasking": "cj_grpo"},
+        "unmask_policy": {"scale_rewards": "none", "beta": 0.0},
     }
 
 

@@ -38,7 +38,7 @@ confidence, ``ddmrl.samplers.trajectory``). Under RCR a token can be committed, 
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
@@ -49,6 +49,9 @@ from ddmrl.samplers.trajectory import Trajectory, TrajectoryRecorder
 
 REMASKINGS = ("low_confidence", "random", "rcr")
 
+if TYPE_CHECKING:
+    from ddmrl.aux_policies import AuxPolicy, AuxTrace
+
 
 class SampleOutput(NamedTuple):
     """Result of one sampling call.
@@ -57,12 +60,14 @@ class SampleOutput(NamedTuple):
     reveal_step: [N, L] the global step (0-based, counted across blocks) at which each token was committed.
     nfe: number of model evaluations (forward passes, counting both CFG branches).
     trajectory: every step's state, prediction and confidence (``record_trajectory=True``), else None.
+    aux: what an auxiliary policy did (``ddmrl.aux_policies.AuxTrace``), None without one.
     """
 
     completion_ids: torch.Tensor
     reveal_step: torch.Tensor
     nfe: int
     trajectory: Trajectory | None = None
+    aux: AuxTrace | None = None
 
 
 def init_canvas(prompt_ids: torch.Tensor, completion_length: int, mask_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -148,6 +153,7 @@ def generate(
     eos_id: int | None = None,
     record_trajectory: bool = False,
     generator: torch.Generator | None = None,
+    aux_policy: AuxPolicy | None = None,
 ) -> SampleOutput:
     """Sample completions of ``completion_length`` tokens for ``prompt_ids`` [N, P] (left-padded).
 
@@ -155,6 +161,9 @@ def generate(
     ``factor``): Fast-dLLM's accelerations, see the module docstring. ``remasking: rcr``, ``schedule`` (linear |
     ass; ASS takes floor(log2 L) steps and ignores ``steps``), ``eoser`` (needs ``eos_id``; ``eos_min_gamma`` None
     is 0.4 with the linear schedule, 0.01 with ASS) and ``record_trajectory``: ``ddmrl.samplers.schedules``.
+    ``aux_policy``: a learned unmasking policy (``ddmrl.aux_policies.UnmaskingPolicy``) chooses the positions each
+    step reveals instead of the confidence schedule (``ddmrl.samplers.unmasking``; ``steps`` and ``remasking`` then
+    do not apply).
     """
     if remasking not in REMASKINGS:
         raise ValueError(f"unknown remasking '{remasking}'; choose one of {', '.join(REMASKINGS)}")
@@ -166,6 +175,18 @@ def generate(
                                ("eoser", eoser), ("record_trajectory", record_trajectory)) if on]  # fmt: skip
     if options and (kv_cache != "none" or parallel != "none"):
         raise ValueError(f"{', '.join(options)}: the plain sampler only (kv_cache none, parallel none)")
+    if aux_policy is not None:
+        if kv_cache != "none" or parallel != "none" or options:
+            raise ValueError(
+                "a learned unmasking policy replaces the confidence rules: kv_cache, parallel: none, and none of "
+                "remasking rcr, schedule ass, eoser, record_trajectory"
+            )
+        from ddmrl.samplers.unmasking import generate as generate_with_policy
+
+        return generate_with_policy(
+            model, prompt_ids, completion_length, mask_id=mask_id, block_length=block_length,
+            temperature=temperature, cfg_scale=cfg_scale, policy=aux_policy, generator=generator,
+        )  # fmt: skip
     if kv_cache not in KV_CACHES:
         raise ValueError(f"unknown kv_cache {kv_cache!r}; choose one of {KV_CACHES}")
     if parallel not in PARALLEL_RULES:
