@@ -39,8 +39,7 @@ from ddmrl.config import ConfigError, GRPOConfig
 from ddmrl.likelihood import token_logps
 from ddmrl.masking import Views, apply_view, build_views
 from ddmrl.methods import METHODS
-from ddmrl.objectives import group_advantages, token_weights
-from ddmrl.objectives.losses import OBJECTIVES, ObjectiveInputs
+from ddmrl.objectives import OBJECTIVES, ObjectiveInputs, group_advantages, token_weights
 from ddmrl.objectives.weights import realised_ratio
 from ddmrl.rollout import Rollouts, rewards, rollout
 from ddmrl.seeding import derive_seed
