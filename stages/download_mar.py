@@ -22,6 +22,7 @@ import yaml
 
 from ddmrl import config
 from ddmrl.cli import run_stage
+from ddmrl.config import MAR_TASK
 from ddmrl.io import write_json, write_text
 from ddmrl.mar.diffusion import training_schedule
 from ddmrl.mar.encoding import encode, grids_to_codes
@@ -34,8 +35,6 @@ from ddmrl.tasks.store import training_draw, write_task
 from ddmrl.training import distributed as dist
 from ddmrl.training.resume import Checkpointer, fingerprint
 from ddmrl.training.tracking import RunLog, plain, start_trackers, trackers, without_trackers
-
-TASK = "geneval_mini"
 
 
 def main() -> None:
@@ -55,9 +54,9 @@ def main() -> None:
     start = time.time()
 
     # 1. the task and its held-out prompts: the image branch's (same parameters, count and seed as download_image)
-    params = cfg.image.task_params.get(TASK, {})
-    task = make_task(TASK, **params)
-    held_out = task.held_out(cfg.image.download.num_eval, derive_seed(cfg.seed, "eval", TASK))
+    params = cfg.image.task_params.get(MAR_TASK, {})
+    task = make_task(MAR_TASK, **params)
+    held_out = task.held_out(cfg.image.download.num_eval, derive_seed(cfg.seed, "eval", MAR_TASK))
     write_task(args.tasks_out, task, params, held_out)
     draw = training_draw(task, held_out, cfg.seed, "mar_pretrain", pre.batch_size)
 

@@ -16,13 +16,12 @@ import argparse
 
 from ddmrl import config
 from ddmrl.cli import run_stage
+from ddmrl.config import MAR_TASK
 from ddmrl.io import write_json, write_jsonl
 from ddmrl.mar.evaluation import evaluate_mar
 from ddmrl.mar.model import load_mar
 from ddmrl.mar.sampler import schedule_of
 from ddmrl.tasks.store import load_task
-
-TASK = "geneval_mini"
 
 
 def main() -> None:
@@ -40,14 +39,14 @@ def main() -> None:
     ecfg = cfg.mar.evaluate
 
     model = load_mar(args.model)
-    task, held_out = load_task(args.tasks, TASK)
+    task, held_out = load_task(args.tasks, MAR_TASK)
     counts = [cfg.image.evaluate.samples_per_prompt] * len(held_out)
     metrics, records, rows = evaluate_mar(model, task, held_out, counts, args.images, ecfg.sampler.ar_steps,
                                           schedule_of(model, ecfg.sampler), ecfg.sampler.temperature,
                                           ecfg.batch_size, cfg.seed)  # fmt: skip
     write_jsonl(args.results, rows)
     write_jsonl(args.generations, records)
-    write_json(args.metrics, {"model": args.name, "task": TASK, **metrics})
+    write_json(args.metrics, {"model": args.name, "task": MAR_TASK, **metrics})
 
 
 if __name__ == "__main__":

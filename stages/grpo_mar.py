@@ -24,7 +24,7 @@ import yaml
 
 from ddmrl import config
 from ddmrl.cli import run_stage
-from ddmrl.config import ConfigError, mar_run_name
+from ddmrl.config import MAR_TASK, ConfigError, mar_run_name
 from ddmrl.io import write_json, write_text
 from ddmrl.mar.grpo import train_mar_grpo
 from ddmrl.mar.model import load_mar, save_mar
@@ -34,8 +34,6 @@ from ddmrl.tasks.store import load_task, training_draw
 from ddmrl.training import distributed as dist
 from ddmrl.training.resume import Checkpointer, fingerprint, tree_digests
 from ddmrl.training.tracking import RunLog, plain, start_trackers, trackers, without_trackers
-
-TASK = "geneval_mini"
 
 
 def main() -> None:
@@ -52,7 +50,7 @@ def main() -> None:
     ap.add_argument("--log-dir", help="directory for the experiment trackers' files (not an output)")
     args = ap.parse_args()
     cfg = config.load(args.params)
-    runs = {mar_run_name(section, TASK, seed): (section, seed) for section, seed in cfg.mar.runs()}
+    runs = {mar_run_name(section, MAR_TASK, seed): (section, seed) for section, seed in cfg.mar.runs()}
     if args.run not in runs:
         known = ", ".join(runs) or "none (mar.methods is empty)"
         raise ConfigError(f"unknown MAR run {args.run!r}; runs are: {known}")
@@ -62,12 +60,12 @@ def main() -> None:
     seed_everything(run_seed)
     start = time.time()
 
-    task, held_out = load_task(args.tasks, TASK)
+    task, held_out = load_task(args.tasks, MAR_TASK)
     policy = load_mar(args.model)
     ref = copy.deepcopy(policy).requires_grad_(False) if rcfg.beta else None
     draw = training_draw(task, held_out, run_seed, "grpo", rcfg.num_prompts)
     hyper = dataclasses.asdict(rcfg)
-    resolved = plain({"run": args.run, "section": section, "task": TASK, "seed": seed, "run_seed": run_seed,
+    resolved = plain({"run": args.run, "section": section, "task": MAR_TASK, "seed": seed, "run_seed": run_seed,
                       "model": args.model, "profile": cfg.profile, "grpo": hyper})  # fmt: skip
     if args.config_out:
         write_text(args.config_out, yaml.safe_dump(resolved, sort_keys=False))
@@ -85,7 +83,7 @@ def main() -> None:
         {
             "run": args.run,
             "method": section,
-            "task": TASK,
+            "task": MAR_TASK,
             "seed": seed,
             "run_seed": run_seed,
             "steps": curve[-1]["step"],

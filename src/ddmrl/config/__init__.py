@@ -24,6 +24,7 @@ from ddmrl.config.loader import load, method_config, profile_path, read_params
 from ddmrl.config.schema import (
     DEFAULT_PROFILE,
     DEFAULT_TRACKERS,
+    MAR_TASK,
     METHOD_CONFIGS,
     TASK_MODALITY,
     TASK_PARAMS,
@@ -85,6 +86,7 @@ __all__ = [
     "HubItem",
     "ImageConfig",
     "LaunchConfig",
+    "MAR_TASK",
     "LoraConfig",
     "MarConfig",
     "MarEvaluateConfig",

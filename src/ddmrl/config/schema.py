@@ -977,7 +977,11 @@ class MarConfig(Section):
         return [(m, s) for m in self.methods for s in self.seeds]
 
 
-def mar_run_name(section: str, task: str, seed: int) -> str:
+#: the MAR branch's one task (its continuous encoding is geneval-mini's cells)
+MAR_TASK = "geneval_mini"
+
+
+def mar_run_name(section: str, task: str = MAR_TASK, seed: int = 0) -> str:
     """``mar_<section>_<task>_s<seed>``; the base model's rows are ``mar_base``."""
     return f"mar_{run_name(section, task, seed)}"
 
@@ -1070,7 +1074,7 @@ class Config(Section):
             raise refuse("image.tasks", list(self.image.tasks), "one image task per pipeline (one layout)")
         if not self.tasks and not self.image.tasks:
             raise refuse("tasks", [], "must name at least one task (or image.tasks)")
-        if self.mar.methods and "geneval_mini" not in self.image.tasks:
+        if self.mar.methods and MAR_TASK not in self.image.tasks:
             raise refuse("mar.methods", list(self.mar.methods), "the MAR branch needs image.tasks: [geneval_mini]")
         return self
 
