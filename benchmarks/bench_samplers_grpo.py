@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import flops, interleaved, machine_info, matmul_peak  # noqa: E402
 
 from ddmrl import config  # noqa: E402
-from ddmrl.config import GRPOConfig, SamplerConfig  # noqa: E402
+from ddmrl.config import METHOD_CONFIGS, GRPOConfig, SamplerConfig  # noqa: E402
 from ddmrl.likelihood import token_logps  # noqa: E402
 from ddmrl.methods import METHODS  # noqa: E402
 from ddmrl.models import build_tokenizer, new_tiny_model  # noqa: E402
@@ -79,6 +79,8 @@ class Plan:
 FULL = Plan(3, 64, (16, 32, 64), 8, (8, 4), (4, 8, 16), (1, 2, 4, 8), (20, 40, 80))
 QUICK = Plan(1, 8, (8, 16), 2, (4, 2), (4, 8), (1, 2), (20, 40))
 SCALING_METHODS = ("diffu_grpo", "rebrl")
+#: the methods of part b: those that train the model alone (Co-GRPO and the unmasking policy add an auxiliary policy)
+TEXT_METHODS = tuple(m for m in METHODS if METHOD_CONFIGS[m]().aux_policy.kind == "none")
 
 # part a: label -> sampler settings (steps 0 = L / 2); temperature 1 as in GRPO rollouts
 SAMPLER_CASES = {
@@ -236,7 +238,7 @@ def bench_grpo(model, tok, task, gcfg: GRPOConfig, repeats: int) -> dict:
 def bench_methods(cfg, model, tok, task, plan: Plan) -> dict[str, dict]:
     g, mu = plan.center
     out = {}
-    for method in METHODS:
+    for method in TEXT_METHODS:
         out[method] = bench_grpo(model, tok, task, grpo_config(cfg, method, plan.num_prompts, g, mu), plan.repeats)
         m = out[method]["median"]
         print(

@@ -2,7 +2,10 @@
 
 Text tasks use d1's protocol (greedy, low-confidence, semi-AR). It writes every generation (d1's record fields:
 question, ground_truth, generation) and the metrics: accuracy in percent (Sudoku: cell accuracy over the empty
-cells, pooled; Countdown: exact), and the mean training reward.
+cells, pooled; Countdown: exact), the mean training reward and the model evaluations per sample (``nfe_per_sample``).
+A model saved with a learned unmasking policy is evaluated with it, and (its metrics' ``heuristics``, each
+generation's ``heuristics``) with the confidence heuristics it is compared with: d1's low-confidence protocol and
+Fast-dLLM's threshold rule. A model saved with Co-GRPO's schedule policy samples its images with that schedule.
 
     python stages/evaluate.py --params params.yaml --tasks data/download/tasks --model data/sft/model \
         --task sudoku4 --name sft --generations data/evaluate/sft/sudoku4.jsonl \
@@ -23,8 +26,9 @@ unweighted mean of tags, in percent).
 import argparse
 
 from ddmrl import config
+from ddmrl.aux_policies import load_aux_policy
 from ddmrl.cli import run_stage
-from ddmrl.evaluation import evaluate, evaluate_images
+from ddmrl.evaluation import evaluate, evaluate_images, with_heuristics
 from ddmrl.io import write_json, write_jsonl
 from ddmrl.models.checkpoint import load_checkpoint
 from ddmrl.models.layout import for_task
@@ -46,16 +50,24 @@ def main() -> None:
     cfg = config.load(args.params)
 
     model, tok = load_checkpoint(args.model, device="auto")  # the GPU when there is one
+    aux = load_aux_policy(args.model, device=str(next(model.parameters()).device))  # a schedule/unmasking policy
     task, held_out = load_task(args.tasks, args.task)
     model = for_task(model, tok, task)
     if task.modality == "image":
         if not (args.images and args.results):
             ap.error(f"{args.task} is an image task: pass --images and --results")
-        metrics, records, rows = evaluate_images(model, tok, task, held_out, cfg.image.evaluate, args.images, cfg.seed)
+        ecfg = cfg.image.evaluate
+        metrics, records, rows = evaluate_images(model, tok, task, held_out, ecfg, args.images, cfg.seed, aux)
         write_jsonl(args.results, rows)
     else:
         ecfg = cfg.evaluate
-        metrics, records = evaluate(model, tok, task, held_out, ecfg.sampler, ecfg.batch_size, cfg.seed)
+        metrics, records = evaluate(model, tok, task, held_out, ecfg.sampler, ecfg.batch_size, cfg.seed, aux)
+        if (
+            aux is not None and aux.kind == "unmasking"
+        ):  # the unmasking paper's comparison: the same model, the heuristics
+            metrics, records = with_heuristics(
+                model, tok, task, held_out, ecfg.sampler, ecfg.batch_size, cfg.seed, metrics, records
+            )
 
     write_jsonl(args.generations, records)
     write_json(args.metrics, {"model": args.name, "task": args.task, **metrics})

@@ -28,10 +28,12 @@ import time
 import yaml
 
 from ddmrl import config
+from ddmrl.aux_policies import new_aux_policy
 from ddmrl.cli import run_stage
 from ddmrl.io import write_json, write_text
 from ddmrl.models.checkpoint import checkpoint_digest, load_checkpoint
 from ddmrl.models.layout import for_task
+from ddmrl.rollout import sampler_steps
 from ddmrl.seeding import derive_seed, seed_everything
 from ddmrl.tasks.store import load_task, training_draw
 from ddmrl.training import distributed as dist
@@ -62,7 +64,11 @@ def main() -> None:
     # loaded whole before the Accelerator exists (under ZeRO-3 transformers would otherwise load it partitioned)
     task, held_out = load_task(args.tasks, task_name)
     policy, tok = load_checkpoint(args.model)
-    ref = None if gcfg.lora.r else copy.deepcopy(policy).requires_grad_(False)  # LoRA: the base is the reference
+    needs_ref = gcfg.beta and gcfg.kl_target == "ref" and not gcfg.aux_policy.freeze_model
+    # LoRA: the base is the reference; a frozen model (only an auxiliary policy trains) or no KL: no reference
+    ref = copy.deepcopy(policy).requires_grad_(False) if needs_ref and not gcfg.lora.r else None
+    # an auxiliary policy (Co-GRPO's schedule, a learned unmasking policy), initialised from the run's seed
+    aux = new_aux_policy(gcfg.aux_policy, sampler_steps(gcfg.sampler, task.completion_length))
     policy = dist.prepare_model(policy, gcfg.mixed_precision, gcfg.gradient_checkpointing, gcfg.lora)
     # images: MMaDA's layout (prompt, <soi>, image, <eoi>), logits sliced to the image codes
     policy = for_task(policy, tok, task)
@@ -88,10 +94,12 @@ def main() -> None:
     print(f"grpo: process {acc.process_index + 1}/{acc.num_processes} on {acc.device}", flush=True)
     start_trackers(acc, name, resolved, args.log_dir)
     log = RunLog(args.curve)  # a row per rollout batch, appended as it comes (main process)
-    curve, timing = train_grpo(policy, ref, tok, task, draw, gcfg, run_seed, log, ckpt, accelerator=acc)
+    curve, timing = train_grpo(
+        policy, ref, tok, task, draw, gcfg, run_seed, log, ckpt, accelerator=acc, aux_policy=aux
+    )
 
     dist.report_weights(acc, policy, "grpo")
-    dist.save_policy(acc, policy, tok, args.model_out)  # main process only; LoRA adapters merged
+    dist.save_policy(acc, policy, tok, args.model_out, aux)  # main process only; LoRA adapters merged
     if acc.is_main_process:
         write_json(
             args.metrics,

@@ -4,29 +4,42 @@ from those PNGs)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ddmrl.config import EvaluateConfig, SamplerConfig
-from ddmrl.rollout import rollout
+from ddmrl.rollout import Rollouts, rollout
 from ddmrl.seeding import generator
 from ddmrl.tasks.base import Example, Task
 
+if TYPE_CHECKING:
+    from ddmrl.aux_policies import AuxPolicy
+
 
 def evaluate(
-    model, tok, task: Task, examples: list[Example], sampler: SamplerConfig, batch_size: int, seed: int = 0
+    model,
+    tok,
+    task: Task,
+    examples: list[Example],
+    sampler: SamplerConfig,
+    batch_size: int,
+    seed: int = 0,
+    aux_policy: AuxPolicy | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Accuracy (percent, d1's aggregation) and mean reward on ``examples``, plus one record per generation."""
+    """Accuracy (percent, d1's aggregation) and mean reward on ``examples``, plus one record per generation (with
+    the model evaluations it took, ``nfe``; their mean is ``nfe_per_sample``). ``aux_policy``: the model's
+    auxiliary policy (a learned unmasking policy), consulted by the sampler as deployed (eval mode)."""
     start, scores, records, nfe = time.time(), [], [], 0
-    gen = torch.Generator().manual_seed(seed)  # only used when temperature > 0
+    gen = torch.Generator().manual_seed(seed)  # only used when temperature > 0 or by a policy's draws
     for lo in range(0, len(examples), batch_size):
         chunk = examples[lo : lo + batch_size]
-        out = rollout(model, tok, task, chunk, 1, sampler, gen)
+        out = rollout(model, tok, task, chunk, 1, sampler, gen, aux_policy=_deployed(aux_policy))
         nfe += out.nfe
-        for ex, text in zip(chunk, out.texts, strict=True):
+        for ex, text, own in zip(chunk, out.texts, row_nfe(out, sampler).tolist(), strict=True):
             score = task.score(text, ex)
             reward = task.reward(text, ex)
             scores.append(score)
@@ -37,6 +50,7 @@ def evaluate(
                     "ground_truth": ex.answer,
                     "generation": text,
                     "reward": reward,
+                    "nfe": own,
                     **{k: v for k, v in score.items()},
                 }
             )
@@ -45,13 +59,69 @@ def evaluate(
         "mean_reward": sum(r["reward"] for r in records) / max(len(records), 1),
         "n": len(records),
         "nfe": nfe,
+        "nfe_per_sample": sum(r["nfe"] for r in records) / max(len(records), 1),
         "eval_seconds": time.time() - start,
     }
     return metrics, records
 
 
+def unmasking_heuristics(sampler: SamplerConfig, completion_length: int) -> dict[str, SamplerConfig]:
+    """The confidence heuristics a learned unmasking policy is compared with (the unmasking paper's baselines):
+    ``low_confidence``, the evaluation sampler as configured (d1's protocol: a fixed number of tokens per step), and
+    ``fast_dllm_threshold``, Fast-dLLM's rule (one token per step plus every masked token of the block whose
+    confidence reaches ``sampler.threshold``; a block ends when it is complete)."""
+    return {
+        "low_confidence": dataclasses.replace(sampler, parallel="none"),
+        "fast_dllm_threshold": dataclasses.replace(sampler, parallel="threshold", steps=completion_length),
+    }
+
+
+def with_heuristics(
+    model,
+    tok,
+    task: Task,
+    examples: list[Example],
+    sampler: SamplerConfig,
+    batch_size: int,
+    seed: int,
+    metrics: dict[str, Any],
+    records: list[dict[str, Any]],
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A learned unmasking policy's evaluation (``metrics``, ``records``) with the same model on the same items
+    under each of :func:`unmasking_heuristics`: ``metrics["heuristics"][name]`` (with the heuristic's steps, rule
+    and threshold) and every record's ``heuristics[name]`` (its generation, score and NFE under the heuristic)."""
+    heuristics, per_item = {}, {}
+    for name, heuristic in unmasking_heuristics(sampler, task.completion_length).items():
+        m, recs = evaluate(model, tok, task, examples, heuristic, batch_size, seed)
+        rule = {"steps": heuristic.steps, "parallel": heuristic.parallel, "threshold": heuristic.threshold}
+        heuristics[name] = {**m, "sampler": rule}
+        for r in recs:
+            own = {k: v for k, v in r.items() if k not in ("question", "ground_truth")}
+            per_item.setdefault(r["id"], {})[name] = own
+    return {**metrics, "heuristics": heuristics}, [{**r, "heuristics": per_item[r["id"]]} for r in records]
+
+
+def row_nfe(batch: Rollouts, sampler: SamplerConfig) -> torch.Tensor:
+    """The model evaluations [N] each sample of a rollout needed, as if sampled alone: an auxiliary policy's own
+    count; with a parallel rule (a block ends once its masks are gone) the steps that revealed at least one of its
+    tokens (every pass of an unfinished block reveals one at least); otherwise every pass of the batch. Both CFG
+    branches count."""
+    if batch.aux is not None:
+        return batch.aux.nfe.cpu()
+    n = batch.reveal_step.shape[0]
+    if sampler.parallel == "none":
+        return torch.full((n,), batch.nfe)
+    steps = torch.tensor([len(set(row[row >= 0].tolist())) for row in batch.reveal_step.cpu()])
+    return steps * (2 if sampler.cfg_scale else 1)
+
+
+def _deployed(aux_policy: AuxPolicy | None) -> AuxPolicy | None:
+    """The auxiliary policy in eval mode: it acts as deployed (the schedule's mean, the evaluation temperature)."""
+    return None if aux_policy is None else aux_policy.eval()
+
+
 def sample_prompts(
-    model, tok, task: Task, examples: list[Example], cfg: EvaluateConfig, seed: int = 0
+    model, tok, task: Task, examples: list[Example], cfg: EvaluateConfig, seed: int = 0, aux_policy=None
 ) -> tuple[list[list[str]], list[torch.Tensor], dict[str, Any]]:
     """``cfg.samples_per_prompt`` sampled completions per held-out prompt (GenEval's protocol: several images per
     prompt from a temperature-1 sampler): their texts, their ids ([K, L] per prompt), NFE and time. Each chunk of
@@ -60,7 +130,8 @@ def sample_prompts(
     per_chunk = max(1, cfg.batch_size // k)
     for c, lo in enumerate(range(0, len(examples), per_chunk)):
         chunk = examples[lo : lo + per_chunk]
-        batch = rollout(model, tok, task, chunk, k, cfg.sampler, generator(seed, "evaluate", c))
+        gen = generator(seed, "evaluate", c)
+        batch = rollout(model, tok, task, chunk, k, cfg.sampler, gen, aux_policy=_deployed(aux_policy))
         nfe += batch.nfe
         texts += [batch.texts[i * k : (i + 1) * k] for i in range(len(chunk))]
         ids += list(batch.completion_ids.cpu().split(k))
@@ -69,17 +140,25 @@ def sample_prompts(
 
 
 def evaluate_images(
-    model, tok, task: Task, examples: list[Example], cfg: EvaluateConfig, folder: str | Path, seed: int = 0
+    model,
+    tok,
+    task: Task,
+    examples: list[Example],
+    cfg: EvaluateConfig,
+    folder: str | Path,
+    seed: int = 0,
+    aux_policy: AuxPolicy | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
     """GenEval's protocol on a text-to-image task: ``cfg.samples_per_prompt`` images per held-out prompt, written
     in GenEval's folder layout under ``folder`` and judged from there (``task.judge_images``: geneval-mini's exact
     rules on the PNGs, or the official evaluator for real images).
 
     Returns (metrics: GenEval's summary in percent with ``accuracy`` = Overall, the mean reward, NFE and time;
-    one generation record per image; the evaluator's results rows)."""
+    one generation record per image; the evaluator's results rows). ``aux_policy``: the model's schedule policy
+    (Co-GRPO), which sets every step's schedule (its mean)."""
     from ddmrl.geneval import summarize  # image tasks only: text evaluations do not run (or depend on) it
 
-    texts, ids, stats = sample_prompts(model, tok, task, examples, cfg, seed)
+    texts, ids, stats = sample_prompts(model, tok, task, examples, cfg, seed, aux_policy)
     rows = task.judge_images(folder, examples, texts, ids)
     summary = summarize(rows)
     per_image = [ex for ex, sample in zip(examples, texts, strict=True) for _ in sample]

@@ -93,4 +93,19 @@ METHODS: dict[str, Method] = {
         paper="Tang et al. 2026, wd1: Weighted Policy Optimization (ICLR 2026, arXiv 2507.08838)",
         # ratio-free: no old or reference likelihood; A = R - mean(R) turned into group softmax weights
     ),
+    "cogrpo": Method(
+        name="cogrpo",
+        remasking="tracerl",
+        weighting="masked_mean",
+        paper="Zhou, Ni et al. 2025, Co-GRPO: Co-Optimized GRPO for Masked Diffusion Model (arXiv 2512.22288)",
+        # the model on its own trajectory (TraceRL's views), plus a schedule policy (aux_policy.kind: schedule)
+    ),
+    "unmask_policy": Method(
+        name="unmask_policy",
+        remasking="tracerl",
+        weighting="masked_mean",
+        paper="Jazbec, Olausson et al. 2025, Learning Unmasking Policies for Diffusion Language Models "
+        "(arXiv 2512.09106)",
+        # an unmasking policy (aux_policy.kind: unmasking) on the frozen model; the views train the model when joint
+    ),
 }

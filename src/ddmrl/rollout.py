@@ -6,7 +6,7 @@ functions, so what RL trains on and what the tables report come from the same co
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
@@ -15,12 +15,17 @@ from ddmrl.samplers import SAMPLERS
 from ddmrl.tasks.base import Example, Task
 from ddmrl.training.data import completion_mask, encode_prompts
 
+if TYPE_CHECKING:
+    from ddmrl.aux_policies import AuxPolicy, AuxTrace
+
 
 class Rollouts(NamedTuple):
     """N = len(examples) * G completions, grouped consecutively by prompt.
 
     prompt_ids [N, P], completion_ids [N, L], completion_mask [N, L] (answer + first EOS),
-    reveal_step [N, L] (the sampler step that committed each token), texts (decoded completions), nfe.
+    reveal_step [N, L] (the sampler step that committed each token), texts (decoded completions), nfe,
+    aux: what an auxiliary policy did (``ddmrl.aux_policies.AuxTrace``: its inputs, actions and their log-probs per
+    step), None without one.
     """
 
     prompt_ids: torch.Tensor
@@ -29,6 +34,7 @@ class Rollouts(NamedTuple):
     reveal_step: torch.Tensor
     texts: list[str]
     nfe: int
+    aux: AuxTrace | None = None
 
 
 def sampler_steps(sampler: SamplerConfig, completion_length: int) -> int:
@@ -53,24 +59,28 @@ def sampler_kwargs(sampler: SamplerConfig, completion_length: int) -> dict:
 
 
 def rollout(
-    model, tok, task: Task, examples: list[Example], num_generations: int, sampler: SamplerConfig, gen: torch.Generator
+    model,
+    tok,
+    task: Task,
+    examples: list[Example],
+    num_generations: int,
+    sampler: SamplerConfig,
+    gen: torch.Generator,
+    aux_policy: AuxPolicy | None = None,
 ) -> Rollouts:
     """Sample ``num_generations`` completions for each example (prompts repeated consecutively), on the device of
-    the model's parameters (the returned tensors live there too)."""
+    the model's parameters (the returned tensors live there too). ``aux_policy``: an auxiliary policy the sampler
+    consults at every step (in its ``train()`` mode it explores, in ``eval()`` mode it acts as deployed)."""
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     prompts = encode_prompts(tok, task, examples).repeat_interleave(num_generations, 0).to(device)  # [N, P]
     generate = SAMPLERS[sampler.name]
-    out = generate(
-        model,
-        prompts,
-        task.completion_length,
-        mask_id=tok.mask_token_id,
-        generator=gen,
-        **sampler_kwargs(sampler, task.completion_length),
-    )
+    kwargs = sampler_kwargs(sampler, task.completion_length)
+    if aux_policy is not None:
+        kwargs["aux_policy"] = aux_policy
+    out = generate(model, prompts, task.completion_length, mask_id=tok.mask_token_id, generator=gen, **kwargs)
     texts = task.decode(tok, out.completion_ids)
     mask = completion_mask(out.completion_ids, tok.eos_token_id)
-    return Rollouts(prompts, out.completion_ids, mask, out.reveal_step, texts, out.nfe)
+    return Rollouts(prompts, out.completion_ids, mask, out.reveal_step, texts, out.nfe, out.aux)
 
 
 def rewards(task: Task, examples: list[Example], batch: Rollouts, num_generations: int) -> torch.Tensor:

@@ -254,13 +254,47 @@ def test_code_files_follow_lazy_exports_and_skip_unused_optional_modules(tmp_pat
     assert "src/ddmrl/hub.py" in dag.code_files("stages/y.py", tmp_path)
 
 
+def test_code_files_skip_imports_for_type_checkers(tmp_path):
+    """An import under ``if TYPE_CHECKING:`` never runs, so it is no dep; its ``else`` branch runs."""
+    src = tmp_path / "src" / "ddmrl"
+    src.mkdir(parents=True)
+    for name in ("__init__", "typed", "other"):
+        (src / f"{name}.py").write_text("")
+    (tmp_path / "stages").mkdir()
+    (tmp_path / "stages" / "x.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import ddmrl.typed\nelse:\n    import ddmrl.other\n"
+    )
+    assert dag.code_files("stages/x.py", tmp_path) == ("src/ddmrl/__init__.py", "src/ddmrl/other.py")
+
+
+def test_an_auxiliary_policy_is_a_dep_of_its_methods_runs_only(tmp_path):
+    """In the extended profile the unmasking policy's code (and the sampler it drives) is a dep of the
+    unmask_policy runs and their evaluations, the schedule policy's of the Co-GRPO runs and theirs; neither of any
+    other stage."""
+    cfg = edited_config(tmp_path, lambda raw: raw.update(profile="extended"))
+    stages = dag.build(cfg)
+    by_method = {
+        m: {s.name for s in stages if dict(s.wildcards).get("method") == m and s.kind.startswith(("grpo", "evaluate"))}
+        for m in ("unmask_policy", "cogrpo", "cogrpo_schedule_only")
+    }
+    assert all(by_method.values()), by_method
+    unmasking = by_method["unmask_policy"]
+    assert users(stages, "src/ddmrl/aux_policies/unmasking.py") == unmasking
+    assert users(stages, "src/ddmrl/samplers/unmasking.py") == unmasking
+    assert (
+        users(stages, "src/ddmrl/aux_policies/schedule.py") == by_method["cogrpo"] | by_method["cogrpo_schedule_only"]
+    )
+
+
 def test_the_scan_reads_the_registries_the_code_uses():
+    from ddmrl.aux_policies import AUX_POLICIES
     from ddmrl.objectives import OBJECTIVES
     from ddmrl.samplers import SAMPLERS
     from ddmrl.tasks import TASKS
 
     for package, name, reg in (("ddmrl.tasks", "TASKS", TASKS), ("ddmrl.samplers", "SAMPLERS", SAMPLERS),
-                               ("ddmrl.objectives", "OBJECTIVES", OBJECTIVES)):  # fmt: skip
+                               ("ddmrl.objectives", "OBJECTIVES", OBJECTIVES),
+                               ("ddmrl.aux_policies", "AUX_POLICIES", AUX_POLICIES)):  # fmt: skip
         assert dag.registry(package, name) == reg.specs
 
 

@@ -195,6 +195,8 @@ methods:
         ("grpo: {sampler: {threshold: 0.0}}\n", "grpo.sampler.threshold"),
         ("grpo: {sampler: {factor: -1.0}}\n", "grpo.sampler.factor"),
         ("grpo: {coupling: crossed}\n", "grpo.coupling"),
+        ("grpo: {aux_policy: {speed_alpha: 1.0}}\n", "grpo.aux_policy.speed_alpha"),
+        ("grpo: {aux_policy: {freeze_model: true}}\n", "grpo.aux_policy.freeze_model"),
         ("grpo: {logp_cfg: cond}\n", "grpo.logp_cfg"),
         ("methods: {rebrl: {remasking: full_completion}}\n", "methods.rebrl.remasking"),
         ("methods: {unigrpo: {epsilon: 1.5}}\n", "methods.unigrpo.epsilon"),

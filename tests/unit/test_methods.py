@@ -19,7 +19,8 @@ from ddmrl.methods import METHODS
 from ddmrl.objectives import OBJECTIVES
 from ddmrl.objectives.weights import WEIGHTINGS
 
-ALL = ["diffu_grpo", "unigrpo", "maskgrpo", "rebrl", "tracerl", "gdpo", "spg", "wd1"]
+ALL = ["diffu_grpo", "unigrpo", "maskgrpo", "rebrl", "tracerl", "gdpo", "spg", "wd1"]  # text runs with grpo's sampler
+AUX = ["cogrpo", "unmask_policy"]  # with an auxiliary policy (Co-GRPO: images, maskgit; unmasking policy: llada)
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -41,9 +42,9 @@ def every_method(extra: str = "") -> str:
     return f"grpo:\n  methods: [{', '.join(ALL)}]\n{extra}"
 
 
-def test_there_are_eight_well_formed_method_records():
+def test_there_are_ten_well_formed_method_records():
     """Each record names a known view sampler, weighting and objective, and the record's key is its name."""
-    assert sorted(METHODS) == sorted(ALL)
+    assert sorted(METHODS) == sorted(ALL + AUX)
     for name, m in METHODS.items():
         assert m.name == name
         assert m.remasking in VIEWS and m.weighting in WEIGHTINGS and m.objective in OBJECTIVES, name
@@ -62,10 +63,11 @@ def test_the_schema_knows_the_methods_and_view_samplers_of_the_registries():
 
 
 def test_what_each_method_fixes():
-    assert {m: fixed_values(m) for m in ALL if fixed_values(m)} == {
+    assert {m: fixed_values(m) for m in ALL + AUX if fixed_values(m)} == {
         "gdpo": {"scale_rewards": "none"},
         "spg": {"beta": 0.0},
         "wd1": {"scale_rewards": "none", "beta": 0.0},
+        "unmask_policy": {"scale_rewards": "none", "beta": 0.0},
     }
 
 

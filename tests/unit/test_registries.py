@@ -14,6 +14,7 @@ REGISTRIES = [
     ("ddmrl.tasks", "TASKS", "sudoku4", "ddmrl.tasks.sudoku4"),
     ("ddmrl.samplers", "SAMPLERS", "maskgit", "ddmrl.samplers.maskgit"),
     ("ddmrl.objectives", "OBJECTIVES", "spg", "ddmrl.objectives.spg"),
+    ("ddmrl.aux_policies", "AUX_POLICIES", "schedule", "ddmrl.aux_policies.schedule"),
 ]
 
 
@@ -27,7 +28,8 @@ def modules_after(code: str) -> set[str]:
 @pytest.mark.parametrize(("package", "name", "member", "module"), REGISTRIES)
 def test_a_lookup_imports_only_its_member(package, name, member, module):
     siblings = {
-        f"{package}.{m}" for m in ("sudoku4", "countdown3", "geneval", "math_reasoning", "emerge", "token_clip")
+        f"{package}.{m}"
+        for m in ("sudoku4", "countdown3", "geneval", "math_reasoning", "emerge", "token_clip", "unmasking")
     }
     loaded = modules_after(f"from {package} import {name}")
     assert module not in loaded and not loaded & siblings

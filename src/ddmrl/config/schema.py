@@ -24,7 +24,9 @@ DEFAULT_PROFILE = "tiny"
 
 TextTask = Literal["sudoku4", "countdown3", "gsm8k", "math500"]
 ImageTask = Literal["geneval_mini", "geneval"]
-MethodName = Literal["diffu_grpo", "unigrpo", "maskgrpo", "rebrl", "tracerl", "gdpo", "spg", "wd1"]
+MethodName = Literal[
+    "diffu_grpo", "unigrpo", "maskgrpo", "rebrl", "tracerl", "gdpo", "spg", "wd1", "cogrpo", "unmask_policy"
+]  # fmt: skip
 ViewSampler = Literal[
     "full_completion", "unigrpo", "maskgrpo_fading", "maskgrpo_random", "rebrl_linear", "tracerl",
     "gdpo_quadrature", "block_random",
@@ -410,6 +412,52 @@ class EvaluateConfig(Section):
 # ------------------------------------------------------------------------------------------------ GRPO
 
 ViewOrDefault = Literal["", ViewSampler]
+ScheduleAction = Literal["ratio", "temperature", "cfg"]
+
+
+@section
+class AuxPolicyConfig(Section):
+    """An auxiliary policy (``ddmrl.aux_policies``): a second trainable module whose actions the rollout sampler
+    draws and records, trained by GRPO on their log-probabilities (a clipped ratio per step) beside the model's
+    objective, with its own learning rate, and saved with the model (``<model>/aux_policy/``). ``schedule``:
+    Co-GRPO's schedule policy for the maskgit sampler; ``unmasking``: a learned unmasking policy for the llada
+    sampler (docs/aux_policies.md)."""
+
+    kind: Literal["none", "schedule", "unmasking"] = Field(
+        "none", description="none, schedule (Co-GRPO; sampler maskgit) or unmasking (learned unmasking; llada)."
+    )
+    learning_rate: Float = Field(1e-3, gt=0, description="AdamW learning rate of the policy (the model's is grpo's).")
+    freeze_model: Bool = Field(
+        False, description="Train the policy only, the model frozen as its environment (the unmasking paper)."
+    )
+    temperature: Float = Field(1.0, gt=0, description="unmasking: policy temperature of rollouts (logits / T).")
+    eval_temperature: Float = Field(
+        1.0, gt=0, description="unmasking: policy temperature at evaluation (paper: 0.5 with blocks of 32)."
+    )
+    fallback: Bool = Field(
+        True,
+        description="unmasking: a rollout step that draws nothing reveals the highest-scoring position (evaluation "
+        "always does); false: the step is wasted (the released code's training).",
+    )
+    speed_alpha: Float = Field(
+        0.0,
+        ge=0,
+        description="Reward x ((L - steps + 1) / L)^alpha, steps a sample's model evaluations (the unmasking "
+        "paper's multiplicative reward; 0: the task reward alone).",
+    )
+    hidden_size: Int = Field(128, ge=2, description="Width (unmasking: the transformer; schedule: the mlp head).")
+    num_heads: Int = Field(2, ge=1, description="unmasking: attention heads.")
+    intermediate_size: Int = Field(512, ge=1, description="unmasking: width of the feed-forward layer.")
+    init_bias: Float = Field(
+        -2.0, description="unmasking: initial logit of every position (-2: revealed with probability 0.12)."
+    )
+    actions: Annotated[tuple[ScheduleAction, ...], Field(min_length=1)] = Field(
+        ("ratio", "temperature", "cfg"), description="schedule: the per-step actions (masked fraction, T, CFG)."
+    )
+    head: Literal["table", "mlp"] = Field(
+        "table", description="schedule: a per-step table of means (interpolated) or an MLP of the step's state."
+    )
+    init_std: Float = Field(0.3, gt=0, description="schedule: initial standard deviation of every action.")
 
 
 @section
@@ -520,10 +568,14 @@ class GRPOConfig(Section):
         default_factory=LoraConfig, description="LoRA adapters (r > 0: the reference is the base, adapters off)."
     )
     launch: LaunchConfig = Field(default_factory=LaunchConfig, description="How the stage is started.")
+    aux_policy: AuxPolicyConfig = Field(
+        default_factory=AuxPolicyConfig, description="An auxiliary policy trained beside (or instead of) the model."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> GRPOConfig:
         _check_scale(self)
+        _check_aux(self)
         if self.num_prompts % self.gradient_accumulation_steps:
             raise refuse(
                 "gradient_accumulation_steps",
@@ -552,6 +604,36 @@ class GRPOConfig(Section):
 
     def _check_method(self) -> None:
         """A method's own checks (its model overrides this)."""
+
+
+def _check_aux(cfg: GRPOConfig) -> None:
+    aux, sampler = cfg.aux_policy, cfg.sampler
+    if aux.kind == "none":
+        if aux.freeze_model:
+            raise refuse("aux_policy.freeze_model", True, "with no auxiliary policy nothing would be trained")
+        if aux.speed_alpha:
+            raise refuse("aux_policy.speed_alpha", aux.speed_alpha, "counts an auxiliary policy's steps: set its kind")
+        return
+    if aux.freeze_model and cfg.lora.r:
+        raise refuse("lora.r", cfg.lora.r, "the model is frozen (aux_policy.freeze_model): no adapters to train")
+    if aux.kind == "schedule":
+        if sampler.name != "maskgit":
+            raise refuse("sampler.name", sampler.name, "a schedule policy drives MaskGIT's schedule: use maskgit")
+        if "cfg" in aux.actions and not sampler.cfg_scale:
+            raise refuse("aux_policy.actions", list(aux.actions), "its cfg scales sampler.cfg_scale: set it > 0")
+        if "temperature" in aux.actions and not sampler.temperature:
+            why = "its temperature scales sampler.temperature: set it > 0"
+            raise refuse("aux_policy.actions", list(aux.actions), why)
+    if aux.kind == "unmasking":
+        if sampler.name != "llada":
+            raise refuse("sampler.name", sampler.name, "a learned unmasking policy drives LLaDA's blocks: use llada")
+        for key in ("kv_cache", "parallel"):
+            if getattr(sampler, key) != "none":
+                raise refuse(f"sampler.{key}", getattr(sampler, key), "the unmasking policy replaces it: use none")
+        if aux.hidden_size % aux.num_heads or (aux.hidden_size // aux.num_heads) % 2:
+            raise refuse(
+                "aux_policy.hidden_size", aux.hidden_size, f"must split into num_heads = {aux.num_heads} even widths"
+            )
 
 
 @section
@@ -670,10 +752,52 @@ class Wd1Config(GRPOConfig):
     scale_rewards: Literal["none"] = "none"
 
 
+@section
+class CoGRPOConfig(GRPOConfig):
+    """Co-GRPO (Zhou et al. 2025, arXiv 2512.22288): the model and a schedule policy (per-step masked fraction,
+    temperature and guidance of MaskGIT's sampler) trained together by GRPO under one reward; the model on its
+    trajectory (TraceRL's views: each token at the state it was revealed from, shrink steps merged), the schedule
+    per step. Its backbone is an image MDM (Meissonic-class): image runs only, sampler maskgit."""
+
+    method: Literal["cogrpo"] = "cogrpo"
+    remasking: ViewSampler = "tracerl"
+    shrink: Int = Field(3, ge=1)
+    sampler: SamplerConfig = Field(
+        default_factory=lambda: SamplerConfig(name="maskgit", steps=12, temperature=1.0, cfg_scale=1.0)
+    )
+    aux_policy: AuxPolicyConfig = Field(default_factory=lambda: AuxPolicyConfig(kind="schedule"))
+
+    def _check_method(self) -> None:
+        if self.aux_policy.kind != "schedule":
+            raise refuse("aux_policy.kind", self.aux_policy.kind, "Co-GRPO trains a schedule policy: use schedule")
+
+
+@section
+class UnmaskPolicyConfig(GRPOConfig):
+    """A learned unmasking policy (Jazbec, Olausson et al. 2025, arXiv 2512.09106): a single-layer AdaLN transformer
+    over the model's confidences reveals positions by Bernoulli draws; GRPO with mean-only advantages and no KL (by
+    definition), the multiplicative correctness x speed reward, the model frozen (freeze_model: false trains it
+    jointly on TraceRL's views of the policy's trajectories)."""
+
+    method: Literal["unmask_policy"] = "unmask_policy"
+    remasking: ViewSampler = "tracerl"
+    sampler: SamplerConfig = Field(default_factory=lambda: SamplerConfig(temperature=0.0))  # the paper's greedy model
+    beta: Literal[0.0] = 0.0
+    scale_rewards: Literal["none"] = "none"
+    aux_policy: AuxPolicyConfig = Field(
+        default_factory=lambda: AuxPolicyConfig(kind="unmasking", freeze_model=True, speed_alpha=1.0)
+    )
+
+    def _check_method(self) -> None:
+        if self.aux_policy.kind != "unmasking":
+            raise refuse("aux_policy.kind", self.aux_policy.kind, "this method trains an unmasking policy")
+
+
 METHOD_CONFIGS: dict[str, type[GRPOConfig]] = {
     c.__pydantic_fields__["method"].default: c
     for c in (
-        DiffuGRPOConfig, UniGRPOConfig, MaskGRPOConfig, RebRLConfig, TraceRLConfig, GDPOConfig, SPGConfig, Wd1Config
+        DiffuGRPOConfig, UniGRPOConfig, MaskGRPOConfig, RebRLConfig, TraceRLConfig, GDPOConfig, SPGConfig, Wd1Config,
+        CoGRPOConfig, UnmaskPolicyConfig,
     )
 }  # fmt: skip
 MethodConfig = Annotated[Union[tuple(METHOD_CONFIGS.values())], Field(discriminator="method")]  # noqa: UP007

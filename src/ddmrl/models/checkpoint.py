@@ -62,15 +62,20 @@ def adapter_of(model) -> Any:
     return getattr(model, _ADAPTER_ATTR, None)
 
 
-def save_checkpoint(model, tok, path: str | Path) -> None:
+def save_checkpoint(model, tok, path: str | Path, aux_policy=None) -> None:
     """Write model + tokenizer to ``path`` atomically (a killed save leaves the old directory or nothing); a model
-    loaded through a pointer gets one too (its adapter kind, dtype and remote-code flag; weights here)."""
+    loaded through a pointer gets one too (its adapter kind, dtype and remote-code flag; weights here). An
+    ``aux_policy`` (``ddmrl.aux_policies``) is saved with them, in ``path/aux_policy/``."""
     spec = getattr(model, _SPEC_ATTR, None)
     with atomic_path(path) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
         if spec is not None:
             write_pointer(tmp, {**spec, "path_or_id": ""})
+        if aux_policy is not None:
+            from ddmrl.aux_policies import AUX_DIR
+
+            aux_policy.save_pretrained(Path(tmp) / AUX_DIR)
 
 
 def write_pointer(path: str | Path, spec: dict[str, Any]) -> None:

@@ -236,17 +236,20 @@ class StageFactory:
         )
 
     def uses(
-        self, tasks: tuple[str, ...] = (), sampler: str = "", section: str = "", image: bool = False
+        self, tasks: tuple[str, ...] = (), sampler: str = "", section: str = "", image: bool = False, aux: str = ""
     ) -> tuple[str, ...]:
         """The modules a stage runs that no static import names: its tasks' and sampler's (registry members), the
-        objective of method ``section``, the hub and the model adapters for a real model, GenEval's evaluator for
-        an image task."""
+        objective of method ``section``, the auxiliary policy of kind ``aux`` and the sampler that consults it, the
+        hub and the model adapters for a real model, GenEval's evaluator for an image task."""
         cfg, modules = self.cfg, []
         modules += [member_module("ddmrl.tasks", "TASKS", t) for t in tasks]
         modules += [member_module("ddmrl.samplers", "SAMPLERS", sampler)] if sampler else []
         run = (cfg.image_methods if image else cfg.methods).get(section)
         if run is not None:
             modules.append(member_module("ddmrl.objectives", "OBJECTIVES", METHODS[run.method].objective))
+        if aux and aux != "none":
+            modules.append(member_module("ddmrl.aux_policies", "AUX_POLICIES", aux))
+            modules += ["ddmrl.samplers.unmasking"] if aux == "unmasking" else []  # LLaDA's sampler hands it its steps
         if (cfg.image.model if image else cfg.model).pretrained:
             modules += ["ddmrl.hub", "ddmrl.models.adapters"]
         if image:
@@ -386,7 +389,7 @@ def _grpo(new, method, task, seed, tasks, start, image) -> Stage:
     model, metrics, curve = f"{root}/model", f"{root}/metrics.json", layout.curve(layout.GRPO_DIR, run)
     overrides = ("image.grpo", f"image.method_overrides.{method}") if image else ()
     section = (new.cfg.image_methods if image else new.cfg.methods).get(method)  # None in a pattern ({method})
-    sampler = section.sampler.name if section is not None else ""
+    sampler, aux = (section.sampler.name, section.aux_policy.kind) if section is not None else ("", "")
     resolved = f"{root}/config.yaml"  # the run's hyperparameters after profile, method and overrides
     return new(
         "grpo_image" if image else "grpo", f"grpo_{run}",
@@ -396,7 +399,7 @@ def _grpo(new, method, task, seed, tasks, start, image) -> Stage:
         deps=(tasks, start), params=("profile", "seed", *grpo_keys(new.cfg), f"methods.{method}", *overrides),
         outs=(curve, resolved), dir_outs=(model,), metrics=(metrics,),
         wildcards={"method": method, "task": task, "seed": seed}, script="stages/grpo.py",
-        uses=new.uses((task,), sampler, method, image), **new.launch(method, image),
+        uses=new.uses((task,), sampler, method, image, aux), **new.launch(method, image),
     )  # fmt: skip
 
 
@@ -429,23 +432,26 @@ def _evaluate(new: StageFactory, kind: str, model: str, model_dir: str, wildcard
     """``model`` is ``base``, ``sft`` or a run name. Image tasks also write GenEval's folder layout
     (``<task>/<NNNNN>/metadata.jsonl``, ``samples/<k>.png``) and the evaluator's results JSONL judged from it."""
     task, root = wildcards["task"], layout.EVALUATE_DIR
+    image = kind.startswith("evaluate_image")
+    run = (new.cfg.image_methods if image else new.cfg.methods).get(wildcards.get("method", ""))
+    aux = run.aux_policy.kind if run is not None else ""  # a policy saved with the model samples with it
     metrics = layout.evaluation(root, model, task)
     generations = metrics.removesuffix(".json") + ".jsonl"
     name = f"evaluate_{model}_{task}" if model in ("base", "sft") else f"evaluate_{model}"
     args = {"--tasks": TASKS_DIR, "--model": model_dir, "--task": task, "--name": model,
             "--generations": generations, "--metrics": metrics}  # fmt: skip
-    if not kind.startswith("evaluate_image"):
+    if not image:
         return new(
             kind, name, args, deps=(TASKS_DIR, model_dir), params=("profile", "evaluate"), outs=(generations,),
             metrics=(metrics,), wildcards=wildcards, script="stages/evaluate.py",
-            uses=new.uses((task,), new.cfg.evaluate.sampler.name),
+            uses=new.uses((task,), new.cfg.evaluate.sampler.name, aux=aux),
         )  # fmt: skip
     images, results = layout.image_folder(root, model, task), layout.image_results(root, model, task)
     args |= {"--tasks": IMAGE_TASKS_DIR, "--images": images, "--results": results}
     return new(
         kind, name, args, deps=(IMAGE_TASKS_DIR, model_dir), params=("profile", "image.evaluate"),
         outs=(generations, results), dir_outs=(images,), metrics=(metrics,), wildcards=wildcards,
-        script="stages/evaluate.py", uses=new.uses((task,), new.cfg.image.evaluate.sampler.name, image=True),
+        script="stages/evaluate.py", uses=new.uses((task,), new.cfg.image.evaluate.sampler.name, image=True, aux=aux),
     )  # fmt: skip
 
 
@@ -586,7 +592,9 @@ SRC = Path(__file__).resolve().parents[1]  # the installed package, whose regist
 #: modules that functions import only on some paths (a checkpoint that is a pointer to a real model, an image task):
 #: imported inside a function, one is a dep only of the stages that use it (``Stage.uses``); a module-level import
 #: always runs, so it is always a dep
-OPTIONAL = ("ddmrl.hub", "ddmrl.models.adapters", "ddmrl.geneval")
+OPTIONAL = (
+    "ddmrl.hub", "ddmrl.models.adapters", "ddmrl.geneval", "ddmrl.aux_policies.schedule", "ddmrl.samplers.unmasking"
+)  # fmt: skip
 
 
 def code_files(script: str | Path, root: str | Path = ".", uses: tuple[str, ...] = ()) -> tuple[str, ...]:
@@ -629,6 +637,10 @@ def _parse_imports(path: str, _mtime_ns: int, src: Path) -> frozenset[tuple[str,
             names.add((node.module, in_function))
             names.update((f"{node.module}.{a.name}", in_function) for a in node.names)
             names.update((lazy[a.name], in_function) for a in node.names if a.name in lazy)
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            for child in node.orelse:  # imports for type checkers only never run
+                visit(child, in_function)
+            return
         inner = in_function or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
         for child in ast.iter_child_nodes(node):
             visit(child, inner)

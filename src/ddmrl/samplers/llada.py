@@ -31,12 +31,15 @@ With both options off the sampler is the plain one, unchanged (bit for bit; test
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
 from ddmrl.samplers.cache import KV_CACHES, cached_forward, window
 from ddmrl.samplers.parallel import PARALLEL_RULES, parallel_commits
+
+if TYPE_CHECKING:
+    from ddmrl.aux_policies import AuxPolicy, AuxTrace
 
 
 class SampleOutput(NamedTuple):
@@ -45,11 +48,13 @@ class SampleOutput(NamedTuple):
     completion_ids: [N, L] generated tokens.
     reveal_step: [N, L] the global step (0-based, counted across blocks) at which each token was committed.
     nfe: number of model evaluations (forward passes, counting both CFG branches).
+    aux: what an auxiliary policy did (``ddmrl.aux_policies.AuxTrace``), None without one.
     """
 
     completion_ids: torch.Tensor
     reveal_step: torch.Tensor
     nfe: int
+    aux: AuxTrace | None = None
 
 
 def init_canvas(prompt_ids: torch.Tensor, completion_length: int, mask_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -123,12 +128,24 @@ def generate(
     threshold: float = 0.9,
     factor: float = 1.0,
     generator: torch.Generator | None = None,
+    aux_policy: AuxPolicy | None = None,
 ) -> SampleOutput:
     """Sample completions of ``completion_length`` tokens for ``prompt_ids`` [N, P] (left-padded).
 
     ``kv_cache`` (none | prefix | dual) and ``parallel`` (none | threshold | factor, with ``threshold`` and
-    ``factor``): Fast-dLLM's accelerations, see the module docstring.
+    ``factor``): Fast-dLLM's accelerations, see the module docstring. ``aux_policy``: a learned unmasking policy
+    (``ddmrl.aux_policies.UnmaskingPolicy``) chooses the positions each step reveals instead of the confidence
+    schedule (``ddmrl.samplers.unmasking``; ``steps`` and ``remasking`` then do not apply).
     """
+    if aux_policy is not None:
+        if kv_cache != "none" or parallel != "none":
+            raise ValueError("a learned unmasking policy replaces the confidence rules: kv_cache, parallel: none")
+        from ddmrl.samplers.unmasking import generate as generate_with_policy
+
+        return generate_with_policy(
+            model, prompt_ids, completion_length, mask_id=mask_id, block_length=block_length,
+            temperature=temperature, cfg_scale=cfg_scale, policy=aux_policy, generator=generator,
+        )  # fmt: skip
     if kv_cache not in KV_CACHES:
         raise ValueError(f"unknown kv_cache {kv_cache!r}; choose one of {KV_CACHES}")
     if parallel not in PARALLEL_RULES:

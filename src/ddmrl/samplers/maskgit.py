@@ -24,11 +24,16 @@ such as 20 * (1 - 9/10) is not floored to one less by rounding; softmax, confide
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 
-from ddmrl.samplers.llada import SampleOutput, guided_logits, init_canvas
+from ddmrl.aux_policies.base import AuxTrace, stack_steps
+from ddmrl.samplers.llada import SampleOutput, combine_guidance, guided_logits, init_canvas, with_unconditional
 from ddmrl.samplers.parallel import PARALLEL_RULES, parallel_commits
+
+if TYPE_CHECKING:
+    from ddmrl.aux_policies import SchedulePolicy
 
 SCHEDULES = ("cosine", "linear")
 
@@ -65,17 +70,26 @@ def noise_scales(noise_temperature: float, steps: int, legacy_compound_noise: bo
     return taus
 
 
-def keep_masked(num_masked: torch.Tensor, length: int, step: int, steps: int, schedule: str) -> torch.Tensor:
+def keep_masked(
+    num_masked: torch.Tensor, length: int, step: int, steps: int, schedule: str, shift: torch.Tensor | None = None
+) -> torch.Tensor:
     """Positions to leave masked after ``step`` (0-based) of ``steps``, per row of ``num_masked`` [N] (the count
     masked before the step): 0 at the last step, otherwise floor(length * mask_schedule((step + 1) / steps)) clamped
-    to [1, num_masked - 1] (MMaDA's ``max(1, min(#unknown - 1, mask_len))``).
+    to [1, num_masked - 1] (MMaDA's ``max(1, min(#unknown - 1, mask_len))``). ``shift`` [N]: Co-GRPO's ratio action,
+    the masked fraction moved to sigmoid(logit(m) + shift) (``ddmrl.aux_policies.schedule``).
 
     >>> keep_masked(torch.tensor([16, 2, 1]), 16, 0, 4, "cosine").tolist()
     [14, 1, 1]
     """
     if step == steps - 1:
         return torch.zeros_like(num_masked)
-    target = math.floor(length * mask_schedule(schedule, (step + 1) / steps) + 1e-9)
+    fraction = mask_schedule(schedule, (step + 1) / steps)
+    if shift is None:
+        target = math.floor(length * fraction + 1e-9)
+    else:
+        from ddmrl.aux_policies.schedule import remasked_fraction
+
+        target = (length * remasked_fraction(fraction, shift) + 1e-9).floor().long()
     return (num_masked - 1).clamp(max=target).clamp(min=1)
 
 
@@ -104,9 +118,14 @@ def gumbel(shape, device, generator: torch.Generator | None) -> torch.Tensor:
     return -torch.log(-torch.log(uniform(shape, device, generator).clamp_min(1e-300)))
 
 
-def sample_tokens(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
-    """Draw from softmax(logits / temperature) along the last axis by Gumbel-max in float64; 0 means argmax."""
-    if temperature == 0:
+def sample_tokens(
+    logits: torch.Tensor, temperature: float | torch.Tensor, generator: torch.Generator | None
+) -> torch.Tensor:
+    """Draw from softmax(logits / temperature) along the last axis by Gumbel-max in float64; 0 means argmax.
+    ``temperature`` may be a tensor [N] (one per row of logits [N, ..., V]; all positive)."""
+    if isinstance(temperature, torch.Tensor):
+        temperature = temperature.double().view(-1, *([1] * (logits.dim() - 1)))
+    elif temperature == 0:
         return logits.argmax(-1)
     return (logits.double() / temperature + gumbel(logits.shape, logits.device, generator)).argmax(-1)
 
@@ -129,6 +148,7 @@ def generate(
     threshold: float = 0.9,
     factor: float = 1.0,
     generator: torch.Generator | None = None,
+    aux_policy: SchedulePolicy | None = None,
 ) -> SampleOutput:
     """Sample completions of ``completion_length`` tokens for ``prompt_ids`` [N, P] with MaskGIT's schedule.
 
@@ -140,6 +160,10 @@ def generate(
     picks by their untempered confidence, on top of the schedule's; sampling stops once nothing is masked, which
     saves passes only when the rule reveals every remaining token (the schedule keeps one masked until the last
     step). With ``none`` (the default) the sampler is MaskGIT's, unchanged (bit for bit; tested).
+
+    ``aux_policy``: Co-GRPO's schedule policy (``ddmrl.aux_policies.SchedulePolicy``) sets each step's masked
+    fraction, temperature and guidance scale (the values above scaled by its action); the returned ``aux`` trace
+    records its observations, actions and their log-probabilities. Without one (the default) nothing changes.
     """
     if steps < 1:
         raise ValueError("steps must be >= 1")
@@ -151,17 +175,31 @@ def generate(
     x, reveal = init_canvas(prompt_ids, length, mask_id)
     taus = noise_scales(noise_temperature, steps, legacy_compound_noise)
     allowed, nfe = None, 0
+    schedule_steps, previous_conf = [], torch.zeros(n, dtype=torch.float64, device=x.device)
     for s in range(steps):
         masked = x[:, p:] == mask_id
         if not bool(masked.any()):  # only with a parallel rule: the schedule keeps a mask until the last step
             break
+        step_temperature, step_cfg, shift = temperature, cfg_scale, None
+        if aux_policy is not None:
+            obs = schedule_observation(s, steps, masked, previous_conf)  # [N, 4]
+            action, logp = aux_policy.act(obs, generator)
+            shift, temp_mult, cfg_mult = aux_policy.knobs(action)
+            step_temperature = temperature * temp_mult.double() if "temperature" in aux_policy.actions else temperature
+            step_cfg = cfg_scale * cfg_mult if "cfg" in aux_policy.actions else cfg_scale
+            shift = shift if "ratio" in aux_policy.actions else None
+            schedule_steps.append((obs, action, logp))
         # LLaDA's u + (w + 1)(c - u) in guided_logits is algebraically MMaDA's (1 + w) c - w u.
-        logits = guided_logits(model, x, p, mask_id, cfg_scale)[:, p:].double()  # [N, L, V]
+        if isinstance(step_cfg, torch.Tensor):  # a guidance scale per row
+            guided = combine_guidance(model(with_unconditional(x, p, mask_id)).logits, step_cfg.view(-1, 1, 1))
+            logits = guided[:, p:].double()
+        else:
+            logits = guided_logits(model, x, p, mask_id, step_cfg)[:, p:].double()  # [N, L, V]
         nfe += 2 if cfg_scale else 1
         if allowed is None:
             allowed = allowed_vocab(allowed_tokens, logits.shape[-1], mask_id, logits.device)
         logits = logits.masked_fill(~allowed, -torch.inf)
-        proposal = sample_tokens(logits, temperature, generator)  # [N, L]
+        proposal = sample_tokens(logits, step_temperature, generator)  # [N, L]
         log_conf = torch.log_softmax(logits, -1).gather(-1, proposal[..., None]).squeeze(-1)  # untempered
         drawn = torch.where(masked, proposal.to(x.dtype), x[:, p:])  # known positions keep their token
         clean = log_conf.exp().masked_fill(~masked, -torch.inf)  # [N, L] confidence, for a parallel rule
@@ -169,8 +207,25 @@ def generate(
             log_conf = log_conf + taus[s] * gumbel(log_conf.shape, log_conf.device, generator)
         noisy = log_conf.masked_fill(~masked, torch.inf)  # revealed positions are never re-masked
         rank = noisy.argsort(dim=1, stable=True).argsort(dim=1)  # 0 = least confident
-        remask = (rank < keep_masked(masked.sum(1), length, s, steps, schedule)[:, None]) & masked
+        remask = (rank < keep_masked(masked.sum(1), length, s, steps, schedule, shift)[:, None]) & masked
         remask &= ~parallel_commits(clean, parallel, threshold, factor)
         reveal[masked & ~remask] = s
         x[:, p:] = drawn.masked_fill(remask, mask_id)
-    return SampleOutput(x[:, p:], reveal, nfe)
+        if aux_policy is not None:  # the mean confidence of the positions masked before the step
+            previous_conf = clean.masked_fill(~masked, 0).sum(1) / masked.sum(1).clamp_min(1)
+    if aux_policy is None:
+        return SampleOutput(x[:, p:], reveal, nfe)
+    obs, actions, logp = stack_steps(schedule_steps)
+    active = torch.ones(logp.shape, dtype=torch.bool, device=logp.device)
+    return SampleOutput(x[:, p:], reveal, nfe, AuxTrace((obs,), actions, logp, active, torch.full((n,), nfe)))
+
+
+def schedule_observation(step: int, steps: int, masked: torch.Tensor, previous_conf: torch.Tensor) -> torch.Tensor:
+    """Co-GRPO's observation of a step [N, 4]: r = step / (steps - 1), the fraction of the completion still masked,
+    the mean confidence of the positions that were masked at the previous step (0 at the first), and 1 if a later
+    step follows (the masked fraction then matters) else 0."""
+    n = masked.shape[0]
+    r = step / (steps - 1) if steps > 1 else 0.0
+    columns = [torch.full((n,), r), masked.float().mean(1).cpu(), previous_conf.float().cpu(),
+               torch.full((n,), float(step < steps - 1))]  # fmt: skip
+    return torch.stack(columns, 1).to(masked.device)

@@ -217,8 +217,16 @@ def to_device(obj: Any, device: torch.device) -> Any:
 
 
 def no_sync_unless(acc, model, last: bool):
-    """Skip DDP's gradient all-reduce on every micro-batch but the last of an optimiser step."""
-    return contextlib.nullcontext() if last else acc.no_sync(model)
+    """Skip DDP's gradient all-reduce on every micro-batch but the last of an optimiser step (``model``: one module
+    or a list of the modules trained together)."""
+    if last:
+        return contextlib.nullcontext()
+    if not isinstance(model, list):
+        return acc.no_sync(model)
+    stack = contextlib.ExitStack()
+    for m in model:
+        stack.enter_context(acc.no_sync(m))
+    return stack
 
 
 # ------------------------------------------------------------------------------------------------ models
@@ -291,8 +299,9 @@ def report_weights(acc, model, stage: str) -> None:
         print(f"{who}, weights checksum {weights_checksum(acc.unwrap_model(model))!r}", flush=True)
 
 
-def save_policy(acc, policy, tok, path: str | Path) -> None:
-    """Write the trained model as a plain ``save_pretrained`` checkpoint (adapters merged), from the main process.
+def save_policy(acc, policy, tok, path: str | Path, aux_policy=None) -> None:
+    """Write the trained model as a plain ``save_pretrained`` checkpoint (adapters merged), from the main process,
+    with its auxiliary policy (``ddmrl.aux_policies``) if it has one.
 
     Every process must call it: with ZeRO-3 or FSDP the full state dict is gathered collectively first.
     """
@@ -304,8 +313,9 @@ def save_policy(acc, policy, tok, path: str | Path) -> None:
     model = unwrap(acc.unwrap_model(policy))  # the model inside an image layout is what is saved
     if is_peft(model):
         model = model.merge_and_unload()
+    aux = None if aux_policy is None else acc.unwrap_model(aux_policy)
     if state is None:
-        save_checkpoint(model, tok, path)
+        save_checkpoint(model, tok, path, aux)
         return
     with atomic_path(path) as tmp:
         model.save_pretrained(tmp, state_dict=state, safe_serialization=True)

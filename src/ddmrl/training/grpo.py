@@ -23,6 +23,13 @@ Several processes (``accelerate launch``; ``ddmrl.training.distributed``): each 
 batch's prompts and samples with its own seeds; the non-finite decisions are taken by all processes together; the
 curve holds rewards and losses gathered over processes. The old and reference log-probs are still computed once per
 rollout batch, each process for its own rollouts.
+
+An auxiliary policy (``aux_policy``; ``ddmrl.aux_policies``: Co-GRPO's schedule, a learned unmasking policy) is
+consulted by the sampler at every rollout step, which records its actions and their log-probs; every optimiser step
+then adds its clipped per-step loss to the method's (one backward pass, its own AdamW and learning rate). With
+``aux_policy.freeze_model`` the model is the policy's environment only: no views, no old or reference passes, and
+``num_iterations`` optimiser steps of the policy per rollout batch. A sample's reward may be scaled by its speed
+(``aux_policy.speed_alpha``: the unmasking paper's multiplicative reward).
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from typing import NamedTuple
 import torch
 from tqdm import tqdm
 
+from ddmrl.aux_policies import AuxPolicy, aux_clip_loss, speed_reward
 from ddmrl.config import ConfigError, GRPOConfig
 from ddmrl.likelihood import token_logps
 from ddmrl.masking import Views, apply_view, build_views
@@ -71,10 +79,10 @@ class Batch(NamedTuple):
     rewards: torch.Tensor  # [N]
     advantages: torch.Tensor  # [N]
     zero_std: torch.Tensor  # [B] groups with equal rewards
-    views: Views
-    weights: torch.Tensor  # [V, N, L]
+    views: Views | None  # None: the model is frozen (only an auxiliary policy trains)
+    weights: torch.Tensor | None  # [V, N, L]
     z: torch.Tensor | None  # [N]
-    inputs: torch.Tensor  # [V, N, P + L] the model input of every view
+    inputs: torch.Tensor | None  # [V, N, P + L] the model input of every view
 
 
 def make_views(cfg: GRPOConfig, batch: Rollouts, seed: int, pad_id: int, mask_id: int):
@@ -173,6 +181,7 @@ def train_grpo(
     run_log: RunLog | None = None,
     checkpointer: Checkpointer | None = None,
     accelerator=None,
+    aux_policy: AuxPolicy | None = None,
 ) -> tuple[list[dict[str, float]], Timing]:
     """Run ``cfg.max_steps`` optimiser steps of GRPO; ``draw_prompts(iteration)`` gives each rollout batch's prompts.
 
@@ -184,18 +193,23 @@ def train_grpo(
     ``ref`` is the frozen reference model, or None when ``policy`` is a peft model whose reference is the policy with
     its adapters disabled. ``accelerator``: the run's ``accelerate.Accelerator`` (None: one process on the device the
     policy is on). ``policy`` is prepared in place (wrapped for DDP/DeepSpeed); save it with
-    ``ddmrl.training.distributed.save_policy``.
+    ``ddmrl.training.distributed.save_policy``. ``aux_policy``: the auxiliary policy ``cfg.aux_policy`` names (a
+    fresh ``ddmrl.aux_policies.new_aux_policy``), trained in place; ``ref`` may be None when no KL term needs it.
     """
     acc = accelerator or dist.local_accelerator(policy, cfg.mixed_precision, cfg.gradient_accumulation_steps)
     rank, world = acc.process_index, acc.num_processes
     rseed = dist.rank_seed(seed, rank)  # this process's own draws (process 0: the run's seed)
     objective = OBJECTIVES[METHODS[cfg.method].objective]
     dist.check_supported(acc, cfg.lora)
-    if ref is None and not dist.is_peft(policy):
+    frozen = cfg.aux_policy.freeze_model
+    _check_aux(acc, cfg, aux_policy)
+    if ref is None and cfg.beta and cfg.kl_target == "ref" and not frozen and not dist.is_peft(policy):
         raise ValueError("train_grpo: ref is None but the policy has no adapters to disable (lora.r = 0)")
-    opt = torch.optim.AdamW(
-        dist.trainable(policy), lr=cfg.learning_rate, betas=(0.9, 0.99), weight_decay=cfg.weight_decay
-    )
+    opt = None
+    if not frozen:
+        opt = torch.optim.AdamW(
+            dist.trainable(policy), lr=cfg.learning_rate, betas=(0.9, 0.99), weight_decay=cfg.weight_decay
+        )
     g, ga = cfg.num_generations, cfg.gradient_accumulation_steps
     guidance = logp_guidance(cfg, tok.mask_token_id)
     local_prompts = cfg.num_prompts // world
@@ -208,8 +222,19 @@ def train_grpo(
     micro_rows = [slice(a * rows_per_micro, (a + 1) * rows_per_micro) for a in range(ga)]
     dist.set_accumulation(acc, ga)
     dist.configure_deepspeed(acc, rows_per_micro, ga, cfg.max_grad_norm)
-    policy, opt = acc.prepare(policy, opt)
+    aux, aux_opt = aux_policy, None
+    if aux is not None:
+        aux_lr = cfg.aux_policy.learning_rate
+        aux_opt = torch.optim.AdamW(aux.parameters(), lr=aux_lr, betas=(0.9, 0.99), weight_decay=cfg.weight_decay)
+    if frozen:  # the model is the auxiliary policy's environment: placed, never prepared nor saved in checkpoints
+        policy = dist.place_reference(acc, policy)
+        aux, aux_opt = acc.prepare(aux, aux_opt)
+    elif aux is not None:
+        policy, opt, aux, aux_opt = acc.prepare(policy, opt, aux, aux_opt)
+    else:
+        policy, opt = acc.prepare(policy, opt)
     ref = dist.place_reference(acc, ref)
+    acting = None if aux is None else acc.unwrap_model(aux)  # what the sampler consults (no DDP wrapper)
     timing, curve, step, it, skipped, consecutive = Timing(), [], 0, 0, 0, 0
     if checkpointer is not None and (found := checkpointer.latest(acc)):
         path, meta = found
@@ -227,10 +252,16 @@ def train_grpo(
         # 1-2. rollouts, rewards, advantages (this process's share of the prompts, its own sampling seed)
         t0 = time.time()
         policy.eval()
+        if acting is not None:
+            acting.train()  # the exploration distribution its log-probs refer to
         examples = dist.shard(draw_prompts(it), rank, world, "grpo.num_prompts")
         gen = dist.device_generator(acc.device, rseed, "rollout", it)
-        batch = dist.to_device(rollout(policy, tok, task, examples, g, cfg.sampler, gen), torch.device("cpu"))
+        batch = rollout(policy, tok, task, examples, g, cfg.sampler, gen, aux_policy=acting)
+        batch = dist.to_device(batch, torch.device("cpu"))
         r = rewards(task, examples, batch, g)  # [N]
+        if cfg.aux_policy.speed_alpha:
+            steps_taken = batch.aux.active.sum(1)  # [N] the model evaluations (steps) of every sample
+            r = speed_reward(r, steps_taken, task.completion_length, cfg.aux_policy.speed_alpha)
         adv, zero_std = group_advantages(r, g, cfg.scale_rewards)
         if not dist.all_processes(acc, bool(torch.isfinite(r).all() and torch.isfinite(adv).all())):
             skipped, consecutive, it = skipped + 1, consecutive + 1, it + 1
@@ -238,18 +269,22 @@ def train_grpo(
             continue
         consecutive = 0
         # 3. views and weights, all from the rollout seed (on the CPU), then everything on the run's device
-        views, weights, z, inputs = make_views(
-            cfg, batch, derive_seed(rseed, "views", it), tok.pad_token_id, tok.mask_token_id
-        )
+        views = weights = z = inputs = None
+        if not frozen:
+            views, weights, z, inputs = make_views(
+                cfg, batch, derive_seed(rseed, "views", it), tok.pad_token_id, tok.mask_token_id
+            )
         b = dist.to_device(Batch(batch, r, adv, zero_std, views, weights, z, inputs), acc.device)
         inputs, completion_ids = b.inputs, b.rollouts.completion_ids
-        _same_schedule(acc, len(views.steps))
+        schedule = ((),) * cfg.num_iterations if frozen else views.steps  # the views of every optimiser step
+        _same_schedule(acc, len(schedule))
         t1 = time.time()
         # 4. old and KL-target log-probs on identical views, once per rollout batch
+        old = kl_ref = None
         with torch.no_grad():
-            old = view_logps(policy, inputs, completion_ids, **guidance)  # [V, N, L]
-            kl_ref = None
-            if cfg.beta:
+            if not frozen:
+                old = view_logps(policy, inputs, completion_ids, **guidance)  # [V, N, L]
+            if cfg.beta and not frozen:
                 if cfg.kl_target == "old":
                     kl_ref = old
                 elif ref is None:  # LoRA: the reference is the base model, the adapters switched off
@@ -260,32 +295,46 @@ def train_grpo(
                         kl_ref = view_logps(ref, inputs, completion_ids, **guidance)
         t2 = time.time()
         # 5. one optimiser step per entry of the schedule
-        policy.train()
-        stats = {"loss": 0.0, "kl": 0.0, "clip_ratio": 0.0}
-        inner = min(len(views.steps), cfg.max_steps - step)
+        if not frozen:
+            policy.train()
+        keys = ["loss", "kl", "clip_ratio"] + ([] if aux is None else ["aux_loss", "aux_clip_ratio"])
+        stats = dict.fromkeys(keys, 0.0)
+        inner = min(len(schedule), cfg.max_steps - step)
+        trained = [m for m in (None if frozen else policy, aux) if m is not None]
+        optimisers = [o for o in (opt, aux_opt) if o is not None]
         for s in range(inner):
             acc.sync_gradients = True
-            opt.zero_grad(set_to_none=True)
+            for o in optimisers:
+                o.zero_grad(set_to_none=True)
             finite = True
             for a, rows in enumerate(micro_rows):
                 acc.sync_gradients = a == ga - 1  # DeepSpeed steps its engine at the accumulation boundary
-                with dist.no_sync_unless(acc, policy, a == ga - 1):
-                    ids = step_views(views, s, a, cfg)
-                    logps = torch.stack(
-                        [token_logps(policy, inputs[v, rows], completion_ids[rows], **guidance) for v in ids]
-                    )
-                    out = objective(objective_inputs(b, old, kl_ref, logps, ids, rows, g), cfg)
-                    finite = dist.all_processes(acc, bool(torch.isfinite(out.loss)))
+                with dist.no_sync_unless(acc, trained, a == ga - 1):
+                    loss, parts = torch.zeros((), device=acc.device), {}
+                    if not frozen:
+                        ids = step_views(views, s, a, cfg)
+                        logps = torch.stack(
+                            [token_logps(policy, inputs[v, rows], completion_ids[rows], **guidance) for v in ids]
+                        )
+                        out = objective(objective_inputs(b, old, kl_ref, logps, ids, rows, g), cfg)
+                        loss, parts = loss + out.loss, {"kl": out.kl, "clip_ratio": out.clip_ratio}
+                    if aux is not None:
+                        trace = b.rollouts.aux.rows(rows)
+                        logp = aux(trace.obs, trace.actions)  # [n, S] with gradient
+                        aux_out = aux_clip_loss(logp, trace.logp, trace.active, b.advantages[rows], cfg.epsilon)
+                        loss = loss + aux_out.loss
+                        parts |= {"aux_loss": aux_out.loss.item(), "aux_clip_ratio": aux_out.clip_ratio}
+                    finite = dist.all_processes(acc, bool(torch.isfinite(loss)))
                     if not finite:
                         break
-                    acc.backward(out.loss)  # divides by gradient_accumulation_steps
-                stats["loss"] += out.loss.item() / (ga * inner)
-                stats["kl"] += out.kl / (ga * inner)
-                stats["clip_ratio"] += out.clip_ratio / (ga * inner)
+                    acc.backward(loss)  # divides by gradient_accumulation_steps
+                for key, value in {"loss": loss.item(), **parts}.items():
+                    stats[key] += value / (ga * inner)
             acc.sync_gradients = True
             if finite:
-                acc.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
-                opt.step()
+                for model, o in zip(trained, optimisers, strict=True):
+                    acc.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+                    o.step()
             else:
                 if dist.is_deepspeed(acc):
                     raise NonFiniteError(f"step {step + 1}: non-finite loss (cannot be skipped under DeepSpeed)")
@@ -306,6 +355,7 @@ def train_grpo(
             "frac_reward_zero_std": zero_all.mean().item(),
             **dist.mean_over_processes(acc, stats),
             "completions/mean_length": lengths.mean().item(),
+            **({} if acting is None else dist.mean_over_processes(acc, acting.summary(batch.aux))),
             "nonfinite_skipped": skipped,
             "time": timing.gen + timing.old_ref_logp + timing.update,
         }
@@ -322,6 +372,16 @@ def train_grpo(
     bar.close()
     policy.eval()
     return curve, timing
+
+
+def _check_aux(acc, cfg: GRPOConfig, aux_policy: AuxPolicy | None) -> None:
+    """The auxiliary policy matches the config, and the engine can train two modules (one process or DDP)."""
+    kind = cfg.aux_policy.kind
+    if (kind == "none") != (aux_policy is None) or (aux_policy is not None and aux_policy.kind != kind):
+        got = None if aux_policy is None else aux_policy.kind
+        raise ValueError(f"train_grpo: aux_policy.kind = {kind!r} but the auxiliary policy given is {got!r}")
+    if aux_policy is not None and (dist.is_deepspeed(acc) or dist.is_sharded(acc)):
+        raise ConfigError("aux_policy: an auxiliary policy trains under one process or DDP, not DeepSpeed or FSDP")
 
 
 def _same_schedule(acc, inner_steps: int) -> None:
