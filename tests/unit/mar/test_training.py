@@ -1,23 +1,32 @@
-"""MAR pre-training and the GRPO loop (ddmrl.mar.pretrain, ddmrl.mar.grpo): the tokens each AR step trains, what the
-frozen head leaves alone, and a killed run resumed from its checkpoint ending as an uninterrupted one."""
+"""MAR pre-training and the GRPO loop (ddmrl.mar.pretrain, ddmrl.mar.grpo): the tokens each AR step trains, the
+baseline row as MAR-GRPO's stabilisers switched off (and each switch alone), what the frozen head leaves alone, and a
+killed run resumed from its checkpoint ending as an uninterrupted one."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
+from ddmrl import config
 from ddmrl.config import MarPretrainConfig, MarRunConfig, MarSamplerConfig
 from ddmrl.mar.diffusion import training_schedule
 from ddmrl.mar.encoding import encode, grids_to_codes
-from ddmrl.mar.grpo import token_weights, train_mar_grpo
+from ddmrl.mar.grpo import prepare, token_weights, train_mar_grpo, update
 from ddmrl.mar.pretrain import mar_loss, random_mask, train_mar
-from ddmrl.mar.sampler import MARRollout, schedule_of
+from ddmrl.mar.sampler import MARRollout, generate, schedule_of
 from ddmrl.tasks.geneval_mini import GenEvalMini, parse_grid
 from ddmrl.tasks.store import training_draw
+from ddmrl.training import distributed as dist
 from ddmrl.training.resume import Checkpointer
 from ddmrl.training.tracking import RunLog
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 class Background(GenEvalMini):
@@ -122,3 +131,67 @@ def test_a_killed_run_resumes_to_the_same_weights_and_curve(tiny, tmp_path):
     ]
     for p, q in zip(whole.parameters(), resumed.parameters(), strict=True):
         assert torch.equal(p, q)
+
+
+PLAIN = {"train_head": True, "mte_trajectories": 0, "consistency": False}
+
+
+def _prepared(model, section: dict, seed: int = 0):
+    """One rollout batch of 2 prompts x 4 images (drafts recorded) with fixed advantages, prepared under ``section``
+    (the reference a copy of the policy: every KL term is 0 at the first update)."""
+    cfg = MarRunConfig(**{**RUN, "max_steps": 1, "beta": 0.01, **section})
+    schedule = schedule_of(model, cfg.sampler)
+    prompts = [ex.gold["prompt"] for ex in HELD_OUT[:2] for _ in range(4)]
+    roll = generate(model, model.encode_prompts(prompts), cfg.sampler.ar_steps, schedule,
+                    torch.Generator().manual_seed(seed), drafts=True)  # fmt: skip
+    advantages = torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, 0.0, -1.0, -1.0])
+    ref = copy.deepcopy(model).requires_grad_(False)
+    return cfg, schedule, roll, advantages, prepare(model, ref, schedule, roll, advantages, cfg, seed, 0)
+
+
+def test_the_baseline_row_is_plain_grpo_over_every_masked_tokens_transitions(tiny):
+    """Stabilisers off: every token unknown at an AR step is trained on its own trajectory (no MTE), the head gets
+    gradient, and at the first update (ratio 1, KL 0) each AR step's loss is minus the mean advantage over its
+    trained tokens, by hand: loss = mean_s [ -sum_{b,n} w_sbn A_b / sum w_s ]."""
+    model = tiny(5)
+    model.train()
+    cfg, schedule, roll, adv, batch = _prepared(model, PLAIN)
+    assert batch.mte is None and batch.mte_selected is None
+    assert torch.equal(batch.weights, roll.masks[:-1])
+    assert batch.ar_steps == list(range(cfg.sampler.ar_steps)) and batch.steps.tolist() == [1, 2, 3]
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)  # the gradients only
+    stats = update(model, opt, dist.local_accelerator(model), batch, schedule, cfg)
+    w = batch.weights.float()  # [S, B, N]
+    hand = (-(w * adv[None, :, None]).sum((1, 2)) / w.sum((1, 2))).mean()
+    assert stats["loss"] == pytest.approx(hand.item(), abs=1e-5)
+    assert stats["kl"] == pytest.approx(0.0, abs=1e-8) and stats["clip_ratio"] == 0.0
+    assert model.head.out.weight.grad is not None and model.head.out.weight.grad.abs().sum() > 0
+
+
+def test_each_stabiliser_is_a_switch_of_its_own(tiny):
+    """Consistency-aware selection only drops drafts (every revealed token stays); MTE only adds M trajectories per
+    token and marks each image's top-k % most uncertain tokens; neither changes what the other selects."""
+    model = tiny(6)
+    model.train()
+    _, _, roll, _, plain = _prepared(model, PLAIN)
+    _, _, _, _, consistent = _prepared(model, {**PLAIN, "consistency": True})
+    assert bool((consistent.weights <= plain.weights).all()) and bool((roll.committed <= consistent.weights).all())
+    assert consistent.weights.sum() < plain.weights.sum()  # this rollout has drafts that moved away
+    assert consistent.mte is None
+    _, _, _, _, mte = _prepared(model, {**PLAIN, "mte_trajectories": 3, "mte_top_percent": 0.25})
+    assert torch.equal(mte.weights, plain.weights)
+    k, (b, n, c) = len(schedule_of(model, MarSamplerConfig(ar_steps=4, diffusion_steps=4))), roll.final.shape
+    assert mte.mte.shape == (3, k + 1, b, n, c)
+    assert mte.mte_selected.sum(-1).tolist() == [n // 4] * b
+
+
+def test_the_extended_profiles_mar_rows_differ_only_in_the_stabilisers(tmp_path):
+    """On equal terms: the baseline row and MAR-GRPO share every hyperparameter but the three switches."""
+    shutil.copytree(REPO / "profiles", tmp_path / "profiles")
+    raw = yaml.safe_load((REPO / "params.yaml").read_text()) | {"profile": "extended"}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    mar = config.load(tmp_path / "params.yaml").mar
+    plain, stable = (dataclasses.asdict(mar.run_config(s)) for s in ("grpo_plain", "mar_grpo"))
+    assert {k for k in plain if plain[k] != stable[k]} == {"train_head", "mte_trajectories", "consistency"}
+    assert (plain["train_head"], plain["mte_trajectories"], plain["consistency"]) == (True, 0, False)
+    assert (stable["train_head"], stable["mte_trajectories"] > 0, stable["consistency"]) == (False, True, True)
