@@ -18,7 +18,7 @@ from helpers import REPO, copy_repo, edit_params, planned, planned_names, snakem
 from ddmrl.config import load
 from ddmrl.pipeline import dag, export
 
-PROFILES = ["tiny", "smoke", "paper_llada_math", "paper_mmada_geneval"]
+PROFILES = ["tiny", "smoke", "paper_llada_math", "paper_mmada_geneval", "extended"]
 
 # Stands in for every stage script in the run test: echoes its command line (to the job's log) and writes the
 # outputs the DAG gives its command (outputs.json, written by the test), so Snakemake accepts the job.

@@ -149,7 +149,8 @@ def all_kinds(cfg: Config) -> list[Kind]:
     run = (Dim("method", "grpo.methods", code=True), task, Dim("seed", "grpo.seeds"))
     image_seeds = Dim("seed", "image.seeds" if cfg.image.seeds else "grpo.seeds")
     image_run = (Dim("method", "image.methods", code=True), image_task, image_seeds)
-    mar_run = (Dim("method", "mar.methods"), Dim("seed", "mar.seeds"))  # one task; every section runs one code
+    # one task; a dvc.yaml entry per section (its params key mar.sections.<section>), DVC expanding the seeds
+    mar_run = (Dim("method", "mar.methods", code=True), Dim("seed", "mar.seeds"))
     return [
         Kind("download", (), download),
         Kind("sft", (), sft),
