@@ -1,7 +1,7 @@
 """What every auxiliary policy shares: the trace a sampler records of its actions, the module interface, saving and
 loading next to the model, and the GRPO loss on its per-step log-probabilities.
 
-An auxiliary policy is a second trainable module besides the model (algorithms.md C.2's ``AuxPolicy``): a sampler
+An auxiliary policy is a second trainable module besides the model (docs/aux_policies.md): a sampler
 asks it for an action at each step (Co-GRPO's schedule of the step, or which positions a learned unmasking policy
 reveals), draws the action from the sampler's own generator and records, per row and step, the policy's inputs,
 the action and its log-probability. GRPO then trains the policy on those trajectories like PPO trains any policy:
