@@ -32,6 +32,9 @@ DISPLAY = {
     "gdpo": "GDPO",
     "spg": "SPG",
     "wd1": "wd1",
+    "cogrpo": "Co-GRPO",
+    "cogrpo_schedule_only": "Co-GRPO (schedule only)",
+    "unmask_policy": "unmasking policy",
     "mar_base": "MAR base",
 }
 
