@@ -17,7 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from ddmrl.config import Config, run_name  # noqa: E402
+from ddmrl.config import MAR_TASK, Config, mar_run_name, run_name  # noqa: E402
 from ddmrl.geneval import summarize  # noqa: E402
 from ddmrl.io import read_json  # noqa: E402
 
@@ -38,16 +38,31 @@ DISPLAY = {
     "cogrpo": "Co-GRPO",
     "cogrpo_schedule_only": "Co-GRPO (schedule only)",
     "unmask_policy": "unmasking policy",
+    "mar_base": "MAR base",
 }
 
 
+#: the MAR rows (``mar_<section>``) of the extended profile's sections
+MAR_DISPLAY = {"grpo_plain": "GRPO (no stabilisers)", "mar_grpo": "MAR-GRPO"}
+
+
 def display(name: str) -> str:
+    if name.startswith("mar_") and name not in DISPLAY:  # a MAR run's row: MAR + its section
+        section = name.removeprefix("mar_")
+        return f"MAR + {MAR_DISPLAY.get(section, section)}"
     return DISPLAY.get(name, name)
 
 
+def labelled_runs(cfg: Config) -> list[tuple[str, str, int, str]]:
+    """(row label, task, seed, run name) of every GRPO run: the method sections' (labelled by the section), then
+    the MAR runs' (``mar:``; labelled ``mar_<section>``, beside the MAR base model's row ``mar_base``)."""
+    runs = [(m, t, s, run_name(m, t, s)) for m, t, s in cfg.runs()]
+    return runs + [(f"mar_{m}", MAR_TASK, s, mar_run_name(m, MAR_TASK, s)) for m, s in cfg.mar.runs()]
+
+
 def run_of(cfg: Config, model: str) -> tuple[str, str, int] | None:
-    """(method section, task, seed) of a GRPO run name, or None for base / sft."""
-    return next((r for r in cfg.runs() if run_name(*r) == model), None)
+    """(row label, task, seed) of a GRPO run name, or None for base / sft / mar_base."""
+    return next(((label, t, s) for label, t, s, name in labelled_runs(cfg) if name == model), None)
 
 
 def results_frame(cfg: Config, evals: list[dict[str, Any]], curves: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -138,16 +153,17 @@ def headline_metrics(frame: pd.DataFrame | None, images: pd.DataFrame | None) ->
 def curves_frame(cfg: Config, curves: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """Every run's curve in one long table, with ``series`` (the run), method section, task and seed: DVC's plots."""
     frames = [
-        curves[run_name(m, t, s)].assign(series=run_name(m, t, s), method=m, task=t, seed=s)
-        for m, t, s in cfg.runs()
-        if run_name(m, t, s) in curves
+        curves[name].assign(series=name, method=label, task=t, seed=s)
+        for label, t, s, name in labelled_runs(cfg)
+        if name in curves
     ]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["series", "step"])
 
 
 def mean_curve(cfg: Config, curves: dict[str, pd.DataFrame], method: str, task: str, key: str) -> pd.Series | None:
-    """``key`` against optimiser step for one method section and task, averaged over its seeds (None: no run)."""
-    runs = [curves.get(run_name(m, t, s)) for m, t, s in cfg.runs() if (m, t) == (method, task)]
+    """``key`` against optimiser step for one row label (a method section, or ``mar_<section>``) and task,
+    averaged over its seeds (None: no run)."""
+    runs = [curves.get(name) for label, t, _, name in labelled_runs(cfg) if (label, t) == (method, task)]
     runs = [r for r in runs if r is not None]
     if not runs:
         return None
@@ -159,7 +175,7 @@ def plot_curves(
 ) -> None:
     """One panel per task, one line per method (seeds averaged), ``key`` against optimiser step; text tasks, or
     with ``image`` the text-to-image tasks."""
-    tasks, methods = (cfg.image.tasks, list(cfg.image_methods)) if image else (cfg.tasks, cfg.grpo.methods)
+    tasks, methods = (cfg.image.tasks, image_rows(cfg)[1:]) if image else (cfg.tasks, cfg.grpo.methods)
     fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.6), squeeze=False)
     for ax, task in zip(axes[0], tasks, strict=True):
         for m in methods:
@@ -226,6 +242,12 @@ IMAGE_COLUMNS = {
 }
 
 
+def image_rows(cfg: Config) -> list[str]:
+    """The image table's row labels: base, the image method sections, then the MAR base model and runs."""
+    mar = ["mar_base", *(f"mar_{m}" for m in cfg.mar.methods)] if cfg.mar.methods else []
+    return ["base", *cfg.image_methods, *mar]
+
+
 def image_frame(cfg: Config, results: list[str | Path]) -> pd.DataFrame:
     """One row per (row label, task, seed): per-tag accuracy and Overall (percent), GenEval's summary of each
     results JSONL ``data/evaluate/<model>/<task>_results.jsonl``."""
@@ -249,14 +271,15 @@ def steps_to_reach(curve: pd.Series, target: float, window: int = 3) -> float:
 
 
 def image_table(cfg: Config, frame: pd.DataFrame, curves: dict[str, pd.DataFrame], target: str = "unigrpo"):
-    """RebRL's GenEval table: rows base and the image methods; columns the six tags and Overall (GenEval's
-    unweighted mean of tag accuracies), mean ± std over seeds; plus the optimiser steps each method needed to reach
-    ``target``'s final rollout reward (its last 3 rollout batches, seeds averaged; RebRL reports ~40 % fewer)."""
+    """RebRL's GenEval table: rows base, the image methods, the MAR base model and runs (:func:`image_rows`);
+    columns the six tags and Overall (GenEval's unweighted mean of tag accuracies), mean ± std over seeds; plus the
+    optimiser steps each method needed to reach ``target``'s final rollout reward (its last 3 rollout batches, seeds
+    averaged; RebRL reports ~40 % fewer)."""
     task = cfg.image.tasks[0]
     final = mean_curve(cfg, curves, target, task, "reward")
     goal = float(final.iloc[-3:].mean()) if final is not None else math.nan
     out = []
-    for label in ["base", *cfg.image_methods]:
+    for label in image_rows(cfg):
         sub = frame[frame["row"] == label]
         if sub.empty:
             continue

@@ -286,6 +286,25 @@ def test_an_auxiliary_policy_is_a_dep_of_its_methods_runs_only(tmp_path):
     )
 
 
+def test_the_mar_branch_runs_in_the_extended_profile_only_and_its_code_is_its_own(tmp_path, cfg, stages):
+    """The default profile has no MAR stage; in the extended one the MAR stages read the MAR base model and its
+    tasks, the tables read their GenEval results and curves, and ddmrl.mar is code of the MAR stages alone."""
+    assert not cfg.mar.methods and not [s for s in stages if "mar" in s.kind]
+    ext = edited_config(tmp_path, lambda raw: raw.update(profile="extended"))
+    every = dag.build(ext)
+    mar = {s.name for s in every if s.kind in ("download_mar", "grpo_mar", "evaluate_mar_base", "evaluate_mar")}
+    runs = [f"mar_{m}_geneval_mini_s{s}" for m in ext.mar.methods for s in ext.mar.seeds]
+    assert mar == {"download_mar", "evaluate_mar_base"} | {f"{k}_{r}" for r in runs for k in ("grpo", "evaluate")}
+    assert users(every, "src/ddmrl/mar/grpo.py") == {f"grpo_{r}" for r in runs}
+    assert users(every, "src/ddmrl/mar/model.py") == mar
+    tables = next(s for s in every if s.kind == "tables")
+    for r in ("mar_base", *runs):
+        assert layout.image_results(layout.EVALUATE_DIR, r, "geneval_mini") in tables.deps
+    assert {layout.curve(layout.GRPO_DIR, r) for r in runs} <= set(tables.deps)
+    grpo = {s.name: s for s in every}[f"grpo_{runs[0]}"]
+    assert layout.MAR_BASE_DIR in grpo.deps and f"mar.sections.{ext.mar.methods[0]}" in grpo.params
+
+
 def test_the_scan_reads_the_registries_the_code_uses():
     from ddmrl.aux_policies import AUX_POLICIES
     from ddmrl.objectives import OBJECTIVES

@@ -384,7 +384,8 @@ def test_every_key_users_write_is_described_once():
         for name in fields_of(cls):
             assert cls.__pydantic_fields__[name].description, f"{cls.__name__}.{name}"
     text = (REPO / "docs" / "params.md").read_text()
-    assert text.count("| `num_generations` |") == 2  # grpo's (GRPOConfig) and rollout's, not once per use
+    # grpo's (GRPOConfig), rollout's and the MAR runs' (MarRunConfig), not once per use
+    assert text.count("| `num_generations` |") == 3
 
 
 # ------------------------------------------------------------------------------------------------ leaves

@@ -130,10 +130,17 @@ def strip(tp: Any) -> tuple[Any, list[Any]]:
 
 def field_type(info: FieldInfo) -> Any:
     """The type a field's value is validated as (for :func:`checked_as` fields, the schema it is checked as)."""
-    for m in info.metadata:
+    return _checked_schema(info.metadata) or (
+        Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+    )
+
+
+def _checked_schema(metadata: list[Any]) -> Any:
+    """The schema a :func:`checked_as` validator among ``metadata`` checks values as, else None."""
+    for m in metadata:
         if isinstance(m, WrapValidator) and m.json_schema_input_type is not Any:
             return m.json_schema_input_type
-    return Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+    return None
 
 
 def is_section(tp: Any) -> bool:
@@ -165,7 +172,8 @@ def locate(root: Any, loc: tuple[Any, ...], prefix: str = "") -> Place:
     """Follow ``loc`` (pydantic's path of an error) through the schema from ``root``."""
     place, mapping_key = Place(prefix, root), None
     for part in loc:
-        tp, _ = strip(place.tp)
+        tp, meta = strip(place.tp)
+        tp = _checked_schema(meta) or tp  # a checked_as item (e.g. of a mapping): its schema
         place.union = None
         if isinstance(part, int) and is_section(tp):  # a positional argument of a direct construction
             part = list(tp.__pydantic_fields__)[part]

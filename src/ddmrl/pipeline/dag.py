@@ -23,11 +23,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddmrl.config import DEFAULT_PROFILE, Config, LaunchConfig, run_name
+from ddmrl.config import DEFAULT_PROFILE, MAR_TASK, Config, LaunchConfig, mar_run_name, run_name
 from ddmrl.config.schema import STATE_VIEWS
 from ddmrl.methods import METHODS
 from ddmrl.pipeline import layout
-from ddmrl.pipeline.layout import BASE_DIR, IMAGE_BASE_DIR, IMAGE_TASKS_DIR, SFT_DIR, TASKS_DIR, start_model
+from ddmrl.pipeline.layout import (
+    BASE_DIR,
+    IMAGE_BASE_DIR,
+    IMAGE_TASKS_DIR,
+    MAR_BASE,
+    MAR_BASE_DIR,
+    MAR_DIR,
+    MAR_TASKS_DIR,
+    SFT_DIR,
+    TASKS_DIR,
+    start_model,
+)
 
 # grpo keys that choose which runs exist rather than how one run trains (only the tables stage reads them).
 _GRPO_SWEEP_KEYS = ("methods", "seeds")
@@ -124,6 +135,10 @@ def kinds(cfg: Config) -> list[Kind]:
         "evaluate": bool(cfg.tasks),
         "evaluate_image_base": bool(cfg.image.tasks),
         "evaluate_image": bool(cfg.image.tasks),
+        "download_mar": bool(cfg.mar.methods),
+        "grpo_mar": bool(cfg.mar.methods),
+        "evaluate_mar_base": bool(cfg.mar.methods),
+        "evaluate_mar": bool(cfg.mar.methods),
         "tables": True,
     }
     return [k for k in all_kinds(cfg) if present[k.name]]
@@ -135,6 +150,8 @@ def all_kinds(cfg: Config) -> list[Kind]:
     run = (Dim("method", "grpo.methods", code=True), task, Dim("seed", "grpo.seeds"))
     image_seeds = Dim("seed", "image.seeds" if cfg.image.seeds else "grpo.seeds")
     image_run = (Dim("method", "image.methods", code=True), image_task, image_seeds)
+    # one task; a dvc.yaml entry per section (its params key mar.sections.<section>), DVC expanding the seeds
+    mar_run = (Dim("method", "mar.methods", code=True), Dim("seed", "mar.seeds"))
     return [
         Kind("download", (), download),
         Kind("sft", (), sft),
@@ -149,6 +166,10 @@ def all_kinds(cfg: Config) -> list[Kind]:
         Kind("evaluate", run, evaluate),
         Kind("evaluate_image_base", (image_task,), evaluate_image_base),
         Kind("evaluate_image", image_run, evaluate_image),
+        Kind("download_mar", (), download_mar),
+        Kind("grpo_mar", mar_run, grpo_mar),
+        Kind("evaluate_mar_base", (), evaluate_mar_base),
+        Kind("evaluate_mar", mar_run, evaluate_mar),
         Kind("tables", (), tables),
     ]
 
@@ -162,6 +183,8 @@ def values(cfg: Config, dim: Dim) -> tuple[str, ...]:
         "image.tasks": cfg.image.tasks,
         "image.methods": tuple(cfg.image_methods),
         "image.seeds": cfg.image.seeds,
+        "mar.methods": cfg.mar.methods,
+        "mar.seeds": cfg.mar.seeds,
     }
     return tuple(str(v) for v in lists[dim.key])
 
@@ -439,6 +462,62 @@ def _evaluate(new: StageFactory, kind: str, model: str, model_dir: str, wildcard
     )  # fmt: skip
 
 
+def download_mar(new: StageFactory) -> Stage:
+    """The MAR branch's base model (TinyMAR pre-trained on geneval-mini) and the image branch's held-out prompts."""
+    metrics, curve, config = f"{MAR_DIR}/metrics.json", f"{MAR_DIR}/curve.csv", f"{MAR_DIR}/config.yaml"
+    return new(
+        "download_mar", "download_mar",
+        {"--tasks-out": MAR_TASKS_DIR, "--model-out": MAR_BASE_DIR, "--metrics": metrics, "--curve": curve,
+         "--config-out": config, "--checkpoints": checkpoints("download_mar"), "--log-dir": log_dir("download_mar")},
+        deps=(), params=("profile", "seed", "image.task_params", "image.download", "mar.model", "mar.pretrain"),
+        outs=(curve, config), dir_outs=(MAR_TASKS_DIR, MAR_BASE_DIR), metrics=(metrics,),
+        uses=new.uses((MAR_TASK,)),
+    )  # fmt: skip
+
+
+def grpo_mar(new: StageFactory, method: str, seed: str) -> Stage:
+    """A MAR GRPO run (plain or MAR-GRPO, as its section of ``mar.sections`` says) from the MAR base model."""
+    run = mar_run_name(method, MAR_TASK, seed)
+    root = layout.run_dir(layout.GRPO_DIR, run)
+    model, metrics, curve = f"{root}/model", f"{root}/metrics.json", layout.curve(layout.GRPO_DIR, run)
+    resolved = f"{root}/config.yaml"
+    return new(
+        "grpo_mar", f"grpo_{run}",
+        {"--run": run, "--tasks": MAR_TASKS_DIR, "--model": MAR_BASE_DIR, "--model-out": model,
+         "--metrics": metrics, "--curve": curve, "--config-out": resolved,
+         "--checkpoints": checkpoints(f"grpo_{run}"), "--log-dir": log_dir(f"grpo_{run}")},
+        deps=(MAR_TASKS_DIR, MAR_BASE_DIR), params=("profile", "seed", "mar.grpo", f"mar.sections.{method}"),
+        outs=(curve, resolved), dir_outs=(model,), metrics=(metrics,), wildcards={"method": method, "seed": seed},
+        uses=new.uses((MAR_TASK,)),
+    )  # fmt: skip
+
+
+def evaluate_mar_base(new: StageFactory) -> Stage:
+    return _evaluate_mar(new, "evaluate_mar_base", MAR_BASE, MAR_BASE_DIR, {})
+
+
+def evaluate_mar(new: StageFactory, method: str, seed: str) -> Stage:
+    run = mar_run_name(method, MAR_TASK, seed)
+    model = layout.run_dir(layout.GRPO_DIR, run) + "/model"
+    return _evaluate_mar(new, "evaluate_mar", run, model, {"method": method, "seed": seed})
+
+
+def _evaluate_mar(new: StageFactory, kind: str, model: str, model_dir: str, wildcards: dict[str, str]) -> Stage:
+    """GenEval's protocol on geneval-mini for a MAR model, in the image rows' layout (:func:`_evaluate`)."""
+    root = layout.EVALUATE_DIR
+    metrics = layout.evaluation(root, model, MAR_TASK)
+    generations = metrics.removesuffix(".json") + ".jsonl"
+    images, results = layout.image_folder(root, model, MAR_TASK), layout.image_results(root, model, MAR_TASK)
+    return new(
+        kind, f"evaluate_{model}",
+        {"--tasks": MAR_TASKS_DIR, "--model": model_dir, "--name": model, "--generations": generations,
+         "--metrics": metrics, "--images": images, "--results": results},
+        deps=(MAR_TASKS_DIR, model_dir), params=("profile", "seed", "image.evaluate", "mar.evaluate"),
+        outs=(generations, results), dir_outs=(images,), metrics=(metrics,), wildcards=wildcards,
+        script="stages/evaluate_mar.py", uses=new.uses((MAR_TASK,)),
+    )  # fmt: skip
+
+
 #: what the tables stage writes (``data/tables/<name>``), by branch; the stage's own outputs
 TABLES_TEXT = (
     "text_table.md", "text_table.csv", "text_table.html", "results_long.csv", "sft_rollouts.md", "sft_rollouts.csv",
@@ -469,7 +548,8 @@ def tables(new: StageFactory) -> Stage:
     return new(
         "tables", "tables", {**args, "--out": out}, deps=tuple(p for v in reads.values() for p in v),
         dvc_deps=tuple(args.values()),
-        params=("profile", "grpo.methods", "grpo.seeds", "tasks", "image.tasks", "image.methods", "image.seeds"),
+        params=("profile", "grpo.methods", "grpo.seeds", "tasks", "image.tasks", "image.methods", "image.seeds",
+                "mar.methods", "mar.seeds"),
         outs=tuple(f"{out}/{n}" for n in (*names, TABLES_CURVES)),
         dir_outs=(f"{out}/{CONTACT_SHEETS}",) if cfg.image.tasks else (), metrics=(f"{out}/{TABLES_METRICS}",),
     )  # fmt: skip

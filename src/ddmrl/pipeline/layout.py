@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ddmrl.config import run_name
+from ddmrl.config import MAR_TASK, mar_run_name, run_name
 
 if TYPE_CHECKING:
     from ddmrl.config import Config
@@ -19,6 +19,10 @@ BASE_DIR = "data/download/base"
 SFT_DIR = "data/sft/model"
 IMAGE_TASKS_DIR = "data/download/image/tasks"
 IMAGE_BASE_DIR = "data/download/image/base"
+MAR_DIR = "data/download/mar"
+MAR_TASKS_DIR = f"{MAR_DIR}/tasks"
+MAR_BASE_DIR = f"{MAR_DIR}/base"
+MAR_BASE = "mar_base"  # the MAR base model's name in data/evaluate/ and the image table
 EVALUATE_DIR = "data/evaluate"
 GRPO_DIR = "data/grpo"
 CREDIT_DIR = "data/credit"
@@ -98,14 +102,18 @@ def tables_inputs(
 
     ``evals`` text metrics of base, the start model and every text run; ``curves`` every run's curve; ``rollouts``
     the start model's reward metrics per task; ``credit`` every method section's credit per text task;
-    ``image_results`` and ``image_folders`` GenEval's results and folders of the image base model and runs."""
+    ``image_results`` and ``image_folders`` GenEval's results and folders of the image base model and runs, then
+    of the MAR base model and runs (``mar:``)."""
     start = start_model(cfg)[0]
     reward = reward or reward_dir(start)
     runs = [(run_name(m, t, s), t) for m, t, s in cfg.runs()]
+    mar = [(mar_run_name(m, MAR_TASK, s), MAR_TASK) for m, s in cfg.mar.runs()]
     text = list(dict.fromkeys(["base", start]))
     image = set(cfg.image.tasks)
     models = [(m, t) for t in cfg.tasks for m in text] + [(r, t) for r, t in runs if t not in image]
     image_models = [("base", t) for t in cfg.image.tasks] + [(r, t) for r, t in runs if t in image]
+    image_models += [(MAR_BASE, MAR_TASK), *mar] if mar else []
+    runs += mar
     return {
         "evals": [evaluation(evaluate, m, t) for m, t in models],
         "curves": [curve(grpo, r) for r, _ in runs],
