@@ -247,7 +247,7 @@ def generate(
                 reveal[commit[:, p:]] = step
             step += 1
     trajectory = recorder.trajectory() if recorder is not None else None
-    return SampleOutput(x[:, p:], reveal, nfe, trajectory)
+    return SampleOutput(x[:, p:], reveal, nfe, trajectory=trajectory)
 
 
 def _blocks(schedule: str, length: int, block_length: int, steps: int, ass_blocks: int):

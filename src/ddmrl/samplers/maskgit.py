@@ -217,7 +217,7 @@ def generate(
         return SampleOutput(x[:, p:], reveal, nfe)
     obs, actions, logp = stack_steps(schedule_steps)
     active = torch.ones(logp.shape, dtype=torch.bool, device=logp.device)
-    return SampleOutput(x[:, p:], reveal, nfe, AuxTrace((obs,), actions, logp, active, torch.full((n,), nfe)))
+    return SampleOutput(x[:, p:], reveal, nfe, aux=AuxTrace((obs,), actions, logp, active, torch.full((n,), nfe)))
 
 
 def schedule_observation(step: int, steps: int, masked: torch.Tensor, previous_conf: torch.Tensor) -> torch.Tensor:

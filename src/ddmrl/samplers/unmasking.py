@@ -68,4 +68,4 @@ def generate(
     branches = 2 if cfg_scale else 1
     masked, confidence, t, select, temp, unmask, logp, active = stack_steps(steps)
     trace = AuxTrace((masked, confidence, t, select, temp), unmask, logp, active, steps_taken * branches)
-    return SampleOutput(x[:, p:], reveal, step * branches, trace)
+    return SampleOutput(x[:, p:], reveal, step * branches, aux=trace)
