@@ -166,9 +166,7 @@ def bench_samplers(model, tok, task, plan: Plan) -> list[dict]:
 def grpo_config(cfg: config.Config, method: str, num_prompts: int, g: int, mu: int) -> GRPOConfig:
     """params.yaml's run config of ``method`` (its grpo: defaults plus the method's own) at the given sizes,
     with ``max_steps = mu`` so that one rollout batch is trained on."""
-    base = cfg.methods.get(method) or replace(
-        cfg.grpo.defaults, method=method, **METHODS[method].defaults, **METHODS[method].fixed
-    )
+    base = cfg.methods.get(method) or config.method_config(method, cfg.raw.get("grpo"))
     return replace(base, num_prompts=num_prompts, num_generations=g, num_iterations=mu, max_steps=mu)
 
 

@@ -11,10 +11,11 @@ that classifier-free guidance works.
 
     python stages/download.py --params params.yaml --tasks-out data/download/tasks \
         --model-out data/download/base --metrics data/download/metrics.json --curve data/download/curve.csv \
-        --checkpoints data/checkpoints/download
+        --config-out data/download/config.yaml --checkpoints data/checkpoints/download --log-dir logs/download
 
 With ``download.pretrain.save_steps`` the pre-training checkpoints to ``--checkpoints`` and a rerun after a kill
-resumes from the newest intact checkpoint; they are removed once the outputs are written.
+resumes from the newest intact checkpoint; they are removed once the outputs are written. The curve grows while
+the pre-training runs and goes to the trackers of ``download.pretrain.report_to`` under ``--log-dir``.
 
 Paper profiles (``model.kind`` llada | mmada | hf_masked_lm) train nothing here: every ``download.hub`` item
 (checkpoints at pinned revisions, data sets by hub id or local path) is fetched into ``download.hub_dir/<name>``
@@ -27,19 +28,23 @@ import argparse
 import dataclasses
 import time
 
+import yaml
+
 from ddmrl import config
 from ddmrl.cli import run_stage, write_csv
 from ddmrl.hub import fetch_all
-from ddmrl.io import atomic_path, write_json
+from ddmrl.io import atomic_path, write_json, write_text
 from ddmrl.models import build_tokenizer, new_tiny_model
 from ddmrl.models.checkpoint import save_checkpoint, write_pointer
 from ddmrl.models.layout import for_task
 from ddmrl.seeding import derive_seed, generator, seed_everything
 from ddmrl.tasks import make_task
 from ddmrl.tasks.store import training_draw, write_task
+from ddmrl.training import distributed as dist
 from ddmrl.training.data import drop_prompts, encode_examples, prompt_length
 from ddmrl.training.mdm import train_mdm
 from ddmrl.training.resume import Checkpointer, file_digest, fingerprint
+from ddmrl.training.tracking import RunLog, plain, start_trackers, trackers, without_trackers
 
 
 def main() -> None:
@@ -49,7 +54,9 @@ def main() -> None:
     ap.add_argument("--model-out", required=True)
     ap.add_argument("--metrics", required=True)
     ap.add_argument("--curve", required=True)
+    ap.add_argument("--config-out", help="the resolved configuration of the pre-training (YAML)")
     ap.add_argument("--checkpoints", help="directory for resumable checkpoints (not an output)")
+    ap.add_argument("--log-dir", help="directory for the experiment trackers' files (not an output)")
     ap.add_argument("--modality", choices=("text", "image"), default="text")
     ap.add_argument("--manifests", help="paper profiles: directory for the checksum manifests of the downloads")
     args = ap.parse_args()
@@ -102,6 +109,21 @@ def main() -> None:
         )
 
     pre = branch.download.pretrain
+    download, dropout = dataclasses.asdict(branch.download), cfg.image.cond_dropout_prob
+    resolved = plain(
+        {
+            "modality": args.modality,
+            "seed": cfg.seed,
+            "profile": cfg.profile,
+            "tasks": branch.tasks,
+            "task_params": branch.task_params,
+            "model": dataclasses.asdict(branch.model),
+            "download": download,
+            "cond_dropout_prob": dropout if args.modality == "image" else None,
+        }
+    )
+    if args.config_out:
+        write_text(args.config_out, yaml.safe_dump(resolved, sort_keys=False))
     run_id = fingerprint(
         "download",
         args.modality,
@@ -109,16 +131,21 @@ def main() -> None:
         branch.tasks,
         branch.task_params,
         dataclasses.asdict(branch.model),
-        dataclasses.asdict(branch.download),
-        cfg.image.cond_dropout_prob if args.modality == "image" else None,
+        without_trackers(download),
+        dropout if args.modality == "image" else None,
     )
     objective = "sft" if args.modality == "image" else "pretrain"  # MMaDA never masks the caption
     ckpt = Checkpointer(args.checkpoints, run_id, pre.save_total_limit)
-    curve = train_mdm(trained, next_batch, pre, objective, generator(cfg.seed, "pretrain"), "pretrain", ckpt)
+    name, key = (
+        ("download", "download.pretrain") if args.modality == "text" else ("download_image", "image.download.pretrain")
+    )
+    acc = dist.local_accelerator(trained, log_with=trackers(pre.report_to, args.log_dir, name, f"{key}.report_to"))
+    start_trackers(acc, name, resolved, args.log_dir)
+    masking = generator(cfg.seed, "pretrain")
+    curve = train_mdm(trained, next_batch, pre, objective, masking, "pretrain", ckpt, acc, RunLog(args.curve))
 
     # 4. outputs
     save_checkpoint(model, tok, args.model_out)
-    write_csv(args.curve, curve)
     write_json(
         args.metrics,
         {
@@ -129,6 +156,7 @@ def main() -> None:
         },
     )
     ckpt.clear()
+    acc.end_training()
 
 
 if __name__ == "__main__":

@@ -7,9 +7,12 @@ mu inner iterations on views drawn from stored seeds, token-level clipped ratio 
     python stages/grpo.py --params params.yaml --run rebrl_sudoku4_s0 --tasks data/download/tasks \
         --model data/sft/model --model-out data/grpo/rebrl_sudoku4_s0/model \
         --metrics data/grpo/rebrl_sudoku4_s0/metrics.json --curve data/grpo/rebrl_sudoku4_s0/curve.csv \
-        --checkpoints data/checkpoints/grpo_rebrl_sudoku4_s0
+        --config-out data/grpo/rebrl_sudoku4_s0/config.yaml \
+        --checkpoints data/checkpoints/grpo_rebrl_sudoku4_s0 --log-dir logs/grpo_rebrl_sudoku4_s0
 
-With ``save_steps`` the run checkpoints to ``--checkpoints`` and a rerun after a kill resumes there.
+With ``save_steps`` the run checkpoints to ``--checkpoints`` and a rerun after a kill resumes there. Each rollout
+batch's row is appended to ``--curve`` as soon as it is done and goes to the trackers of ``report_to`` (TensorBoard
+and DVCLive under ``--log-dir`` by default); ``--config-out`` gets the run's resolved hyperparameters.
 
 On several GPUs the same command runs under accelerate (``grpo.launch``; docs/distributed.md), e.g.
 ``accelerate launch --config_file configs/accelerate/zero2.yaml --num_processes 8 stages/grpo.py ...``: every process
@@ -22,9 +25,11 @@ import copy
 import dataclasses
 import time
 
+import yaml
+
 from ddmrl import config
-from ddmrl.cli import run_stage, write_csv
-from ddmrl.io import write_json
+from ddmrl.cli import run_stage
+from ddmrl.io import write_json, write_text
 from ddmrl.models.checkpoint import checkpoint_digest, load_checkpoint
 from ddmrl.models.layout import for_task
 from ddmrl.seeding import derive_seed, seed_everything
@@ -32,6 +37,7 @@ from ddmrl.tasks.store import load_task, training_draw
 from ddmrl.training import distributed as dist
 from ddmrl.training.grpo import train_grpo
 from ddmrl.training.resume import Checkpointer, fingerprint
+from ddmrl.training.tracking import RunLog, plain, start_trackers, trackers, without_trackers
 
 
 def main() -> None:
@@ -43,7 +49,9 @@ def main() -> None:
     ap.add_argument("--model-out", required=True)
     ap.add_argument("--metrics", required=True)
     ap.add_argument("--curve", required=True)
+    ap.add_argument("--config-out", help="the run's resolved hyperparameters (YAML)")
     ap.add_argument("--checkpoints", help="directory for resumable checkpoints (not an output)")
+    ap.add_argument("--log-dir", help="directory for the experiment trackers' files (not an output)")
     args = ap.parse_args()
     cfg = config.load(args.params)
     gcfg, task_name, seed = cfg.run(args.run)
@@ -59,24 +67,32 @@ def main() -> None:
     # images: MMaDA's layout (prompt, <soi>, image, <eoi>), logits sliced to the image codes
     policy = for_task(policy, tok, task)
     ref = None if ref is None else for_task(ref, tok, task)
-    acc = dist.make_accelerator(gcfg.mixed_precision, gcfg.gradient_accumulation_steps)
+    name = f"grpo_{args.run}"
+    log_with = trackers(gcfg.report_to, args.log_dir, name, "grpo.report_to")
+    acc = dist.make_accelerator(gcfg.mixed_precision, gcfg.gradient_accumulation_steps, log_with=log_with)
     draw = training_draw(task, held_out, run_seed, "grpo", gcfg.num_prompts)  # the global batch; each process shards
+    hyper = dataclasses.asdict(gcfg)
+    resolved = plain({"run": args.run, "task": task_name, "seed": seed, "run_seed": run_seed, "model": args.model,
+                      "profile": cfg.profile, "num_processes": acc.num_processes, "grpo": hyper})  # fmt: skip
+    if args.config_out and acc.is_main_process:
+        write_text(args.config_out, yaml.safe_dump(resolved, sort_keys=False))
     run_id = fingerprint(
         "grpo",
         args.run,
         run_seed,
-        dataclasses.asdict(gcfg),
+        without_trackers(hyper),
         checkpoint_digest(args.model),
         *dist.fingerprint_parts(acc),
     )
     ckpt = Checkpointer(args.checkpoints, run_id, gcfg.save_total_limit)
     print(f"grpo: process {acc.process_index + 1}/{acc.num_processes} on {acc.device}", flush=True)
-    curve, timing = train_grpo(policy, ref, tok, task, draw, gcfg, run_seed, checkpointer=ckpt, accelerator=acc)
+    start_trackers(acc, name, resolved, args.log_dir)
+    log = RunLog(args.curve)  # a row per rollout batch, appended as it comes (main process)
+    curve, timing = train_grpo(policy, ref, tok, task, draw, gcfg, run_seed, log, ckpt, accelerator=acc)
 
     dist.report_weights(acc, policy, "grpo")
     dist.save_policy(acc, policy, tok, args.model_out)  # main process only; LoRA adapters merged
     if acc.is_main_process:
-        write_csv(args.curve, curve)
         write_json(
             args.metrics,
             {

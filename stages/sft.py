@@ -5,7 +5,10 @@ Training pairs are drawn fresh from each task's generator, disjoint from the hel
 
     python stages/sft.py --params params.yaml --tasks data/download/tasks --model data/download/base \
         --model-out data/sft/model --metrics data/sft/metrics.json --curve data/sft/curve.csv \
-        --checkpoints data/checkpoints/sft
+        --config-out data/sft/config.yaml --checkpoints data/checkpoints/sft --log-dir logs/sft
+
+The curve grows by a row every ``log_every`` steps while the stage runs, and goes to the trackers of
+``sft.report_to`` (TensorBoard and DVCLive under ``--log-dir`` by default).
 
 On several GPUs the same command runs under accelerate (``sft.launch``; docs/distributed.md): every process trains
 on its share of each batch, the main process writes the outputs (LoRA adapters merged in).
@@ -15,9 +18,11 @@ import argparse
 import dataclasses
 import time
 
+import yaml
+
 from ddmrl import config
-from ddmrl.cli import run_stage, write_csv
-from ddmrl.io import write_json
+from ddmrl.cli import run_stage
+from ddmrl.io import write_json, write_text
 from ddmrl.models.checkpoint import checkpoint_digest, load_checkpoint
 from ddmrl.seeding import generator, seed_everything
 from ddmrl.tasks.store import load_task, training_draw
@@ -25,6 +30,7 @@ from ddmrl.training import distributed as dist
 from ddmrl.training.data import encode_examples
 from ddmrl.training.mdm import train_mdm
 from ddmrl.training.resume import Checkpointer, fingerprint
+from ddmrl.training.tracking import RunLog, plain, start_trackers, trackers, without_trackers
 
 
 def main() -> None:
@@ -35,7 +41,9 @@ def main() -> None:
     ap.add_argument("--model-out", required=True)
     ap.add_argument("--metrics", required=True)
     ap.add_argument("--curve", required=True)
+    ap.add_argument("--config-out", help="the run's resolved hyperparameters (YAML)")
     ap.add_argument("--checkpoints", help="directory for resumable checkpoints (not an output)")
+    ap.add_argument("--log-dir", help="directory for the experiment trackers' files (not an output)")
     args = ap.parse_args()
     cfg = config.load(args.params)
     sc = cfg.sft
@@ -45,7 +53,9 @@ def main() -> None:
     # loaded whole before the Accelerator exists (under ZeRO-3 transformers would otherwise load it partitioned)
     model, tok = load_checkpoint(args.model)
     model = dist.prepare_model(model, sc.mixed_precision, sc.gradient_checkpointing, sc.lora)
-    acc = dist.make_accelerator(sc.mixed_precision)
+    acc = dist.make_accelerator(
+        sc.mixed_precision, log_with=trackers(sc.report_to, args.log_dir, "sft", "sft.report_to")
+    )
     rank, world = acc.process_index, acc.num_processes
     tasks = [load_task(args.tasks, name) for name in cfg.tasks]
     draws = [training_draw(task, held_out, cfg.seed, "sft", sc.batch_size) for task, held_out in tasks]
@@ -54,23 +64,28 @@ def main() -> None:
         i = step % len(tasks)
         return encode_examples(tok, tasks[i][0], dist.shard(draws[i](step), rank, world, "sft.batch_size"))
 
+    hyper = dataclasses.asdict(sc)
+    resolved = plain({"seed": cfg.seed, "tasks": cfg.tasks, "model": args.model, "profile": cfg.profile,
+                      "num_processes": world, "sft": hyper})  # fmt: skip
+    if args.config_out and acc.is_main_process:
+        write_text(args.config_out, yaml.safe_dump(resolved, sort_keys=False))
     run_id = fingerprint(
         "sft",
         cfg.seed,
         cfg.tasks,
-        dataclasses.asdict(sc),
+        without_trackers(hyper),
         checkpoint_digest(args.model),
         *dist.fingerprint_parts(acc),
     )
     ckpt = Checkpointer(args.checkpoints, run_id, sc.save_total_limit)
     print(f"sft: process {rank + 1}/{world} on {acc.device}", flush=True)
+    start_trackers(acc, "sft", resolved, args.log_dir)
     gen = generator(dist.rank_seed(cfg.seed, rank), "sft")  # this process's masking draws
-    curve = train_mdm(model, next_batch, sc, "sft", gen, "sft", ckpt, accelerator=acc)
+    curve = train_mdm(model, next_batch, sc, "sft", gen, "sft", ckpt, accelerator=acc, run_log=RunLog(args.curve))
 
     dist.report_weights(acc, model, "sft")
     dist.save_policy(acc, model, tok, args.model_out)  # main process only; LoRA adapters merged
     if acc.is_main_process:
-        write_csv(args.curve, curve)
         write_json(
             args.metrics,
             {"sft_loss": curve[-1]["loss"] if curve else None, "seconds": time.time() - start, "num_processes": world},

@@ -24,7 +24,6 @@ import os
 import re
 import shlex
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
+from ddmrl.config import HubItem, is_commit  # validated by the params schema
 from ddmrl.io import DataError, DownloadError, read_json, write_json
 
 try:  # the transport errors of the hub client (a connection refused, a proxy error, a timeout)
@@ -79,18 +79,12 @@ PINNED_DATASET_REVISIONS: dict[str, str] = {
     "HuggingFaceH4/MATH-500": "ff5b20257d8185524591543f8ff5993951537bb8",  # file test.jsonl
 }
 
-_COMMIT = re.compile(r"[0-9a-f]{40}")
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 _READ_CHUNK = 1 << 20
 #: what ``snapshot_download(local_dir=...)`` keeps next to the files (resume metadata), not part of the payload
 _HUB_METADATA_DIR = ".cache"
 _FETCH_ERRORS = (OSError, HFValidationError, _TransportError)
 _PROBE_TIMEOUT_S = 10.0
-
-
-def is_commit(revision: str | None) -> bool:
-    """True for a full 40-hex git commit id (the only revision that cannot move)."""
-    return isinstance(revision, str) and _COMMIT.fullmatch(revision) is not None
 
 
 def check_revision(revision: str | None, key: str = "revision", *, require_commit: bool = False) -> None:
@@ -227,25 +221,6 @@ def resolve_local(path_or_id: str, revision: str | None, key: str = "path_or_id"
             f"Face cache; download it with `{download_command(path_or_id, revision, f'<dir>/{name}')}` and set "
             f"{key} to that directory (ddmrl never downloads while loading)"
         ) from None
-
-
-@dataclass(frozen=True)
-class HubItem:
-    """One thing the download stage fetches: ``repo_id`` (hub id or local path) at ``revision`` into
-    ``<root>/<name>``; ``repo_type`` model | dataset; ``allow_patterns`` limits which files are fetched."""
-
-    name: str
-    repo_id: str
-    revision: str | None = None
-    repo_type: str = "model"
-    allow_patterns: tuple[str, ...] | None = None
-
-    def __post_init__(self) -> None:
-        if not re.fullmatch(r"[\w.-]+", self.name or "") or self.name in {".", ".."}:
-            raise ValueError(f"download item name = {self.name!r}: must be a plain directory name")
-        if self.repo_type not in ("model", "dataset"):
-            raise ValueError(f"download.{self.name}.repo_type = {self.repo_type!r}: choose model or dataset")
-        check_revision(self.revision, f"download.{self.name}.revision")
 
 
 def fetch_all(items: Iterable[HubItem], root: str | Path, manifests: str | Path | None = None) -> dict[str, Path]:

@@ -3,6 +3,8 @@ killed run never leaves a file that looks complete."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import shutil
@@ -12,19 +14,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ddmrl.errors import DataError, DownloadError
 
-class DataError(ValueError):
-    """A malformed input file; the message is one line naming the file and line (line breaks are folded)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(" ".join(str(message).split()))
-
-
-class DownloadError(RuntimeError):
-    """Something to download is missing (offline, or the hub failed); one line saying what and how to fetch it."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(" ".join(str(message).split()))
+__all__ = [
+    "DataError",
+    "DownloadError",
+    "atomic_path",
+    "read_json",
+    "read_jsonl",
+    "write_json",
+    "write_jsonl",
+    "write_text",
+]
 
 
 @contextmanager
@@ -53,6 +54,47 @@ def write_json(path: str | Path, obj: Any) -> None:
 
 def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
     write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+
+
+def _csv_lines(columns: list[str], rows: Iterable[dict[str, Any]], header: bool) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    if header:
+        writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+class CsvLog:
+    """A CSV file that grows one row at a time while a run goes on (a training curve), readable at any moment.
+
+    :meth:`reset` writes the rows so far atomically (a fresh run: none, an empty file; a resumed run: the
+    checkpoint's rows, so that rows written after that checkpoint by a killed run are neither kept nor lost).
+    :meth:`append` adds one row as one ``write`` of whole lines (the header with the first row) to a file opened for
+    appending, then flushes it to disk: a run killed at any point leaves every row it logged but its last
+    partial line at most, which the next :meth:`reset` replaces. Every row has the first row's columns.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.columns: list[str] | None = None
+
+    def reset(self, rows: list[dict[str, Any]]) -> None:
+        self.columns = list(rows[0]) if rows else None
+        write_text(self.path, _csv_lines(self.columns, rows, header=True) if rows else "")
+
+    def append(self, row: dict[str, Any]) -> None:
+        header = self.columns is None
+        if header:
+            self.columns = list(row)
+        elif list(row) != self.columns:
+            raise ValueError(f"{self.path}: row columns {list(row)} differ from the header {self.columns}")
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, _csv_lines(self.columns, [row], header).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def read_json(path: str | Path) -> Any:

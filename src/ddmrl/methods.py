@@ -1,20 +1,17 @@
-"""One small record per RL method: which view sampler, token weighting and advantage it uses.
+"""One small record per RL method: which view sampler, token weighting and objective it uses.
 
 A method is a choice in each row of algorithms.md Part C (sampler, view sampler, likelihood estimator, token
 weighting, objective, advantage, regulariser). Here the sampler (LLaDA semi-AR), the likelihood (one-step
 token log-probabilities of a view) and the objective (token-level clipped ratio + k3 KL) are shared; the
-records name the rest. ``defaults`` hold only the method-defining choices (views, gamma, rebalancing mode);
-shared knobs (epsilon, beta, learning rate, advantage scaling) come from ``grpo:`` so that methods are compared
-on equal terms. The papers' own values for those are set by the paper profiles, with their sources.
+records name the rest. Each method's hyperparameters (its defaults, what its definition fixes, its checks) are its
+model in ``ddmrl.config.schema`` (``METHOD_CONFIGS``); shared knobs (epsilon, beta, learning rate, advantage
+scaling) come from ``grpo:`` so that methods are compared on equal terms. The papers' own values for those are set
+by the paper profiles, with their sources.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from ddmrl.config import GRPOConfig
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -23,12 +20,11 @@ class Method:
 
     Attributes:
         name: registry key.
-        remasking: key in ``ddmrl.masking.VIEWS``: how the training views of a rollout are built.
+        remasking: key in ``ddmrl.masking.VIEWS``: how the training views of a rollout are built (the default of
+            the method's ``remasking`` key).
         weighting: key in ``ddmrl.objectives.WEIGHTINGS``: per-(view, token) loss weights.
         objective: key in ``ddmrl.objectives.OBJECTIVES``: the loss of one optimiser step.
         paper: citation for the docs and tables.
-        defaults: method-defining hyperparameters, overridable in params.yaml.
-        fixed: values the method's definition requires (a method section contradicting them is refused).
     """
 
     name: str
@@ -36,43 +32,6 @@ class Method:
     weighting: str
     paper: str
     objective: str = "token_clip"
-    defaults: dict[str, Any] = field(default_factory=dict)
-    fixed: dict[str, Any] = field(default_factory=dict)
-
-    def validate(self, cfg: GRPOConfig, key: str) -> None:
-        """Refuse combinations that contradict the method (raises ConfigError naming ``key``)."""
-        from ddmrl.config import ConfigError
-
-        for k, v in self.fixed.items():
-            if getattr(cfg, k) != v:
-                raise ConfigError(f"{key}.{k} = {getattr(cfg, k)!r}: {self.name} requires {v!r} by definition")
-        from ddmrl.masking import VIEWS
-
-        remasking = cfg.remasking or self.remasking
-        if remasking not in VIEWS:
-            raise ConfigError(
-                f"{key}.remasking = {remasking!r}: unknown view sampler; choose one of {', '.join(VIEWS)}"
-            )
-        if cfg.legacy_micro_step_views and (remasking in ("tracerl", "gdpo_quadrature", "block_random")):
-            raise ConfigError(
-                f"{key}.legacy_micro_step_views = True: d1's micro-step view index only applies to one view per "
-                f"step, not to {remasking}"
-            )
-        if self.weighting == "rebrl" and remasking == "full_completion":
-            raise ConfigError(
-                f"{key}.remasking = 'full_completion': RebRL's 1/F rebalancing is a no-op on fully masked views "
-                "(algorithms.md A.3 (c)); use rebrl_linear, unigrpo or maskgrpo_fading"
-            )
-        if remasking == "maskgrpo_fading" and cfg.coupling == "trajectory":
-            raise ConfigError(
-                f"{key}.coupling = 'trajectory': AR-like fading has its own position-wise curve; "
-                "use independent or nested"
-            )
-        if remasking == "maskgrpo_fading" and cfg.gamma < 0.5:
-            raise ConfigError(
-                f"{key}.gamma = {cfg.gamma!r}: AR-like fading needs gamma >= 0.5 (its keep curve saturates below "
-                "a mask ratio of 0.5; maskgrpo.md section 4)"
-            )
 
 
 METHODS: dict[str, Method] = {
@@ -82,7 +41,6 @@ METHODS: dict[str, Method] = {
         weighting="completion_mean",
         paper="Zhao et al. 2025, d1: Scaling Reasoning in Diffusion LLMs via RL (arXiv 2504.12216)",
         # d1: prompt masked with p = 0.15, whole completion masked (paper runs: eps 0.5, beta 0.04, mu 12)
-        defaults={"p_mask_prompt": 0.15},
     ),
     "unigrpo": Method(
         name="unigrpo",
@@ -96,7 +54,6 @@ METHODS: dict[str, Method] = {
         weighting="masked_mean",
         paper="Ma et al. 2026, MaskGRPO (ICLR 2026, arXiv 2510.02880)",
         # text runs: gamma 0.6, AR-like fading (paper runs: eps 0.2, beta 0.01, mu 12; maskgrpo.md section 7.1)
-        defaults={"gamma": 0.6},
     ),
     "rebrl": Method(
         name="rebrl",
@@ -104,7 +61,6 @@ METHODS: dict[str, Method] = {
         weighting="rebrl",
         paper="Zhang et al. 2026, RebRL: Rebalanced Timestep Credits (CVPR 2026)",
         # t_j = j / mu, token-level rebalancing lambda(t) = t with 1/F (algorithms.md A.3)
-        defaults={"rebrl_mode": "token", "coupling": "independent"},
     ),
     "tracerl": Method(
         name="tracerl",
@@ -112,7 +68,6 @@ METHODS: dict[str, Method] = {
         weighting="masked_mean",
         paper="Wang et al. 2026, TraceRL / TraDo (ICLR 2026, arXiv 2509.06949)",
         # per-row mean over a trace step's tokens, KL against the old policy (dLLM-RL train/rl_llada.py)
-        defaults={"loss_type": "seq_mean", "kl_target": "old", "shrink": 2},
     ),
     "gdpo": Method(
         name="gdpo",
@@ -121,8 +76,6 @@ METHODS: dict[str, Method] = {
         objective="sequence_clip",
         paper="Rojas et al. 2026, GDPO: Group Diffusion Policy Optimization (ICLR 2026, arXiv 2510.08554)",
         # N = 3 Gauss-Legendre nodes, one mask per node; unnormalised (mean-only) advantages
-        defaults={"views_per_step": 3},
-        fixed={"scale_rewards": "none"},
     ),
     "spg": Method(
         name="spg",
@@ -131,8 +84,6 @@ METHODS: dict[str, Method] = {
         objective="spg",
         paper="Wang et al. 2026, SPG: Sandwiched Policy Gradient (ICLR 2026, arXiv 2510.09541)",
         # num_t = 2 block-random masks per step, EUBO beta 1.0, mix 0.5; REINFORCE without KL
-        defaults={"views_per_step": 2, "eubo_beta": 1.0, "eubo_mix": 0.5},
-        fixed={"beta": 0.0},
     ),
     "wd1": Method(
         name="wd1",
@@ -141,7 +92,5 @@ METHODS: dict[str, Method] = {
         objective="weighted_likelihood",
         paper="Tang et al. 2026, wd1: Weighted Policy Optimization (ICLR 2026, arXiv 2507.08838)",
         # ratio-free: no old or reference likelihood; A = R - mean(R) turned into group softmax weights
-        defaults={"p_mask_prompt": 0.15},
-        fixed={"scale_rewards": "none", "beta": 0.0},
     ),
 }

@@ -1,11 +1,15 @@
-"""Deterministic seeds per unit of work (after nanochat's ``hash((step, example, chunk))``)."""
+"""Deterministic seeds per unit of work (after nanochat's ``hash((step, example, chunk))``).
+
+A leaf: torch is imported by the two functions that need it, so ``derive_seed`` costs nothing to import."""
 
 from __future__ import annotations
 
 import hashlib
 import random
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 def derive_seed(*parts: object) -> int:
@@ -16,10 +20,14 @@ def derive_seed(*parts: object) -> int:
 
 def generator(*parts: object) -> torch.Generator:
     """A CPU ``torch.Generator`` seeded by ``derive_seed(*parts)``; never touches the global RNG."""
+    import torch
+
     return torch.Generator().manual_seed(derive_seed(*parts))
 
 
 def seed_everything(seed: int) -> None:
     """Seed the global RNGs (model initialisation); every sampling draw uses its own generator instead."""
+    import torch
+
     random.seed(seed)
     torch.manual_seed(seed)

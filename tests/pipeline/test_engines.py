@@ -34,7 +34,7 @@ for flag, value in zip(args[::2], args[1::2]):
     dir_flags = ("--tasks-out", "--model-out", "--images")
     if flag in dir_flags or (flag == "--out" and "." not in os.path.basename(value)):
         os.makedirs(value, exist_ok=True)
-    elif flag in ("--out", "--metrics", "--curve", "--generations", "--results"):
+    elif flag in ("--out", "--metrics", "--curve", "--generations", "--results", "--config-out"):
         os.makedirs(os.path.dirname(value), exist_ok=True)
         with open(value, "w") as f:
             f.write("step,reward\\n0,0\\n" if flag == "--curve" else json.dumps({}))

@@ -16,6 +16,7 @@ Stage commands are the exact ``Stage.cmd`` of :func:`ddmrl.pipeline.dag.build`, 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import random
@@ -171,6 +172,14 @@ def read_curve(path: Path) -> list[dict[str, str]]:
     return [{k: v for k, v in r.items() if k != "time"} for r in rows]
 
 
+def tensorboard_steps(log_dir: Path, tag: str) -> list[tuple[int, float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(log_dir / "tensorboard"))
+    events.Reload()
+    return [(e.step, e.value) for e in events.Scalars(tag)]
+
+
 def assert_same_weights(a: Path, b: Path) -> None:
     ta, tb = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
     assert ta.keys() == tb.keys()
@@ -188,9 +197,15 @@ def assert_same_outputs(ref: Path, ws: Path, st: dag.Stage) -> None:
         assert_same_weights(ref / d, ws / d)
 
 
-def assert_outputs_absent(ws: Path, st: dag.Stage) -> None:
-    for out in st.outputs:
+def assert_incomplete(ws: Path, st: dag.Stage, ref: Path | None = None) -> None:
+    """After a kill: no model and no metrics (what says a stage is done); the curve the run had streamed is kept,
+    and holds the uninterrupted run's rows (``ref``'s) so far."""
+    for out in (*st.dir_outs, *st.metrics):
         assert not (ws / out).exists(), f"{out} exists after the kill"
+    for curve in st.plots:
+        if ref is not None:
+            kept = read_curve(ws / curve)
+            assert kept == read_curve(ref / curve)[: len(kept)], "the killed run's curve differs from the reference"
 
 
 def resumed_step(output: str, what: str) -> int:
@@ -222,6 +237,7 @@ def grpo_ref(base_ws, tmp_path_factory) -> Path:
     out = run_stage(ws, GRPO)
     assert "resuming" not in out
     assert not (ws / dag.checkpoints(GRPO)).exists(), "grpo left its checkpoints behind"
+    assert "reward=" in out and "kl=" in out and "s/step=" in out, "the progress bar shows reward, KL and s/step"
     # the comparison is only meaningful if the policy moved away from the SFT model
     sft = load_file(str(ws / "data/sft/model/model.safetensors"))
     pol = load_file(str(ws / f"data/grpo/{RUN}/model/model.safetensors"))
@@ -237,7 +253,7 @@ def test_grpo_killed_after_a_checkpoint_resumes_to_the_uninterrupted_result(base
     st, root = stage(ws, GRPO), ws / dag.checkpoints(GRPO)
     proc = popen(stage_argv(ws, GRPO), ws, tmp_path / "killed.log")
     kill_after_checkpoints(proc, lambda: [root], KILL_AFTER, tmp_path / "killed.log")
-    assert_outputs_absent(ws, st)
+    assert_incomplete(ws, st, grpo_ref)
     present = steps_present(root)
     assert present, "no checkpoint survived the kill"
     # saves fall on rollout-batch boundaries (num_iterations 2), the first after every save_steps (3) steps
@@ -247,6 +263,39 @@ def test_grpo_killed_after_a_checkpoint_resumes_to_the_uninterrupted_result(base
     assert resumed_step(out, "grpo") == present[-1]
     assert_same_outputs(grpo_ref, ws, st)
     assert not root.exists(), "checkpoints were not removed after the outputs were written"
+    # the trackers' history of the resumed run holds every step once, as the uninterrupted run's does
+    steps = [int(r["step"]) for r in read_curve(ws / st.plots[0])]
+    rewards = tensorboard_steps(ws / dag.log_dir(GRPO), "reward")
+    assert [s for s, _ in rewards] == steps and rewards == tensorboard_steps(grpo_ref / dag.log_dir(GRPO), "reward")
+
+
+def test_a_running_grpo_stage_streams_its_curve_and_writes_trackers_and_its_resolved_config(base_ws, tmp_path):
+    ws = clone(base_ws, tmp_path / "ws")
+    st = stage(ws, GRPO)
+    curve, metrics = ws / st.plots[0], ws / st.metrics[0]
+    proc = popen(stage_argv(ws, GRPO), ws, tmp_path / "run.log")
+    seen = []  # the curve file's text whenever it changed before the run ended
+    while proc.poll() is None:
+        text = curve.read_text() if curve.exists() else None
+        if text and not metrics.exists() and (not seen or seen[-1] != text):
+            seen.append(text)
+        time.sleep(0.002)
+    assert proc.returncode == 0, (tmp_path / "run.log").read_text()[-3000:]
+    final = curve.read_text()
+    rows = len(final.splitlines()) - 1
+    assert rows == OVERLAY["grpo"]["max_steps"] // OVERLAY["grpo"]["num_iterations"]  # one per rollout batch
+    partial = {len(t.splitlines()) - 1 for t in seen} - {rows}
+    assert len(partial) >= 2, f"the curve was not seen growing while the stage ran ({sorted(partial)})"
+    assert all(final.startswith(t) and t.endswith("\n") for t in seen), "a row was rewritten or cut"
+
+    log_dir = ws / dag.log_dir(GRPO)
+    assert list((log_dir / "tensorboard").glob("events.out.tfevents.*")), "no TensorBoard event file"
+    assert [s for s, _ in tensorboard_steps(log_dir, "reward")] == [int(r["step"]) for r in read_curve(curve)]
+    assert json.loads((log_dir / "dvclive" / "metrics.json").read_text())["step"] == OVERLAY["grpo"]["max_steps"]
+    resolved = yaml.safe_load((ws / f"data/grpo/{RUN}/config.yaml").read_text())
+    gcfg, task, seed = config.load(ws / "params.yaml").run(RUN)
+    assert resolved["grpo"] == json.loads(json.dumps(dataclasses.asdict(gcfg)))
+    assert (resolved["run"], resolved["task"], resolved["seed"], resolved["profile"]) == (RUN, task, seed, "smoke")
 
 
 def test_grpo_skips_a_truncated_latest_checkpoint_and_resumes_from_the_previous(base_ws, grpo_ref, tmp_path):
@@ -294,7 +343,7 @@ def test_sft_killed_after_a_checkpoint_resumes_to_the_uninterrupted_result(base_
     st, root = stage(ws, "sft"), ws / dag.checkpoints("sft")
     proc = popen(stage_argv(ws, "sft"), ws, tmp_path / "killed.log")
     kill_after_checkpoints(proc, lambda: [root], KILL_AFTER, tmp_path / "killed.log")
-    assert_outputs_absent(ws, st)
+    assert_incomplete(ws, st, base_ws)
     present = steps_present(root)
     assert present and all(s % 5 == 0 for s in present), present
 
@@ -362,7 +411,7 @@ def snakemake_killed(tmp_path_factory):
     assert killed
     for st in dag.build(config.load(ws / "params.yaml")):
         if st.name in killed:
-            assert_outputs_absent(ws, st)
+            assert_incomplete(ws, st)
     return ws, killed
 
 
@@ -406,6 +455,7 @@ def test_dvc_repro_killed_mid_grpo_completes_and_resumes_on_rerun(tmp_path):
     assert resumable(ws) == {GRPO}
     assert not (ws / f"data/grpo/{RUN}/metrics.json").exists()
 
+    dvc_yaml = (ws / "dvc.yaml").read_text()
     out = run([BIN / "dvc", "repro"], ws, check=False)
     text = out.stdout + out.stderr
     assert out.returncode == 0, f"dvc repro after the kill failed:\n{text[-4000:]}"
@@ -413,3 +463,5 @@ def test_dvc_repro_killed_mid_grpo_completes_and_resumes_on_rerun(tmp_path):
     assert (ws / "data" / "tables" / "text_table.md").exists()
     assert not list(grpo_roots(ws)()), "checkpoints left behind"
     assert "up to date" in run([BIN / "dvc", "status"], ws).stdout
+    assert (ws / "dvc.yaml").read_text() == dvc_yaml, "a stage (DVCLive?) edited dvc.yaml"
+    assert list((ws / dag.log_dir(GRPO) / "dvclive").glob("plots/metrics/*.tsv")), "DVCLive wrote no curve"

@@ -2,15 +2,38 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import inspect
 import shutil
+import subprocess
+import sys
 from pathlib import Path
+from typing import get_args
 
 import pytest
 import yaml
 
-from ddmrl.config import ConfigError, GRPOConfig, SamplerConfig, TrainConfig, load
+from ddmrl.config import (
+    METHOD_CONFIGS,
+    TASK_MODALITY,
+    TASK_PARAMS,
+    ConfigError,
+    GRPOConfig,
+    HubItem,
+    ModelSpec,
+    SamplerConfig,
+    TrainConfig,
+    docs,
+    load,
+)
+from ddmrl.config._base import fields_of
+from ddmrl.config.schema import Config, GenEvalEvaluator, RewardModel
 from ddmrl.methods import METHODS
+from ddmrl.pipeline.dag import code_files
+from ddmrl.rewards.geneval_bridge import GenEvalEnv
+from ddmrl.rewards.registry import REWARD_MODELS
+from ddmrl.tasks import TASKS, make_task
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -53,7 +76,7 @@ def test_image_runs_layer_image_keys_over_the_text_sections():
     """grpo < image.grpo < methods.<name> < image.method_overrides.<name>; text runs keep their own values."""
     cfg = load(REPO / "params.yaml")
     mask_text, mask_image = cfg.methods["maskgrpo"], cfg.image_methods["maskgrpo"]
-    assert (mask_text.remasking, mask_text.gamma) == ("", 0.6)
+    assert (mask_text.remasking, mask_text.gamma) == ("maskgrpo_fading", 0.6)  # the method's own views
     assert (mask_image.remasking, mask_image.gamma) == ("maskgrpo_random", 0.8)
     assert mask_image.sampler.name == "maskgit" and mask_text.sampler.name == "llada"
     assert cfg.image_methods["rebrl"].num_iterations == 8 and cfg.methods["rebrl"].num_iterations == 4
@@ -64,7 +87,7 @@ def test_image_runs_layer_image_keys_over_the_text_sections():
 @pytest.mark.parametrize(
     ("edit", "expected"),
     [
-        ({"tasks": ["sudoku4"]}, "image.tasks = 'sudoku4': is not a image task"),
+        ({"tasks": ["sudoku4"]}, "image.tasks[0] = 'sudoku4': unknown value; choose one of geneval_mini, geneval"),
         ({"grpo": {"max_stepz": 3}}, "image.grpo.max_stepz: unknown key"),
         ({"method_overrides": {"rebrl": {"rebrl_mode": "x"}}}, "image.method_overrides.rebrl.rebrl_mode = 'x'"),
         ({"methods": ["nope"]}, "image.method_overrides.nope = 'nope': unknown method"),
@@ -86,6 +109,15 @@ def test_a_profile_overlays_its_file(tmp_path):
     assert cfg.profile == "smoke"
     assert cfg.model.hidden_size == 32 and cfg.grpo.defaults.max_steps == 4
     assert cfg.methods["rebrl"].num_iterations == 2 and cfg.methods["rebrl"].beta == 0.01  # overlay + base
+
+
+@pytest.mark.parametrize("profile", sorted(p.stem for p in (REPO / "profiles").glob("*.yaml")))
+def test_every_profile_loads(tmp_path, profile):
+    shutil.copytree(REPO / "profiles", tmp_path / "profiles")
+    text = (REPO / "params.yaml").read_text().replace("profile: tiny", f"profile: {profile}")
+    cfg = load(write(tmp_path, text))
+    assert cfg.profile == profile and cfg.run_names()
+    assert set(cfg.methods) >= set(cfg.grpo.methods) and list(cfg.image_methods) == list(cfg.image.methods)
 
 
 def test_minimal_file_takes_the_defaults(tmp_path):
@@ -246,3 +278,207 @@ sft: {gradient_checkpointing: true, launch: {launcher: accelerate, num_processes
     assert cfg.sft.gradient_checkpointing and cfg.sft.launch.num_processes == 4
     assert cfg.sft.launch.config_file == "configs/accelerate/ddp.yaml"
     assert type(cfg.download.pretrain) is TrainConfig  # pre-training (download stage) has no scale keys
+
+
+# ------------------------------------------------------------------------------------------------ defaults
+
+# params.yaml keys whose value differs from the code default on purpose; a comment at the key (or at a section
+# holding it) says so with the word "default"
+DELIBERATE = {
+    "task_params.countdown3.max_number",
+    "task_params.countdown3.max_target",
+    "image.tasks",
+    "image.task_params.geneval_mini.partial_credit",
+    "image.grpo.max_steps",
+    "image.grpo.sampler.name",
+    "image.grpo.sampler.steps",
+    "image.grpo.sampler.cfg_scale",
+    "image.methods",
+    "image.method_overrides.maskgrpo.remasking",
+    "image.method_overrides.maskgrpo.gamma",
+    "image.method_overrides.rebrl.num_iterations",
+}
+
+
+def leaves(node, path=()):
+    """(key path, value) of every value of nested mappings (an empty section has none)."""
+    for k, v in node.items():
+        yield from leaves(v, (*path, k)) if isinstance(v, dict) else [((*path, k), v)]
+
+
+def code_default(defaults, path):
+    """The value key ``path`` takes when params.yaml leaves it out (for image.grpo and image.method_overrides: the
+    value a run takes without them)."""
+    if path[:2] == ("image", "grpo"):
+        node, path = GRPOConfig(), path[2:]
+    elif path[:2] == ("image", "method_overrides"):
+        node, path = METHOD_CONFIGS[path[2]](), path[3:]
+    elif "task_params" in path[:2]:
+        at = path.index("task_params") + 1
+        node, path = TASK_PARAMS[path[at]](), path[at + 1 :]
+    else:
+        node = defaults
+    for k in path:
+        node = node[k] if isinstance(node, dict) else getattr(node, k)
+    return list(node) if isinstance(node, tuple) else node
+
+
+def comments_at(text, path):
+    """The comment lines right above key ``path`` and above each section holding it, and its inline comment."""
+    lines, node, out = text.splitlines(), yaml.compose(text), []
+    for k in path:
+        key, node = next((kn, vn) for kn, vn in node.value if kn.value == k)
+        i = key.start_mark.line
+        out.append(lines[i].partition("#")[2])
+        while i > 0 and lines[i - 1].strip().startswith("#"):
+            i -= 1
+            out.append(lines[i])
+    return " ".join(out)
+
+
+def test_code_defaults_agree_with_params_yaml_or_the_difference_is_commented(tmp_path):
+    """A key left out of params.yaml takes its code default (docs/params.md); params.yaml writes the same value,
+    or says why not."""
+    text = (REPO / "params.yaml").read_text()
+    defaults = load(write(tmp_path, "{}\n"))
+    differ = {".".join(p) for p, v in leaves(yaml.safe_load(text)) if code_default(defaults, p) != v}
+    assert differ == DELIBERATE
+    for key in DELIBERATE:
+        assert "default" in comments_at(text, key.split(".")).lower(), key
+
+
+# ------------------------------------------------------------------------------------------------ reference
+
+
+def test_the_parameter_reference_is_up_to_date():
+    """docs/params.md is generated from the schema: python -m ddmrl.config.docs."""
+    assert (REPO / "docs" / "params.md").read_text() == docs.render(), "regenerate: python -m ddmrl.config.docs"
+    assert docs.main(["--check", "--out", str(REPO / "docs" / "params.md")]) == 0
+
+
+def test_every_key_users_write_is_described_once():
+    """Each key of each documented section has a description (the method models only change defaults)."""
+    used = {}
+    docs._collect(Config, "", used)
+    for cls in used:
+        for name in fields_of(cls):
+            assert cls.__pydantic_fields__[name].description, f"{cls.__name__}.{name}"
+    text = (REPO / "docs" / "params.md").read_text()
+    assert text.count("| `num_generations` |") == 2  # grpo's (GRPOConfig) and rollout's, not once per use
+
+
+# ------------------------------------------------------------------------------------------------ leaves
+
+CONFIG_FILES = ["__init__.py", "_base.py", "loader.py", "schema.py"]
+IMPORTED = "import {}, sys; print(sorted(m for m in sys.modules if m.startswith(('ddmrl', 'torch', 'transformers'))))"
+
+
+@pytest.mark.parametrize(
+    ("module", "modules"),
+    [
+        (
+            "ddmrl.config",
+            ["ddmrl", *(f"ddmrl.config.{f[:-3]}" for f in CONFIG_FILES[1:]), "ddmrl.config", "ddmrl.errors"],
+        ),
+        ("ddmrl.errors", ["ddmrl", "ddmrl.errors"]),
+        ("ddmrl.io", ["ddmrl", "ddmrl.errors", "ddmrl.io"]),
+        ("ddmrl.seeding", ["ddmrl", "ddmrl.seeding"]),
+    ],
+)
+def test_leaf_modules_import_nothing_heavy(module, modules):
+    """The shared leaves load neither torch nor transformers nor any other ddmrl module than these."""
+    out = subprocess.run([sys.executable, "-c", IMPORTED.format(module)], capture_output=True, text=True, check=True)
+    assert ast.literal_eval(out.stdout) == sorted(modules)
+
+
+def test_the_code_deps_of_a_config_user_are_configs_own_files(tmp_path):
+    """Every stage imports ddmrl.config: through it, a stage depends on the config package and ddmrl.errors only
+    (ddmrl.pipeline.dag.code_files follows every ddmrl import, those inside functions included)."""
+    for text in ("from ddmrl import config\n", "from ddmrl.config import ConfigError, load\n"):
+        (tmp_path / "stage.py").write_text(text)
+        assert code_files(tmp_path / "stage.py", REPO) == tuple(
+            sorted(["src/ddmrl/__init__.py", "src/ddmrl/errors.py", *(f"src/ddmrl/config/{f}" for f in CONFIG_FILES)])
+        )
+
+
+# ------------------------------------------------------------------------------------------------ registries
+
+REQUIRED = {"train": "train.jsonl", "eval": "eval.jsonl"}  # values for the parameters a task needs
+
+
+def constructor_defaults(cls: type) -> dict:
+    return {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items() if k != "self"}
+
+
+def accepted_by_schema(name: str, params: dict) -> bool:
+    try:
+        TASK_PARAMS[name](**params)
+    except ConfigError:
+        return False
+    return True
+
+
+def accepted_by_task(name: str, params: dict) -> bool:
+    try:
+        make_task(name, **params)
+    except (ValueError, ConfigError):
+        return False
+    return True
+
+
+def probes(info) -> list:
+    """Values at and just past a parameter's bounds, or its choices and one more."""
+    lo = next((m.ge for m in info.metadata if hasattr(m, "ge")), None)
+    hi = next((m.le for m in info.metadata if hasattr(m, "le")), None)
+    if isinstance(lo, int) or isinstance(hi, int):
+        return [v for b in (lo, hi) if b is not None for v in (b - 1, b, b + 1)]
+    if get_args(info.annotation) and all(isinstance(a, str) for a in get_args(info.annotation)):
+        return [*get_args(info.annotation), "nope"]
+    if any(getattr(m, "min_length", None) == 1 for m in info.metadata):
+        return ["", "x"]
+    return []
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_the_schema_knows_every_task_its_modality_and_its_parameters(name):
+    """The schema spells out the tasks (it may not import ddmrl.tasks): same names and modalities as the registry,
+    one field per constructor parameter with the constructor's default, and at each bound and choice it accepts what
+    the task accepts. A parameter the schema requires is one whose constructor default the task refuses."""
+    assert set(TASK_PARAMS) == set(TASKS) == set(TASK_MODALITY)
+    assert TASK_MODALITY[name] == TASKS[name].modality
+    fields, defaults = TASK_PARAMS[name].__pydantic_fields__, constructor_defaults(TASKS[name])
+    assert list(fields) == list(defaults)
+    required = {k: REQUIRED[k] for k, info in fields.items() if info.is_required()}
+    for key, info in fields.items():
+        if info.is_required():
+            assert not accepted_by_task(name, {**required, key: defaults[key]}), key
+        else:
+            assert info.default == defaults[key], key
+        for value in probes(info):
+            params = {**required, key: value}
+            assert accepted_by_schema(name, params) == accepted_by_task(name, params), (key, value)
+
+
+def test_the_schema_knows_the_reward_models_and_the_geneval_evaluator():
+    assert set(get_args(RewardModel)) == set(REWARD_MODELS) - {"weighted_sum"}
+    missing = dataclasses.MISSING
+    env = {f.name: f.default is missing and f.default_factory is missing for f in dataclasses.fields(GenEvalEnv)}
+    evaluator = GenEvalEvaluator.__pydantic_fields__
+    assert list(evaluator) == list(env)
+    assert {key: info.is_required() for key, info in evaluator.items()} == env
+
+
+def test_model_spec_and_hub_item_are_validated_by_the_schema_when_built_directly():
+    """adapters.ModelSpec and hub.HubItem are the schema's (constructed in code too: one line naming the key)."""
+    from ddmrl.hub import HubItem as HubsItem
+    from ddmrl.models.adapters import DTYPES, KINDS
+    from ddmrl.models.adapters import ModelSpec as AdaptersSpec
+
+    assert HubsItem is HubItem and issubclass(AdaptersSpec, ModelSpec)
+    spec = ModelSpec.__pydantic_fields__
+    assert get_args(spec["kind"].annotation) == KINDS and set(get_args(spec["dtype"].annotation)) == set(DTYPES)
+    with pytest.raises(ConfigError, match=r"^model.dtype = 'fp8': unknown value; choose one of float32,"):
+        AdaptersSpec(kind="llada", path_or_id="x", dtype="fp8")
+    with pytest.raises(ConfigError, match=r"^repo_type = 'space': unknown value; choose one of model, dataset$"):
+        HubItem("m", "a/b", None, "space")
+    assert HubItem("m", "a/b", allow_patterns=["*.json"]).allow_patterns == ("*.json",)

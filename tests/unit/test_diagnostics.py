@@ -23,9 +23,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ddmrl.config import GRPOConfig
+from ddmrl.config import GRPOConfig, method_config
 from ddmrl.diagnostics import credit_by_reveal_step, token_credit
-from ddmrl.methods import METHODS
 from ddmrl.rollout import Rollouts
 from ddmrl.training.grpo import make_views
 
@@ -46,7 +45,7 @@ def rollouts(valid: torch.Tensor | None = None) -> Rollouts:
 
 def config(method: str, **kw) -> GRPOConfig:
     base = dict(method=method, num_iterations=MU, num_generations=2, num_prompts=2, beta=0.04, epsilon=0.2)
-    return GRPOConfig(**{**base, **METHODS[method].defaults, **METHODS[method].fixed, **kw})
+    return method_config(method, base, **kw)
 
 
 def credit_for(tok, make_model, cfg: GRPOConfig, batch: Rollouts, adv: torch.Tensor = ADV) -> torch.Tensor:

@@ -215,5 +215,5 @@ def test_fetch_all_records_a_manifest_per_item_and_names_every_missing_one(offli
 def test_hub_item_validation():
     with pytest.raises(ValueError, match="name = '../x'"):
         hub.HubItem("../x", "a/b")
-    with pytest.raises(ValueError, match="download.m.repo_type = 'space'"):
+    with pytest.raises(ValueError, match="repo_type = 'space'"):
         hub.HubItem("m", "a/b", repo_type="space")

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
-from ddmrl.io import DataError, atomic_path, read_json, read_jsonl, write_json, write_jsonl, write_text
+from ddmrl.io import CsvLog, DataError, atomic_path, read_json, read_jsonl, write_json, write_jsonl, write_text
 
 
 def test_atomic_path_leaves_nothing_when_the_body_raises(tmp_path):
@@ -69,3 +70,37 @@ def test_read_json_names_the_line(tmp_path):
         read_json(path)
     with pytest.raises(DataError, match="file not found"):
         read_json(tmp_path / "none.json")
+
+
+def test_csv_log_grows_one_complete_row_at_a_time_and_reads_like_a_table(tmp_path):
+    path = tmp_path / "curve.csv"
+    log = CsvLog(path)
+    log.reset([])
+    assert path.read_text() == ""
+    log.append({"step": 2, "reward": 0.1, "kl": 1e-05})
+    assert path.read_text() == "step,reward,kl\n2,0.1,1e-05\n"
+    log.append({"step": 4, "reward": 1 / 3, "kl": float("nan")})
+    table = pd.read_csv(path)
+    assert table["step"].tolist() == [2, 4] and table["reward"].tolist() == [0.1, 1 / 3]  # floats round-trip
+    assert path.read_text().endswith("\n")
+
+
+def test_csv_log_reset_keeps_only_the_given_rows(tmp_path):
+    """A resumed run: the rows a killed run wrote after its checkpoint are replaced by the checkpoint's rows."""
+    path = tmp_path / "curve.csv"
+    first = CsvLog(path)
+    for step in (1, 2, 3):
+        first.append({"step": step, "loss": step / 10})
+    with open(path, "a") as f:
+        f.write("4,0.")  # the partial last line of a kill
+    again = CsvLog(path)
+    again.reset([{"step": 1, "loss": 0.1}])
+    again.append({"step": 2, "loss": 0.2})
+    assert path.read_text() == "step,loss\n1,0.1\n2,0.2\n"
+
+
+def test_csv_log_refuses_a_row_with_other_columns(tmp_path):
+    log = CsvLog(tmp_path / "curve.csv")
+    log.append({"step": 1, "loss": 0.5})
+    with pytest.raises(ValueError, match=r"curve.csv: row columns \['step', 'lr'\] differ from the header"):
+        log.append({"step": 2, "lr": 0.5})

@@ -1,24 +1,25 @@
-"""The method records (ddmrl.methods) and how params.yaml resolves them (ddmrl.config.load, Method.validate).
+"""The method records (ddmrl.methods), their models in the params schema (ddmrl.config.METHOD_CONFIGS) and how
+params.yaml resolves a method section (ddmrl.config.load, ddmrl.config.method_config).
 
-Precedence (ddmrl.config._build_config): dataclass defaults < the method's ``defaults`` < explicit ``grpo:`` keys <
-the method's ``fixed`` values < ``methods.<name>``, and a method section contradicting a fixed value is refused.
+Precedence: the method model's defaults < explicit ``grpo:`` keys, except those the method fixes (a ``Literal`` of one
+value in its model, e.g. SPG's beta 0) < ``methods.<name>``, and a section contradicting a fixed value is refused.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
-from ddmrl.config import ConfigError, GRPOConfig, load
+from ddmrl.config import METHOD_CONFIGS, ConfigError, GRPOConfig, fixed_values, load, method_config
+from ddmrl.config.schema import MethodName, ViewSampler
 from ddmrl.masking import VIEWS
 from ddmrl.methods import METHODS
 from ddmrl.objectives.losses import OBJECTIVES
 from ddmrl.objectives.weights import WEIGHTINGS
 
 ALL = ["diffu_grpo", "unigrpo", "maskgrpo", "rebrl", "tracerl", "gdpo", "spg", "wd1"]
-FIELDS = {f.name for f in dataclasses.fields(GRPOConfig)}
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -41,31 +42,44 @@ def every_method(extra: str = "") -> str:
 
 
 def test_there_are_eight_well_formed_method_records():
-    """Each record names a known view sampler, weighting and objective; its defaults and fixed values are GRPOConfig
-    fields, disjoint (a fixed value is not a default), and the record's key is its name."""
+    """Each record names a known view sampler, weighting and objective, and the record's key is its name."""
     assert sorted(METHODS) == sorted(ALL)
     for name, m in METHODS.items():
         assert m.name == name
         assert m.remasking in VIEWS and m.weighting in WEIGHTINGS and m.objective in OBJECTIVES, name
-        assert set(m.defaults) <= FIELDS and set(m.fixed) <= FIELDS, name
-        assert not set(m.defaults) & set(m.fixed), name
         assert m.paper
     assert {m.objective for m in METHODS.values()} == set(OBJECTIVES)
+
+
+def test_the_schema_knows_the_methods_and_view_samplers_of_the_registries():
+    """The params schema spells out the names it shares with ddmrl.methods and ddmrl.masking (it imports neither):
+    they must agree, and each method's model defaults to its record's view sampler."""
+    assert list(METHOD_CONFIGS) == list(get_args(MethodName)) and set(METHOD_CONFIGS) == set(METHODS)
+    assert set(get_args(ViewSampler)) == set(VIEWS)
+    for name, model in METHOD_CONFIGS.items():
+        assert issubclass(model, GRPOConfig) and model().method == name
+        assert model().remasking == METHODS[name].remasking, name
+
+
+def test_what_each_method_fixes():
+    assert {m: fixed_values(m) for m in ALL if fixed_values(m)} == {
+        "gdpo": {"scale_rewards": "none"},
+        "spg": {"beta": 0.0},
+        "wd1": {"scale_rewards": "none", "beta": 0.0},
+    }
 
 
 def test_all_eight_methods_load_with_their_defaults_and_fixed_values(tmp_path):
     cfg = load(write(tmp_path, every_method()))
     assert cfg.grpo.methods == tuple(ALL) and set(cfg.methods) == set(ALL)
     assert len(cfg.run_names()) == 8 * len(cfg.tasks) * len(cfg.grpo.seeds)
-    for name in ALL:
-        hp, rec = cfg.methods[name], METHODS[name]
-        assert hp.method == name
-        for k, v in {**rec.defaults, **rec.fixed}.items():
-            assert getattr(hp, k) == v, (name, k)
+    for name in ALL:  # no grpo: keys but the run list: every run is its method model's defaults
+        assert cfg.methods[name] == METHOD_CONFIGS[name](), name
     assert cfg.methods["gdpo"].views_per_step == 3 and cfg.methods["gdpo"].scale_rewards == "none"
     assert cfg.methods["spg"].beta == 0.0 and cfg.methods["spg"].eubo_mix == 0.5
     assert cfg.methods["wd1"].beta == 0.0 and cfg.methods["wd1"].scale_rewards == "none"
     assert cfg.methods["tracerl"].kl_target == "old" and cfg.methods["tracerl"].loss_type == "seq_mean"
+    assert cfg.methods["unigrpo"].beta == 0.01 and cfg.methods["unigrpo"].kl_target == "ref"
 
 
 def test_fixed_values_win_over_explicit_grpo_keys(tmp_path):
@@ -155,3 +169,25 @@ def test_an_unlisted_section_of_a_known_method_is_resolved_but_not_run(tmp_path)
 def test_an_unknown_remasking_is_refused_at_load(tmp_path):
     msg = refused(tmp_path, "methods: {unigrpo: {remasking: bogus}}\n")
     assert "methods.unigrpo.remasking" in msg
+
+
+def test_method_config_resolves_as_load_does(tmp_path):
+    """The helper library code and tests use to build a run's config follows load's precedence."""
+    text = every_method("  beta: 0.04\n  views_per_step: 5\nmethods:\n  gdpo: {views_per_step: 4}\n")
+    cfg = load(write(tmp_path, text))
+    shared = {"methods": ALL, "beta": 0.04, "views_per_step": 5}
+    for name in ALL:
+        section = {"views_per_step": 4} if name == "gdpo" else {}
+        assert method_config(name, shared, **section) == cfg.methods[name], name
+    assert method_config("spg", {"beta": 0.04}).beta == 0.0
+    assert isinstance(method_config("rebrl"), METHOD_CONFIGS["rebrl"])
+    with pytest.raises(ConfigError, match="beta = 0.1: spg requires 0.0 by definition"):
+        method_config("spg", beta=0.1)
+    with pytest.raises(ConfigError, match="methods.ppo = 'ppo': unknown method"):
+        method_config("ppo")
+
+
+def test_a_method_model_refuses_a_bad_value_in_one_line_when_built_directly():
+    with pytest.raises(ConfigError) as info:
+        METHOD_CONFIGS["maskgrpo"](gamma=0.3)
+    assert str(info.value).startswith("gamma = 0.3: AR-like fading needs gamma >= 0.5")

@@ -6,12 +6,15 @@ layout and image decoding:
 
 * ``tiny``: the embedded TinyDDM (``ddmrl.models.tiny``), prompts used as they are.
 * ``llada``: LLaDA-8B-Instruct (Nie et al. 2025; ``GSAI-ML/LLaDA-8B-Instruct``), model class ``LLaDAModelLM``
-  from the checkpoint's own ``modeling_llada.py`` (remote code), mask id 126336. Prompts are built as d1 does
+  from the checkpoint's own ``modeling_llada.py`` (remote code, run under transformers 5 through
+  ``ddmrl.models.compat``), mask id 126336. Padding never reaches it as an ``attention_mask`` (which would make it
+  causal, see :meth:`LLaDAAdapter.logits`). Prompts are built as d1 does
   (Zhao et al. 2025, ``eval/*.py``): one user turn ``system_prompt + "\\n\\n" + question`` through the chat
   template with ``add_generation_prompt=True``, then the literal ``<reasoning>`` appended (assistant prefill);
   tokenised with the tokenizer's defaults, left-padded (pad = EOS, never the mask id).
 * ``mmada``: MMaDA-8B-Base (Yang et al. 2025), text as LLaDA, plus the T2I layout of ``ddmrl.models.mmada``;
-  ``MMadaModelLM`` and MAGVIT-v2 come from the user's checkout of Gen-Verse/MMaDA (``mmada_code``).
+  ``MMadaModelLM`` and MAGVIT-v2 come from the user's checkout of Gen-Verse/MMaDA (``mmada_code``; its imports:
+  ``pip install -e ".[mmada]"``).
 * ``hf_masked_lm``: any ``AutoModelForMaskedLM`` checkpoint and its tokenizer's ``mask_token_id``.
 
 :func:`load_model` never downloads: ``path_or_id`` is a local directory (the download stage's output, see
@@ -23,15 +26,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, BatchEncoding
+from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, BatchEncoding
+from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
+from ddmrl import config
 from ddmrl.config import ConfigError
-from ddmrl.hub import PINNED_REVISIONS, check_revision, is_commit, is_local, resolve_local
+from ddmrl.hub import PINNED_REVISIONS, check_revision, is_local, resolve_local
+from ddmrl.models import compat
 from ddmrl.models import mmada as mm
 
 __all__ = [
@@ -52,53 +57,8 @@ LLADA_MASK_ID = 126336  # <|mdm_mask|> of LLaDA and MMaDA (baselines.md section 
 REASONING_PREFILL = "<reasoning>"  # d1's assistant prefill (add_reasoning=True)
 
 
-@dataclass(frozen=True)
-class ModelSpec:
-    """Which model to load (the ``model:`` keys of a real-scale profile).
-
-    kind: tiny | llada | mmada | hf_masked_lm.
-    path_or_id: a local directory (normally the download stage's output) or a hub id found in the HF cache.
-    revision: hub revision; with ``trust_remote_code`` and a hub id it must be a 40-hex commit.
-    trust_remote_code: run the checkpoint's own ``modeling_*.py`` (opt-in).
-    dtype: float32 | bfloat16 | float16 | auto (LLaDA/MMaDA are meant for bfloat16).
-    mmada_code: (mmada) a checkout of github.com/Gen-Verse/MMaDA, the directory holding ``models/``.
-    vq_path_or_id / vq_revision: (mmada) MAGVIT-v2 weights (``showlab/magvitv2``), for decoding images.
-    """
-
-    kind: str = "tiny"
-    path_or_id: str = ""
-    revision: str | None = None
-    trust_remote_code: bool = False
-    dtype: str = "float32"
-    mmada_code: str | None = None
-    vq_path_or_id: str | None = None
-    vq_revision: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ConfigError(f"model.kind = {self.kind!r}: unknown value; choose one of {', '.join(KINDS)}")
-        if not isinstance(self.path_or_id, str) or not self.path_or_id.strip():
-            raise ConfigError(f"model.path_or_id = {self.path_or_id!r}: must name a local directory or a hub id")
-        if not isinstance(self.trust_remote_code, bool):
-            raise ConfigError(f"model.trust_remote_code = {self.trust_remote_code!r}: must be true or false")
-        if self.dtype not in DTYPES:
-            raise ConfigError(f"model.dtype = {self.dtype!r}: unknown value; choose one of {', '.join(DTYPES)}")
-        for key in ("revision", "vq_revision"):
-            try:
-                check_revision(getattr(self, key), f"model.{key}")
-            except ValueError as e:
-                raise ConfigError(str(e)) from None
-        if self.trust_remote_code and self.revision is not None and not is_commit(self.revision):
-            # a branch or tag with remote code is refused whatever the path: its code can change under the name
-            try:
-                check_revision(self.revision, "model.revision", require_commit=True)
-            except ValueError as e:
-                raise ConfigError(str(e)) from None
-        for key in ("mmada_code", "vq_path_or_id"):
-            if getattr(self, key) is not None and self.kind != "mmada":
-                raise ConfigError(f"model.{key} = {getattr(self, key)!r}: only used with model.kind: mmada")
-        if self.kind == "tiny" and self.trust_remote_code:
-            raise ConfigError("model.trust_remote_code = True: the tiny model has no remote code; set it to false")
+class ModelSpec(config.ModelSpec):
+    """Which model to load (the ``model:`` keys of a real-scale profile), validated by ``ddmrl.config.ModelSpec``."""
 
     @property
     def torch_dtype(self) -> torch.dtype | str:
@@ -175,8 +135,19 @@ class LLaDAAdapter(ModelAdapter):
         return text + REASONING_PREFILL if add_reasoning else text
 
     def logits(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        # d1 and LLaDA's generate() pass no attention mask (left pads are attended); pass one only when asked
-        return super().logits(model, input_ids, attention_mask)
+        """[B, L] -> [B, L, V], attention bidirectional whatever the padding.
+
+        LLaDA's forward turns an ``attention_mask`` holding any 0 into *causal* attention for the whole batch
+        (``LLaDAModel.forward`` adds its mask to the causal bias), so a padding mask is never passed as one:
+
+        * no mask (d1's handling, as in d1's and LLaDA's ``generate`` and every ddmrl sampler and trainer): left
+          pads (EOS) are attended like any token;
+        * a mask with 0s goes in as MMaDA's ``attention_bias`` (``ddmrl.models.mmada.attention_bias``): pads neither
+          attend nor are attended, so with LLaDA's rotary positions a padded row's logits are the unpadded row's.
+        """
+        if attention_mask is None or bool(attention_mask.all()):
+            return model(input_ids).logits
+        return model(input_ids, attention_bias=mm.attention_bias(attention_mask)).logits
 
 
 class MMaDAAdapter(LLaDAAdapter):
@@ -244,14 +215,23 @@ class MMaDAAdapter(LLaDAAdapter):
 # ------------------------------------------------------------------------------------------------ loading
 
 
-def _auto_map(local: Path) -> dict[str, Any] | None:
+def _config_json(local: Path) -> dict[str, Any]:
     try:
-        cfg = json.loads((local / "config.json").read_text())
+        return json.loads((local / "config.json").read_text())
     except FileNotFoundError:
         raise RuntimeError(f"{local}: no config.json (not a Hugging Face model directory)") from None
     except (OSError, json.JSONDecodeError) as e:
         raise RuntimeError(f"{local}/config.json: cannot be read ({e})") from None
-    return cfg.get("auto_map")
+
+
+def _auto_map(local: Path) -> dict[str, Any] | None:
+    return _config_json(local).get("auto_map")
+
+
+def _llada_mask_id(local: Path, model: Any) -> int:
+    """``mask_token_id`` as config.json states it, else LLaDA's 126336. Not the loaded config's: ``LLaDAConfig``
+    fills a missing one with its ``ModelConfig`` default 50256, an ordinary token of LLaDA's vocabulary."""
+    return _checked_mask_id(_config_json(local).get("mask_token_id", LLADA_MASK_ID), model, str(local))
 
 
 def _local_dir(spec: ModelSpec) -> Path:
@@ -316,24 +296,54 @@ def load_model(spec: ModelSpec) -> tuple[Any, Any, ModelAdapter]:
     remote, dtype = spec.trust_remote_code, spec.torch_dtype
     if spec.kind == "hf_masked_lm":
         _refuse_remote_code(spec, local, "")
-        model = _load("model", local, AutoModelForMaskedLM.from_pretrained, trust_remote_code=remote, dtype=dtype)
+        if remote and "AutoModelForMaskedLM" in (_auto_map(local) or {}):
+            model = _remote_model(local, ("AutoModelForMaskedLM",), dtype)
+        else:
+            model = _load("model", local, AutoModelForMaskedLM.from_pretrained, trust_remote_code=remote, dtype=dtype)
         tok = _load("tokenizer", local, AutoTokenizer.from_pretrained, trust_remote_code=remote)
         mask_id = _checked_mask_id(tok.mask_token_id, model, f"{local} (tokenizer)")
         return model.eval(), tok, MaskedLMAdapter(tok, mask_id)
 
     if spec.kind == "llada":
         _refuse_remote_code(spec, local, " (LLaDAModelLM lives in the checkpoint's modeling_llada.py)")
-        model = _load("model", local, AutoModel.from_pretrained, trust_remote_code=True, dtype=dtype)
-        tok = _load("tokenizer", local, AutoTokenizer.from_pretrained, trust_remote_code=True, padding_side="left")
-        mask_id = getattr(model.config, "mask_token_id", None)
-        mask_id = _checked_mask_id(LLADA_MASK_ID if mask_id is None else mask_id, model, str(local))
-        return model.eval(), tok, LLaDAAdapter(tok, mask_id)
+        model = _remote_model(local, ("AutoModel", "AutoModelForCausalLM"), dtype)
+        tok = _with_eos_padding(
+            _load("tokenizer", local, AutoTokenizer.from_pretrained, trust_remote_code=True, padding_side="left")
+        )
+        return model.eval(), tok, LLaDAAdapter(tok, _llada_mask_id(local, model))
 
     # mmada: the model class comes from the user's MMaDA checkout (explicitly configured), not from the hub
-    package = mm.import_mmada(spec.mmada_code)
-    model = _load("model", local, package.MMadaModelLM.from_pretrained, dtype=dtype)
-    tok = _load("tokenizer", local, AutoTokenizer.from_pretrained, padding_side="left")
-    mask_id = getattr(model.config, "mask_token_id", None)
-    mask_id = _checked_mask_id(LLADA_MASK_ID if mask_id is None else mask_id, model, str(local))
-    adapter = MMaDAAdapter(tok, mask_id, spec.mmada_code, spec.vq_path_or_id, spec.vq_revision)
+    cls = mm.import_mmada(spec.mmada_code).MMadaModelLM
+    config = _load("config", local, cls.config_class.from_pretrained)
+    model = _load("model", local, compat.load_pretrained, cls, config, dtype=dtype)
+    # a save carries the checkout's modeling_mmada.py (and what it imports) and an auto_map, as LLaDA's does
+    cls.register_for_auto_class("AutoModel")
+    cls.config_class.register_for_auto_class()
+    tok = _with_eos_padding(_load("tokenizer", local, AutoTokenizer.from_pretrained, padding_side="left"))
+    adapter = MMaDAAdapter(tok, _llada_mask_id(local, model), spec.mmada_code, spec.vq_path_or_id, spec.vq_revision)
     return model.eval(), tok, adapter
+
+
+def _with_eos_padding(tok: Any) -> Any:
+    """``tok`` with a pad token: EOS when it has none (d1 pads LLaDA's prompts with EOS)."""
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def _remote_model(local: Path, auto_classes: Sequence[str], dtype: torch.dtype | str) -> Any:
+    """The checkpoint's own model class (the first of ``auto_classes`` in config.json's ``auto_map``), loaded under
+    the pinned transformers through ``ddmrl.models.compat`` and registered for that auto class, so that a saved
+    model carries its modeling files and ``auto_map`` (as ``AutoModel.from_pretrained`` would do)."""
+    config = _load("config", local, AutoConfig.from_pretrained, trust_remote_code=True)
+    auto_map = getattr(config, "auto_map", None) or {}
+    auto = next((name for name in auto_classes if name in auto_map), None)
+    if auto is None:
+        raise RuntimeError(
+            f"{local}/config.json: auto_map has no {' or '.join(auto_classes)} entry (the model class of its remote "
+            "code)"
+        )
+    cls = _load("model code", local, lambda path: get_class_from_dynamic_module(auto_map[auto], path))
+    model = _load("model", local, compat.load_pretrained, cls, config, dtype=dtype)
+    cls.register_for_auto_class(auto)
+    return model

@@ -242,10 +242,12 @@ def _exec_import(run) -> Any:
     except ModuleNotFoundError as e:
         if e.name and e.name.split(".")[0] == "diffusers":
             raise RuntimeError(
-                "MMaDA's MAGVITv2 needs the diffusers package: pip install diffusers (MMaDA pins 0.32.2)"
+                "MMaDA's MAGVITv2 needs the diffusers package: pip install diffusers==0.32.2 (MMaDA's pin), or "
+                'pip install -e ".[mmada]" for everything MMaDA\'s models/ imports'
             ) from None
         raise RuntimeError(
-            f"importing MMaDA's code failed: module {e.name!r} is missing (install MMaDA's requirements.txt)"
+            f'importing MMaDA\'s code failed: module {e.name!r} is missing (pip install -e ".[mmada]" installs what '
+            "MMaDA's models/ imports)"
         ) from None
 
 

@@ -128,6 +128,12 @@ class _StageFactory:
         )
 
 
+def log_dir(stage_name: str) -> str:
+    """Where a training stage's experiment trackers write (TensorBoard, DVCLive): beside its log, git-ignored and,
+    like the checkpoints, no output of either engine."""
+    return f"logs/{stage_name}"
+
+
 def checkpoints(stage_name: str) -> str:
     """Where a training stage keeps resumable checkpoints: deliberately NOT an output of either engine, so that
     Snakemake's removal of incomplete outputs and DVC's removal of outputs before a run leave it alone."""
@@ -155,11 +161,14 @@ def download(new: _StageFactory, modality: str = "text") -> Stage:
     manifests = (f"{root}/manifests",) if pretrained else ()  # paper profiles: the downloads' checksums
     if manifests:
         extra["--manifests"] = manifests[0]
+    configs = () if pretrained else (f"{root}/config.yaml",)  # the resolved configuration of the pre-training
+    if configs:
+        extra["--config-out"] = configs[0]
     return new(
         "download", name,
         {"--tasks-out": tasks, "--model-out": base, "--metrics": metrics, "--curve": curve,
-         "--checkpoints": checkpoints(name), **extra},
-        deps=(), params=("profile", "seed", *params),
+         "--checkpoints": checkpoints(name), "--log-dir": log_dir(name), **extra},
+        deps=(), params=("profile", "seed", *params), outs=configs,
         dir_outs=(tasks, base, *manifests), metrics=(metrics,), plots=(curve,),
         threads=PRETRAIN_THREADS if modality == "text" and not pretrained else 1,
     )  # fmt: skip
@@ -176,12 +185,12 @@ def launch(cfg: LaunchConfig) -> dict[str, Any]:
 
 def sft(new: _StageFactory) -> Stage:
     """One thread: the embedded SFT is 30 short steps, and runs beside the image branch's pre-training."""
-    metrics, curve = "data/sft/metrics.json", "data/sft/curve.csv"
+    metrics, curve, resolved = "data/sft/metrics.json", "data/sft/curve.csv", "data/sft/config.yaml"
     return new(
         "sft", "sft",
         {"--tasks": TASKS_DIR, "--model": BASE_DIR, "--model-out": SFT_DIR, "--metrics": metrics, "--curve": curve,
-         "--checkpoints": checkpoints("sft")},
-        deps=(TASKS_DIR, BASE_DIR), params=("profile", "seed", "tasks", "sft"),
+         "--config-out": resolved, "--checkpoints": checkpoints("sft"), "--log-dir": log_dir("sft")},
+        deps=(TASKS_DIR, BASE_DIR), params=("profile", "seed", "tasks", "sft"), outs=(resolved,),
         dir_outs=(SFT_DIR,), metrics=(metrics,), plots=(curve,), threads=1, **launch(new.cfg.sft.launch),
     )  # fmt: skip
 
@@ -233,14 +242,16 @@ def grpo(new: _StageFactory, section: str, task: str, seed: int) -> Stage:
     model (as RebRL and MaskGRPO start from MMaDA-8B-Base)."""
     run = run_name(section, task, seed)
     model, metrics, curve = f"{grpo_dir(run)}/model", f"{grpo_dir(run)}/metrics.json", f"{grpo_dir(run)}/curve.csv"
+    resolved = f"{grpo_dir(run)}/config.yaml"  # the run's hyperparameters after profile, method and overrides
     tasks, start = _task_inputs(new.cfg, task)
     image = ("image.grpo", f"image.method_overrides.{section}") if task in new.cfg.image.tasks else ()
     return new(
         "grpo", f"grpo_{run}",
         {"--run": run, "--tasks": tasks, "--model": start, "--model-out": model,
-         "--metrics": metrics, "--curve": curve, "--checkpoints": checkpoints(f"grpo_{run}")},
+         "--metrics": metrics, "--curve": curve, "--config-out": resolved,
+         "--checkpoints": checkpoints(f"grpo_{run}"), "--log-dir": log_dir(f"grpo_{run}")},
         deps=(tasks, start), params=("profile", "seed", *grpo_keys(new.cfg), f"methods.{section}", *image),
-        dir_outs=(model,), metrics=(metrics,), plots=(curve,), **launch(new.cfg.run(run)[0].launch),
+        outs=(resolved,), dir_outs=(model,), metrics=(metrics,), plots=(curve,), **launch(new.cfg.run(run)[0].launch),
     )  # fmt: skip
 
 

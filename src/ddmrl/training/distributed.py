@@ -12,7 +12,9 @@ maskgrpo.md 1.2-1.3; baselines.md 1.6):
   reproduces the single-process run bit for bit (the unit tests check it).
 * Gradients are averaged by the backend (DDP all-reduce, ZeRO reduce-scatter): each process's loss is the mean over
   its own tokens, as in TRL. Rewards and metrics are gathered for the curve; only the main process writes
-  outputs and checkpoints.
+  outputs, the curve and the trackers' files. Resumable checkpoints (``ddmrl.training.resume``) are accelerate's
+  ``save_state``: every process writes its part (ZeRO and FSDP shards, its random states) and the main process
+  checksums and renames the directory.
 
 LoRA (``lora.r > 0``): the policy is a peft model; with ``mixed_precision: bf16`` the frozen base is stored in bf16
 and the adapters in fp32 (peft's default). The GRPO reference is the same network with its adapters disabled (TRL's
@@ -36,6 +38,7 @@ from accelerate.utils import DistributedType, InitProcessGroupKwargs
 from ddmrl.config import ConfigError, LoraConfig
 from ddmrl.io import atomic_path
 from ddmrl.models.layout import unwrap
+from ddmrl.models.lora import peft_target_modules
 from ddmrl.seeding import derive_seed
 
 T = TypeVar("T")
@@ -44,14 +47,18 @@ T = TypeVar("T")
 # ------------------------------------------------------------------------------------------------ processes
 
 
-def make_accelerator(mixed_precision: str = "no", gradient_accumulation_steps: int = 1, cpu: bool | None = None):
+def make_accelerator(
+    mixed_precision: str = "no", gradient_accumulation_steps: int = 1, cpu: bool | None = None, log_with=None
+):
     """The run's ``Accelerator``: processes and device come from ``accelerate launch`` (its config file),
-    ``mixed_precision`` from params (the ``mixed_precision`` key of the stage's section).
+    ``mixed_precision`` from params (the ``mixed_precision`` key of the stage's section), ``log_with`` the experiment
+    trackers (``ddmrl.training.tracking.trackers``).
 
     ``cpu`` defaults to "no CUDA device here": several processes on a CPU-only host then form a gloo group
     (accelerate's multi-GPU launcher does not tell them to; configs/accelerate/cpu_2proc.yaml relies on this).
     DeepSpeed launched on a CPU-only host runs on DeepSpeed's CPU accelerator over gloo (to try zero2/zero3 without
-    a GPU); FSDP cannot run there and is refused.
+    a GPU). FSDP cannot run there and is refused: accelerate 1.15 sets up FSDP only for accelerator devices (its
+    ``AcceleratorState`` takes the FSDP branch for MULTI_GPU/XPU/NPU/... and never for MULTI_CPU).
     """
     handlers = None
     if cpu is None:
@@ -63,6 +70,7 @@ def make_accelerator(mixed_precision: str = "no", gradient_accumulation_steps: i
         gradient_accumulation_steps=gradient_accumulation_steps,
         cpu=cpu,
         kwargs_handlers=handlers,
+        log_with=log_with or None,
     )
     if _launched_with("FSDP") and acc.distributed_type != DistributedType.FSDP:
         raise RuntimeError(
@@ -79,11 +87,11 @@ def _launched_with(kind: str) -> bool:
     return os.environ.get(f"ACCELERATE_USE_{kind}", "").lower() == "true"
 
 
-def local_accelerator(model, mixed_precision: str = "no", gradient_accumulation_steps: int = 1):
+def local_accelerator(model, mixed_precision: str = "no", gradient_accumulation_steps: int = 1, log_with=None):
     """A single-process ``Accelerator`` on the device the model already lives on (training functions called
-    without one, e.g. from the unit tests)."""
+    without one, e.g. from the unit tests; the download stage's pre-training)."""
     on_cpu = next((p.device.type == "cpu" for p in model.parameters()), True)
-    return make_accelerator(mixed_precision, gradient_accumulation_steps, cpu=on_cpu)
+    return make_accelerator(mixed_precision, gradient_accumulation_steps, cpu=on_cpu, log_with=log_with)
 
 
 def set_accumulation(acc, steps: int) -> None:
@@ -119,11 +127,6 @@ def is_sharded(acc) -> bool:
     if acc.distributed_type == DistributedType.DEEPSPEED:
         return acc.state.deepspeed_plugin.zero_stage == 3
     return False
-
-
-def supports_resume(acc) -> bool:
-    """Resumable checkpoints (``ddmrl.training.resume``) hold one full optimiser state: DDP and single process."""
-    return acc.distributed_type not in (DistributedType.DEEPSPEED, DistributedType.FSDP)
 
 
 def check_supported(acc, lora: LoraConfig) -> None:
@@ -184,8 +187,16 @@ def weights_checksum(model) -> float:
 
 
 def fingerprint_parts(acc) -> tuple[str, ...]:
-    """Extra parts of a run's identity: a resumed run must have as many processes as the one that saved."""
-    return () if acc.num_processes == 1 else (f"processes={acc.num_processes}",)
+    """Extra parts of a run's identity: a resumed run must have as many processes, and the same engine (the layout
+    of ``save_state``'s files and of the optimiser shards), as the one that saved."""
+    if acc.num_processes == 1 and acc.distributed_type == DistributedType.NO:
+        return ()
+    engine = acc.distributed_type.value
+    if acc.distributed_type == DistributedType.DEEPSPEED:
+        engine += f"-zero{acc.state.deepspeed_plugin.zero_stage}"
+    elif acc.distributed_type == DistributedType.FSDP:
+        engine += f"-{acc.state.fsdp_plugin.state_dict_type}"
+    return (f"processes={acc.num_processes}", f"engine={engine}")
 
 
 def device_generator(device: torch.device, *parts: object) -> torch.Generator:
@@ -229,7 +240,7 @@ def prepare_model(model, mixed_precision: str, gradient_checkpointing: bool, lor
             raise RuntimeError("lora.r > 0 needs peft: pip install peft==0.21.2") from None
         if mixed_precision == "bf16":
             model = model.to(torch.bfloat16)  # the frozen base; peft keeps the adapters in fp32
-        targets = "all-linear" if lora.target_modules == ("all-linear",) else list(lora.target_modules)
+        targets = peft_target_modules(model, lora.target_modules)  # refuses an accidental output head or embedding
         model = get_peft_model(
             model,
             PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets),

@@ -47,6 +47,7 @@ from ddmrl.seeding import derive_seed
 from ddmrl.tasks.base import Example, Task
 from ddmrl.training import distributed as dist
 from ddmrl.training.resume import Checkpointer
+from ddmrl.training.tracking import RunLog
 
 MAX_CONSECUTIVE_SKIPS = 10
 
@@ -151,15 +152,16 @@ def train_grpo(
     draw_prompts: Callable[[int], list[Example]],
     cfg: GRPOConfig,
     seed: int,
-    on_iteration: Callable[[dict[str, float]], None] | None = None,
+    run_log: RunLog | None = None,
     checkpointer: Checkpointer | None = None,
     accelerator=None,
 ) -> tuple[list[dict[str, float]], Timing]:
     """Run ``cfg.max_steps`` optimiser steps of GRPO; ``draw_prompts(iteration)`` gives each rollout batch's prompts.
 
-    Returns the curve (one row per rollout batch) and the time spent per phase. With a ``checkpointer`` the
-    state is saved at the first rollout-batch boundary after every ``cfg.save_steps`` steps, and the run resumes
-    from the newest intact checkpoint.
+    Returns the curve (one row per rollout batch) and the time spent per phase; each row also goes to ``run_log``
+    (the curve file and the trackers) as soon as its rollout batch is done. With a ``checkpointer`` the state is
+    saved at the first rollout-batch boundary after every ``cfg.save_steps`` steps, and the run resumes from the
+    newest intact checkpoint (under every engine: accelerate's ``save_state``).
 
     ``ref`` is the frozen reference model, or None when ``policy`` is a peft model whose reference is the policy with
     its adapters disabled. ``accelerator``: the run's ``accelerate.Accelerator`` (None: one process on the device the
@@ -190,16 +192,15 @@ def train_grpo(
     dist.configure_deepspeed(acc, rows_per_micro, ga, cfg.max_grad_norm)
     policy, opt = acc.prepare(policy, opt)
     ref = dist.place_reference(acc, ref)
-    if checkpointer is not None and not dist.supports_resume(acc):
-        print("note: resumable checkpoints are not supported under DeepSpeed or FSDP; training without", flush=True)
-        checkpointer = None
     timing, curve, step, it, skipped, consecutive = Timing(), [], 0, 0, 0, 0
-    if checkpointer is not None and (found := checkpointer.latest()):
+    if checkpointer is not None and (found := checkpointer.latest(acc)):
         path, meta = found
-        checkpointer.restore(path, acc.unwrap_model(policy), opt)
+        checkpointer.restore(acc, path)
         curve, step, it, skipped = meta["curve"], meta["step"], meta["iteration"], meta["skipped"]
         timing = Timing(**meta["timing"])
-        print(f"resuming grpo from {path} (step {step})", flush=True)
+        acc.print(f"resuming grpo from {path} (step {step})", flush=True)
+    run_log = run_log or RunLog()
+    run_log.start(acc, curve)
     bar = tqdm(
         total=cfg.max_steps, initial=step, desc=f"grpo {cfg.method}", mininterval=5, disable=not acc.is_main_process
     )
@@ -291,15 +292,15 @@ def train_grpo(
             "time": timing.gen + timing.old_ref_logp + timing.update,
         }
         curve.append(row)
-        if on_iteration:
-            on_iteration(row)
+        run_log.log(row)
+        bar.set_postfix(
+            {"reward": f"{row['reward']:.3f}", "kl": f"{row['kl']:.4f}", "s/step": f"{(t3 - t0) / inner:.2f}"}
+        )
         it += 1
         if checkpointer is not None and cfg.save_steps and step // cfg.save_steps > saved_at // cfg.save_steps:
             if step < cfg.max_steps:
                 meta = {"curve": curve, "iteration": it, "skipped": skipped, "timing": asdict(timing)}
-                if acc.is_main_process:
-                    checkpointer.save(step, acc.unwrap_model(policy), opt, meta)
-                acc.wait_for_everyone()
+                checkpointer.save(acc, step, meta)
     bar.close()
     policy.eval()
     return curve, timing

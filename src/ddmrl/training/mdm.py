@@ -7,7 +7,7 @@ masks the prompt and masks the answer with its EOS padding (LLaDA SFT; d1 ``SFT/
 
 The loop runs under ``accelerate`` (``ddmrl.training.distributed``): with several processes each trains on its share
 of the batch with its own masking generator, the gradients are averaged, the curve holds the mean loss over
-processes and only the main process writes checkpoints.
+processes (written by the main process as it grows) and every process saves its part of a checkpoint.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from ddmrl.config import TRAIN_LOSSES, TrainConfig
 from ddmrl.training import distributed as dist
 from ddmrl.training.data import Encoded
 from ddmrl.training.resume import Checkpointer
+from ddmrl.training.tracking import RunLog
 
 
 def mdm_loss(
@@ -93,12 +94,15 @@ def train_mdm(
     desc: str = "train",
     checkpointer: Checkpointer | None = None,
     accelerator=None,
+    run_log: RunLog | None = None,
 ) -> list[dict[str, float]]:
-    """Train ``model`` for ``cfg.max_steps`` on ``next_batch(step)``; returns the loss curve (one row per log).
+    """Train ``model`` for ``cfg.max_steps`` on ``next_batch(step)``; returns the loss curve (one row per log), each
+    row also given to ``run_log`` (the curve file and the trackers) when it is logged.
 
-    With a ``checkpointer``, the state is saved every ``cfg.save_steps`` steps and a run resumes from the newest
-    intact checkpoint; batches depend only on the step and the masking generator's state is saved, so a resumed
-    run ends with the same weights and curve as an uninterrupted one.
+    With a ``checkpointer``, the state is saved every ``cfg.save_steps`` steps (accelerate's ``save_state``: model,
+    optimiser, scheduler, random states; plus every process's masking generator) and a run resumes from the newest
+    intact checkpoint; batches depend only on the step, so a resumed run ends with the same weights and curve as an
+    uninterrupted one.
 
     ``accelerator``: the run's ``accelerate.Accelerator`` (None: one process on the model's device). With several
     processes, ``next_batch`` gives this process's share and ``gen`` its own generator
@@ -111,16 +115,16 @@ def train_mdm(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.warmup_steps, cfg.max_steps))
     dist.set_accumulation(acc, 1)
     dist.configure_deepspeed(acc, cfg.batch_size // acc.num_processes, 1, cfg.max_grad_norm)
-    model, opt = acc.prepare(model, opt)  # the scheduler stays ours: one step per optimiser step
-    if checkpointer is not None and not dist.supports_resume(acc):
-        print("note: resumable checkpoints are not supported under DeepSpeed or FSDP; training without", flush=True)
-        checkpointer = None
+    model, opt, sched = acc.prepare(model, opt, sched)  # the scheduler is prepared so that save_state holds it
+    sched.step_with_optimizer = False  # one scheduler step per optimiser step, whatever the number of processes
     curve, window, start, elapsed = [], [], 0, 0.0
-    if checkpointer is not None and (found := checkpointer.latest()):
+    if checkpointer is not None and (found := checkpointer.latest(acc)):
         path, meta = found
-        checkpointer.restore(path, acc.unwrap_model(model), opt, sched, {_slot(acc.process_index): gen})
+        checkpointer.restore(acc, path, {"mask": gen})
         curve, window, start, elapsed = meta["curve"], meta["window"], meta["step"], meta["elapsed"]
-        print(f"resuming {desc} from {path} (step {start})", flush=True)
+        acc.print(f"resuming {desc} from {path} (step {start})", flush=True)
+    run_log = run_log or RunLog()
+    run_log.start(acc, curve)
     model.train()
     t0 = time.time() - elapsed
     bar = tqdm(
@@ -131,6 +135,7 @@ def train_mdm(
         total=cfg.max_steps,
         disable=not acc.is_main_process,
     )
+    t_log = time.time()
     for step in bar:
         x, maskable = sequences(next_batch(step), objective, pad_id)
         x, maskable = x.to(acc.device), maskable.to(acc.device)
@@ -150,7 +155,9 @@ def train_mdm(
                 "time": time.time() - t0,
             }
             curve.append(row)
-            bar.set_postfix(loss=f"{row['loss']:.3f}")
+            run_log.log(row)
+            seconds, t_log = (time.time() - t_log) / len(window), time.time()
+            bar.set_postfix({"loss": f"{row['loss']:.3f}", "s/step": f"{seconds:.2f}"})
             window = []
         if (
             checkpointer is not None
@@ -159,27 +166,6 @@ def train_mdm(
             and step + 1 < cfg.max_steps
         ):
             meta = {"curve": curve, "window": window, "elapsed": time.time() - t0}
-            states = _gather_generators(acc, gen)
-            if acc.is_main_process:
-                checkpointer.save(step + 1, acc.unwrap_model(model), opt, meta, sched, states)
-            acc.wait_for_everyone()
+            checkpointer.save(acc, step + 1, meta, {"mask": gen})
     model.eval()
     return curve
-
-
-def _slot(rank: int) -> str:
-    """Checkpoint name of a process's masking generator: ``mask`` for process 0 (the single-process name)."""
-    return "mask" if rank == 0 else f"mask@{rank}"
-
-
-def _gather_generators(acc, gen: torch.Generator) -> dict[str, torch.Generator]:
-    """Every process's generator state, for the main process to save (a resumed run continues each stream)."""
-    if acc.num_processes == 1:
-        return {"mask": gen}
-    from accelerate.utils import gather_object
-
-    out = {}
-    for rank, state in enumerate(gather_object([gen.get_state()])):  # one state per process, in rank order
-        out[_slot(rank)] = torch.Generator()
-        out[_slot(rank)].set_state(state)
-    return out

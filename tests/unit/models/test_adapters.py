@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-import transformers.dynamic_module_utils as dyn
+from real_models import REFERENCE, llada_checkpoint, mmada_checkpoint, needs_reference, tokenizer
 from safetensors.torch import save_file
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
@@ -22,7 +22,6 @@ from ddmrl.models.adapters import (
     LLADA_MASK_ID,
     LLaDAAdapter,
     MaskedLMAdapter,
-    MMaDAAdapter,
     ModelSpec,
     TinyAdapter,
     load_model,
@@ -152,18 +151,6 @@ def _remote_code_dir(path, tok, mask_token_id: int | None = None, prefix: str = 
     return w
 
 
-@pytest.fixture(scope="module", autouse=True)
-def modules_cache(tmp_path_factory):
-    """transformers copies remote code into HF_MODULES_CACHE and imports it as ``transformers_modules``: keep
-    that in a temporary directory (one per module: the package is imported once per process)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(dyn, "HF_MODULES_CACHE", str(tmp_path_factory.mktemp("hf_modules")))
-        mp.setattr(sys, "path", list(sys.path))
-        for name in [n for n in sys.modules if n.split(".")[0] == "transformers_modules"]:
-            mp.delitem(sys.modules, name)
-        yield dyn.HF_MODULES_CACHE
-
-
 @pytest.fixture(autouse=True)
 def offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -252,20 +239,30 @@ def test_tiny_kind_loads_a_saved_tinyddm(tmp_path, make_model, tok):
 
 
 # ------------------------------------------------------------------------------------------------ (b) LLaDA
+# the real LLaDAModelLM (shared/reference/mmada), tiny and random, in a checkpoint directory with auto_map
 
 
-def test_llada_needs_the_remote_code_opt_in(tmp_path):
-    _remote_code_dir(tmp_path / "llada", _tokenizer(), mask_token_id=0)
-    with pytest.raises(ConfigError, match=r"model.trust_remote_code = false: .*modeling_llada.py"):
+def _llada_dir(path, tok=None, **config):
+    """(directory, in-memory model) of a real tiny LLaDA checkpoint over ``tok`` (default: LLaDA's specials)."""
+    return path, llada_checkpoint(path, tok or _tokenizer(), **config)
+
+
+@needs_reference
+def test_llada_needs_the_remote_code_opt_in(tmp_path, modules_cache):
+    _llada_dir(tmp_path / "llada")  # (building it ran the code once: compare the module cache before and after)
+    cached = lambda: sorted(Path(modules_cache).rglob("*"))  # noqa: E731
+    before = cached()
+    with pytest.raises(ConfigError, match=r"model.trust_remote_code = false: .*modeling_llada.LLaDAModelLM"):
         load_model(ModelSpec(kind="llada", path_or_id=str(tmp_path / "llada")))
+    assert cached() == before, "no remote code may be copied or run before the opt-in"
 
 
+@needs_reference
 def test_llada_prompt_is_d1s_chat_template_plus_reasoning_prefill(tmp_path):
     tok = _tokenizer()
     mask_id = tok.convert_tokens_to_ids("<|mdm_mask|>")
-    w = _remote_code_dir(tmp_path / "llada", tok, mask_token_id=mask_id)
-    spec = ModelSpec(kind="llada", path_or_id=str(tmp_path / "llada"), trust_remote_code=True)
-    model, tok2, adapter = load_model(spec)
+    path, reference = _llada_dir(tmp_path / "llada", tok, mask_token_id=mask_id)
+    model, tok2, adapter = load_model(ModelSpec(kind="llada", path_or_id=str(path), trust_remote_code=True))
     assert isinstance(adapter, LLaDAAdapter) and adapter.mask_token_id == mask_id
     assert adapter.pad_token_id == adapter.eos_token_id == tok.eos_token_id != mask_id
 
@@ -289,23 +286,29 @@ def test_llada_prompt_is_d1s_chat_template_plus_reasoning_prefill(tmp_path):
     assert tok2.decode(ids[0, ids.shape[1] - n_short :]) == prompt
     assert ids[0, -1].item() == tok.convert_tokens_to_ids("<reasoning>") and mask_id not in ids.tolist()[0]
 
-    logits = adapter.logits(model, ids)
-    assert logits.shape == (*ids.shape, len(tok))
-    torch.testing.assert_close(logits, _expected_logits(w, ids))
+    with torch.no_grad():
+        logits = adapter.logits(model, ids)
+        assert logits.shape == (*ids.shape, len(tok))
+        assert torch.equal(logits, reference(ids).logits)  # the saved weights, not a fresh init
 
 
+@needs_reference
 def test_a_checkpoint_transformers_cannot_load_is_one_line(tmp_path):
-    _remote_code_dir(tmp_path / "llada", _tokenizer(), mask_token_id=0)
-    (tmp_path / "llada" / "model.safetensors").unlink()
+    path, _ = _llada_dir(tmp_path / "llada")
+    (path / "model.safetensors").unlink()
     with pytest.raises(RuntimeError, match=r"llada: cannot load the model \(OSError: ") as e:
-        load_model(ModelSpec(kind="llada", path_or_id=str(tmp_path / "llada"), trust_remote_code=True))
+        load_model(ModelSpec(kind="llada", path_or_id=str(path), trust_remote_code=True))
     assert "\n" not in str(e.value)
 
 
+@needs_reference
 def test_llada_mask_id_defaults_to_126336_and_must_fit_the_vocabulary(tmp_path):
-    _remote_code_dir(tmp_path / "llada", _tokenizer())  # config.json without mask_token_id
+    path, _ = _llada_dir(tmp_path / "llada")
+    config = json.loads((path / "config.json").read_text())
+    del config["mask_token_id"]  # LLaDAConfig would fill in its ModelConfig default 50256, an ordinary token
+    (path / "config.json").write_text(json.dumps(config))
     with pytest.raises(RuntimeError, match=f"mask token id {LLADA_MASK_ID} is outside the model's vocabulary"):
-        load_model(ModelSpec(kind="llada", path_or_id=str(tmp_path / "llada"), trust_remote_code=True))
+        load_model(ModelSpec(kind="llada", path_or_id=str(path), trust_remote_code=True))
 
 
 # ------------------------------------------------------------------------------------------------ (c) MMaDA layout
@@ -383,104 +386,37 @@ def test_layout_rejects_ids_inside_the_code_range():
 
 
 # ------------------------------------------------------------------------------------------------ (c) MMaDA code
-
-FAKE_MAGVIT = """
-import json
-import torch
-from torch import nn
+# loading the real MMadaModelLM and MAGVITv2: tests/unit/models/test_real_classes.py; here what is missing or broken
 
 
-class MAGVITv2(nn.Module):
-    def __init__(self, codebook_size, factor):
-        super().__init__()
-        self.codebook_size, self.factor = codebook_size, factor
-        self.w = nn.Parameter(torch.zeros(1))
-
-    @classmethod
-    def from_pretrained(cls, path):
-        with open(f"{path}/config.json") as f:
-            return cls(**json.load(f))
-
-    def decode_code(self, codes):  # [B, N] -> [B, 3, H, W] in [-1, 1]; one grey level per code
-        b, n = codes.shape
-        side = int(n ** 0.5)
-        x = codes.float().view(b, 1, side, side) / (self.codebook_size - 1) * 2 - 1
-        return x.repeat_interleave(self.factor, 2).repeat_interleave(self.factor, 3).expand(b, 3, -1, -1)
-"""
+def _broken_checkout(root, failing_import: str):
+    """A checkout whose ``models/__init__.py`` imports ``failing_import`` first (a dependency not installed)."""
+    (root / "models").mkdir(parents=True)
+    (root / "models" / "__init__.py").write_text(f"import {failing_import}\nfrom .modeling_mmada import *\n")
 
 
-def _fake_mmada_checkout(root, extra_import: str = ""):
-    pkg = root / "models"
-    pkg.mkdir(parents=True)
-    (pkg / "configuration_mmada.py").write_text(CONFIGURATION.format(model_type="mmada"))
-    (pkg / "modeling_mmada.py").write_text(
-        MODELING.format(configuration_module="configuration_mmada", model_class="MMadaModelLM")
-    )
-    (pkg / "modeling_magvitv2.py").write_text(FAKE_MAGVIT)
-    (pkg / "__init__.py").write_text(
-        f"{extra_import}\nfrom .modeling_mmada import MMadaModelLM\nfrom .modeling_magvitv2 import MAGVITv2\n"
-    )
-
-
-def _mmada_checkpoint(path, tok):
-    path.mkdir(parents=True)
-    w = _weights(len(tok) + LAYOUT.codebook_size)  # text vocabulary + the image codes
-    cfg = {"model_type": "mmada", "vocab_size": len(tok) + LAYOUT.codebook_size, "hidden_size": 8,
-           "mask_token_id": tok.mask_token_id}  # fmt: skip
-    (path / "config.json").write_text(json.dumps(cfg))
-    save_file(w, str(path / "model.safetensors"), metadata={"format": "pt"})
-    tok.save_pretrained(path)
-    return w
-
-
-def test_mmada_loads_with_the_users_checkout_and_decodes_images(tmp_path):
-    tok = _tokenizer()
-    _fake_mmada_checkout(tmp_path / "MMaDA")
-    _mmada_checkpoint(tmp_path / "mmada", tok)
-    (tmp_path / "magvit").mkdir()
-    (tmp_path / "magvit" / "config.json").write_text(json.dumps({"codebook_size": 8, "factor": 2}))
-    spec = ModelSpec(kind="mmada", path_or_id=str(tmp_path / "mmada"), mmada_code=str(tmp_path / "MMaDA"),
-                     vq_path_or_id=str(tmp_path / "magvit"))  # fmt: skip
-    model, tok2, adapter = load_model(spec)
-    assert isinstance(adapter, MMaDAAdapter) and type(model).__name__ == "MMadaModelLM"
-    assert "models" not in sys.modules or not hasattr(sys.modules["models"], "MMadaModelLM"), "no shadowing"
-
-    t2i = {"t2i_id": 3, "soi_id": 4, "eoi_id": 5, "pad_id": 6}  # reserved ids of this tiny tokenizer
-    layout = adapter.t2i_layout(max_seq_length=15, num_image_tokens=4, codebook_size=8, **t2i)
-    assert (layout.image_offset, layout.bos_id, layout.eos_id) == (len(tok), tok.bos_token_id, tok.eos_token_id)
-    captions = adapter.encode_captions(["a red cube", ""])
-    ids, mask = layout.build(captions)
-    assert ids[1, : layout.text_len].tolist() == [6] * 13 + [3, tok.bos_token_id, tok.eos_token_id]
-    cond = adapter.t2i_logits(model, ids, mask, layout)
-    assert cond.shape == (2, 4, 8)
-    assert torch.equal(model.last_attention_bias, mm.attention_bias(mask))
-
-    codes = torch.tensor([[0, 7, 3, 99], [-5, 1, 2, 3]])  # out-of-range codes are clamped, as MMaDA does
-    images = adapter.decode_images(codes, layout)
-    assert images.dtype == torch.uint8 and images.shape == (2, 4, 4, 3)
-    assert images[0, 0, 0].tolist() == [0, 0, 0] and images[0, 0, 2].tolist() == [255] * 3
-    assert images[0, 2, 2, 0].item() == 255 and images[1, 0, 0, 0].item() == 0
-
-
-def test_missing_mmada_code_or_magvit_is_a_clear_error(tmp_path, monkeypatch):
-    tok = _tokenizer()
-    _mmada_checkpoint(tmp_path / "mmada", tok)
+def test_missing_mmada_code_is_a_clear_error(tmp_path, monkeypatch):
+    (tmp_path / "mmada").mkdir()
+    (tmp_path / "mmada" / "config.json").write_text(json.dumps({"model_type": "mmada"}))
     with pytest.raises(RuntimeError) as e:
         load_model(ModelSpec(kind="mmada", path_or_id=str(tmp_path / "mmada")))
     assert "model.mmada_code" in str(e.value) and "github.com/Gen-Verse/MMaDA" in str(e.value)
     with pytest.raises(RuntimeError, match=r"model.mmada_code = '.*nowhere': no models/__init__.py there"):
         mm.load_magvit(tmp_path / "magvit", tmp_path / "nowhere")
 
-    _fake_mmada_checkout(tmp_path / "MMaDA")
+    _broken_checkout(tmp_path / "MMaDA2", "diffusers")
+    monkeypatch.setitem(sys.modules, "diffusers", None)  # as if not installed
+    with pytest.raises(RuntimeError, match=r"needs the diffusers package: pip install diffusers==0.32.2 .*\[mmada\]"):
+        mm.import_mmada(tmp_path / "MMaDA2")
+    _broken_checkout(tmp_path / "MMaDA3", "ddmrl_no_such_module_x")
+    with pytest.raises(RuntimeError, match=r"'ddmrl_no_such_module_x' is missing \(pip install -e \"\.\[mmada\]"):
+        mm.import_mmada(tmp_path / "MMaDA3")
+
+
+@needs_reference
+def test_magvit_weights_not_set_is_a_clear_error(tmp_path):
+    mmada_checkpoint(tmp_path / "mmada", tokenizer())
     _, _, adapter = load_model(ModelSpec(kind="mmada", path_or_id=str(tmp_path / "mmada"),
-                                         mmada_code=str(tmp_path / "MMaDA")))  # fmt: skip
+                                         mmada_code=str(REFERENCE)))  # fmt: skip
     with pytest.raises(RuntimeError, match=r"model.vq_path_or_id is not set: .*hf download showlab/magvitv2"):
         adapter.decode_images(torch.zeros(1, 4, dtype=torch.long), LAYOUT)
-
-    _fake_mmada_checkout(tmp_path / "MMaDA2", extra_import="import diffusers")
-    monkeypatch.setitem(sys.modules, "diffusers", None)  # as if not installed
-    with pytest.raises(RuntimeError, match=r"needs the diffusers package: pip install diffusers"):
-        mm.import_mmada(tmp_path / "MMaDA2")
-    _fake_mmada_checkout(tmp_path / "MMaDA3", extra_import="import ddmrl_no_such_module_x")
-    with pytest.raises(RuntimeError, match=r"module 'ddmrl_no_such_module_x' is missing"):
-        mm.import_mmada(tmp_path / "MMaDA3")

@@ -15,7 +15,7 @@ import torch
 
 import ddmrl.objectives.losses as losses_module
 import ddmrl.training.grpo as grpo_module
-from ddmrl.config import GRPOConfig, SamplerConfig
+from ddmrl.config import GRPOConfig, SamplerConfig, method_config
 from ddmrl.methods import METHODS
 from ddmrl.models import build_tokenizer
 from ddmrl.tasks import make_task
@@ -47,7 +47,7 @@ def config(method: str, **kw) -> GRPOConfig:
         beta=0.04,
         sampler=SamplerConfig(block_length=4, steps=4, temperature=1.0),
     )
-    return GRPOConfig(**{**base, **METHODS[method].defaults, **METHODS[method].fixed, **kw})
+    return method_config(method, base, **kw)
 
 
 TOKEN_CLIP = [m for m, rec in METHODS.items() if rec.objective == "token_clip"]

@@ -24,7 +24,6 @@ import ddmrl.training.grpo as grpo_module
 from ddmrl.config import GRPOConfig, SamplerConfig
 from ddmrl.masking import build_views
 from ddmrl.masking.views import Views
-from ddmrl.methods import METHODS
 from ddmrl.models import build_tokenizer
 from ddmrl.objectives import token_weights
 from ddmrl.objectives.losses import ObjectiveInputs, token_clip
@@ -202,7 +201,7 @@ def test_make_views_applies_the_broadcast_switch():
     batch = Rollouts(
         torch.full((n, 3), 7), torch.full((n, length), 6), valid, torch.arange(length).repeat(n, 1), [""] * n, 0
     )
-    base = dict(method="maskgrpo", num_iterations=4, **METHODS["maskgrpo"].defaults)  # gamma 0.6
+    base = dict(method="maskgrpo", num_iterations=4, gamma=0.6)
     views, w, z, inputs = make_views(GRPOConfig(**base, legacy_broadcast_weighting=True), batch, 3, 1, 0)
     assert z is None and inputs.shape == (4, n, 3 + length)
     f = views.masks.float().sum(0)

@@ -1,17 +1,19 @@
-"""``paper_mmada_geneval`` end to end on stand-ins: MMaDA's model class and MAGVIT-v2 from a user checkout (a tiny
-fake of Gen-Verse/MMaDA's ``models`` package), GenEval prompts in GenEval's schema, the reward server as a loopback
-HTTP server speaking reward-server's pickle protocol, and the official evaluator as a stand-in
-``evaluation/evaluate_images.py`` run in its own process. Every stage runs its DAG command line: download_image,
-GRPO for the four methods (LoRA, MMaDA's layout, emerge with guidance), GenEval evaluation, tables.
+"""``paper_mmada_geneval`` end to end on the real MMaDA classes: a tiny random ``MMadaModelLM`` and the real
+``MAGVITv2`` (random weights), both from the reference Gen-Verse/MMaDA checkout (shared/reference/mmada, used as
+the profile's ``mmada_code``), GenEval prompts in GenEval's schema, and two stand-ins for what runs outside ddmrl:
+the reward server as a loopback HTTP server speaking reward-server's pickle protocol, and the official evaluator as
+an ``evaluation/evaluate_images.py`` run in its own process. Every stage runs its DAG command line: download_image,
+GRPO for the four methods (the profile's LoRA targets, MMaDA's layout, emerge with guidance), GenEval evaluation,
+tables.
 """
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import os
 import pickle
-import string
 import subprocess
 import sys
 import threading
@@ -22,70 +24,16 @@ import pytest
 import torch
 import yaml
 from PIL import Image
-from safetensors.torch import load_file, save_file
-from test_paper_standin import LAYERS, LORA_TARGETS, layer_weights  # the LLaDA stand-in's layers: MMaDA-8B has LLaDA's
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
+from real_models import REFERENCE, magvit_dir, mmada_checkpoint, needs_reference, tokenizer
+from safetensors.torch import load_file
+from test_paper_llada_math import TARGET
 
 from ddmrl.config import deep_merge, load
 from ddmrl.pipeline import dag
 from ddmrl.rewards.geneval_bridge import DETECTOR_NAME
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
-CODEBOOK = 8192  # MMaDA's codebook size (T2ILayout's default)
-
-MODELS_INIT = (
-    """
-import json
-
-import torch
-from torch import nn
-from transformers import PretrainedConfig, PreTrainedModel
-from transformers.modeling_outputs import CausalLMOutputWithPast
-
-
-class MMadaConfig(PretrainedConfig):
-    model_type = "mmada_standin"
-
-    def __init__(self, vocab_size=64, d_model=16, mask_token_id=0, **kwargs):
-        self.vocab_size, self.d_model, self.mask_token_id = vocab_size, d_model, mask_token_id
-        kwargs.setdefault("tie_word_embeddings", False)
-        super().__init__(**kwargs)
-
-
-class MMadaModelLM(PreTrainedModel):
-    config_class = MMadaConfig
-"""
-    + LAYERS
-    + """
-    def forward(self, input_ids, attention_bias=None, **kwargs):
-        h = self.wte(input_ids)
-        q, k, v = self.q_proj(h), self.k_proj(h), self.v_proj(h)
-        bias = torch.where(attention_bias[:, 0], 0.0, torch.finfo(h.dtype).min)  # MMaDA's bias, made additive
-        a = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
-        h = h + self.attn_out(a)
-        h = h + self.ff_out(nn.functional.silu(self.ff_proj(h)) * self.up_proj(h))
-        return CausalLMOutputWithPast(logits=self.lm_head(h))
-
-
-class MAGVITv2(nn.Module):
-    def __init__(self, codebook_size, factor):
-        super().__init__()
-        self.codebook_size, self.factor = codebook_size, factor
-
-    @classmethod
-    def from_pretrained(cls, path):
-        with open(f"{path}/config.json") as f:
-            return cls(**json.load(f))
-
-    def decode_code(self, codes):  # [B, N] -> [B, 3, H, W] in [-1, 1], one grey level per code
-        b, n = codes.shape
-        side = int(n ** 0.5)
-        x = codes.float().view(b, 1, side, side) / (self.codebook_size - 1) * 2 - 1
-        return x.repeat_interleave(self.factor, 2).repeat_interleave(self.factor, 3).expand(b, 3, -1, -1)
-"""
-)
+pytestmark = [pytest.mark.slow, needs_reference]
 
 # the official evaluator's command line and row schema; "detects" an image as correct when it is bright
 FAKE_EVALUATOR = """
@@ -125,31 +73,11 @@ TRAIN_PROMPTS = [
 ]  # fmt: skip
 
 
-def standin_mmada(root: Path) -> dict[str, Path]:
-    """The MMaDA checkout, checkpoint and MAGVIT-v2 directories; GenEval prompt files."""
-    (root / "MMaDA" / "models").mkdir(parents=True)
-    (root / "MMaDA" / "models" / "__init__.py").write_text(MODELS_INIT)
-    specials = ["<|mdm_mask|>", "<|startoftext|>", "<|endoftext|>", "<|t2i|>", "<|soi|>", "<|eoi|>", "[iPAD]"]
-    vocab = {t: i for i, t in enumerate([*specials, "[UNK]", *sorted(set(string.printable))])}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    core.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core, bos_token="<|startoftext|>", eos_token="<|endoftext|>", unk_token="[UNK]"
-    )
-    tok.add_special_tokens({"additional_special_tokens": specials[3:]})
-    ckpt = root / "mmada-8b-base"
-    ckpt.mkdir()
-    tok.save_pretrained(ckpt)
-    size, d = len(tok) + CODEBOOK, 16  # text vocabulary, then the image codes (MMaDA: code 0 at len(tokenizer))
-    config = {"model_type": "mmada_standin", "vocab_size": size, "d_model": d, "mask_token_id": 0}
-    (ckpt / "config.json").write_text(json.dumps(config))
-    weights = layer_weights(size, d)
-    weights["lm_head.bias"].zero_()  # flat code logits: sampled images, hence their rewards, vary
-    weights["lm_head.weight"] *= 0.05
-    save_file(weights, str(ckpt / "model.safetensors"), metadata={"format": "pt"})
-    (root / "magvitv2").mkdir()
-    (root / "magvitv2" / "config.json").write_text(json.dumps({"codebook_size": CODEBOOK, "factor": 2}))
+def mmada_inputs(root: Path) -> dict[str, Path]:
+    """The MMaDA checkpoint and MAGVIT-v2 directories (the real classes, random weights); GenEval prompt files; the
+    evaluator stand-in's checkout and detector folder."""
+    mmada_checkpoint(root / "mmada-8b-base", tokenizer())
+    magvit_dir(root / "magvitv2")
     files = {"eval": root / "evaluation_metadata.jsonl", "train": root / "train_metadata.jsonl"}
     for key, lines in (("eval", EVAL_PROMPTS), ("train", TRAIN_PROMPTS)):
         files[key].write_text("".join(json.dumps(m) + "\n" for m in lines))
@@ -159,7 +87,8 @@ def standin_mmada(root: Path) -> dict[str, Path]:
     (geneval / "evaluation" / "object_names.txt").write_text("bench\ncow\ncup\n")
     (root / "detector").mkdir()
     (root / "detector" / f"{DETECTOR_NAME}.pth").write_bytes(b"")
-    return {"checkpoint": ckpt, "code": root / "MMaDA", "vq": root / "magvitv2", "geneval": geneval, **files}
+    return {"checkpoint": root / "mmada-8b-base", "code": REFERENCE, "vq": root / "magvitv2", "geneval": geneval,
+            **files}  # fmt: skip
 
 
 def brightness(image: Image.Image) -> float:
@@ -191,7 +120,7 @@ class RewardServer:
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
 
-def standin_profile(root: Path, paths: dict[str, Path], reward_url: str) -> None:
+def small_profile(root: Path, paths: dict[str, Path], reward_url: str) -> None:
     paper = yaml.safe_load((REPO / "profiles" / "paper_mmada_geneval.yaml").read_text())
     sampler = {"steps": 4}
     small = {"image": {
@@ -217,20 +146,20 @@ def standin_profile(root: Path, paths: dict[str, Path], reward_url: str) -> None
     }}  # fmt: skip
     (root / "repo" / "profiles").mkdir(parents=True)
     overlay = deep_merge(paper, small)
-    (root / "repo" / "profiles" / "standin.yaml").write_text(yaml.safe_dump(overlay, sort_keys=False))
+    (root / "repo" / "profiles" / "small.yaml").write_text(yaml.safe_dump(overlay, sort_keys=False))
     params = yaml.safe_load((REPO / "params.yaml").read_text())
-    (root / "repo" / "params.yaml").write_text(yaml.safe_dump({**params, "profile": "standin"}, sort_keys=False))
+    (root / "repo" / "params.yaml").write_text(yaml.safe_dump({**params, "profile": "small"}, sort_keys=False))
     for d in ("stages", "configs"):
         (root / "repo" / d).symlink_to(REPO / d)
 
 
-def test_paper_geneval_dag_runs_on_an_mmada_standin(tmp_path):
-    paths = standin_mmada(tmp_path)
+def test_paper_geneval_dag_runs_on_the_real_mmada_classes(tmp_path):
+    paths = mmada_inputs(tmp_path)
     server = RewardServer()
-    standin_profile(tmp_path, paths, server.url)
+    small_profile(tmp_path, paths, server.url)
     root = tmp_path / "repo"
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "OMP_NUM_THREADS": "1"}  # fmt: skip
+           "HF_MODULES_CACHE": str(tmp_path / "hf_modules"), "OMP_NUM_THREADS": "1"}  # fmt: skip
     stages = dag.build(load(root / "params.yaml"))
     assert [s.name for s in stages][0] == "download_image" and "download" not in {s.name for s in stages}
     try:
@@ -249,16 +178,23 @@ def test_paper_geneval_dag_runs_on_an_mmada_standin(tmp_path):
         run = f"{method}_geneval_s0"
         metrics = json.loads((data / "grpo" / run / "metrics.json").read_text())
         assert 0.0 <= metrics["reward_first"] <= 1.0  # the server's brightness score / 5
-        after = load_file(data / "grpo" / run / "model" / "model.safetensors")
-        changed = {k.split(".")[0] for k in before if not torch.equal(before[k], after[k])}
-        assert changed and changed <= LORA_TARGETS, (run, changed)
+        with open(data / "grpo" / run / "curve.csv") as f:
+            assert any(float(row["reward_std"]) > 0 for row in csv.DictReader(f)), "rewards must vary in a group"
+        out = data / "grpo" / run / "model"
+        after = load_file(out / "model.safetensors")
+        assert set(after) == set(before), "adapters merged: the saved weights have the checkpoint's names"
+        changed = {k for k in before if not torch.equal(before[k], after[k])}
+        assert changed == {k for k in before if TARGET.fullmatch(k)}, (run, sorted(changed))
+        # the save carries the checkout's modeling code (MMadaModelLM and what it imports) and an auto_map
+        assert {"modeling_mmada.py", "modeling_llada.py", "configuration_llada.py"} <= {p.name for p in out.iterdir()}
+        assert json.loads((out / "config.json").read_text())["auto_map"]["AutoModel"] == "modeling_mmada.MMadaModelLM"
         ev = json.loads((data / "evaluate" / run / "geneval.json").read_text())
         assert ev["n_prompts"] == 3 and ev["n_samples"] == 6 and 0.0 <= ev["overall"] <= 100.0
-    # GenEval's layout: one folder per prompt, 2 PNGs decoded by MAGVIT-v2 (4 x 4 codes, factor 2: 8 x 8 pixels)
+    # GenEval's layout: one folder per prompt, 2 PNGs decoded by MAGVIT-v2 (4 x 4 codes, factor 16: 64 x 64 pixels)
     folder = data / "evaluate" / "base" / "geneval"
     assert sorted(p.name for p in folder.iterdir() if p.name.isdigit()) == ["00000", "00001", "00002"]
     assert json.loads((folder / "00002" / "metadata.jsonl").read_text()) == EVAL_PROMPTS[2]
-    assert Image.open(folder / "00000" / "samples" / "0001.png").size == (8, 8)
+    assert Image.open(folder / "00000" / "samples" / "0001.png").size == (64, 64)
     rows = [
         json.loads(line) for line in (data / "evaluate" / "base" / "geneval_results.jsonl").read_text().splitlines()
     ]

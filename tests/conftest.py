@@ -1,0 +1,25 @@
+"""Test-suite root. Its presence puts ``tests/`` on ``sys.path`` (pytest's default import mode), so that every test
+module can ``import real_models``: tiny random instances of the real LLaDA/MMaDA classes (``tests/real_models.py``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="module", autouse=True)
+def modules_cache(tmp_path_factory):
+    """transformers copies remote code into ``HF_MODULES_CACHE`` and imports it as the package ``transformers_modules``
+    from the first such directory on ``sys.path`` (``init_hf_modules`` appends, never prepends). Give every test
+    module its own directory, the only one on ``sys.path``, and a fresh import of the package: otherwise a module
+    that loaded remote code earlier in the same process hides the directories of the next one's checkpoints."""
+    import transformers.dynamic_module_utils as dyn
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(dyn, "HF_MODULES_CACHE", str(tmp_path_factory.mktemp("hf_modules")))
+        mp.setattr(sys, "path", [p for p in sys.path if not (Path(p) / "transformers_modules").is_dir()])
+        for name in [n for n in sys.modules if n.split(".")[0] == "transformers_modules"]:
+            mp.delitem(sys.modules, name)
+        yield dyn.HF_MODULES_CACHE
