@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ddmrl.tasks.arith import Arith
 from ddmrl.tasks.base import Example, Task
 from ddmrl.tasks.countdown3 import Countdown3
 from ddmrl.tasks.geneval import GenEval
@@ -14,6 +15,7 @@ from ddmrl.tasks.sudoku4 import Sudoku4
 
 __all__ = [
     "TASKS",
+    "Arith",
     "Countdown3",
     "Example",
     "GenEval",
@@ -28,6 +30,7 @@ __all__ = [
 TASKS: dict[str, type[Task]] = {
     "sudoku4": Sudoku4,
     "countdown3": Countdown3,
+    "arith": Arith,
     "geneval_mini": GenEvalMini,
     "geneval": GenEval,
     "gsm8k": Gsm8k,
