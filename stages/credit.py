@@ -1,9 +1,9 @@
 """credit: the gradient each token receives as a function of the sampler step that revealed it, for one method.
 
 Measured on a real batch (the SFT model's scored rollouts) through the method's own objective (see
-``ddmrl.diagnostics``): the empirical form of RebRL's Eq. 10. For a RebRL section, its rebalancing modes are also
-measured under trajectory masks (views that follow the sampler's own order), where a token's reveal step decides
-in how many views it is masked, as in Eq. 10.
+``ddmrl.diagnostics``): the empirical form of RebRL's Eq. 10. For a RebRL section, every rebalancing mode (none, t1,
+t2, token) is also measured under every coupling of its views (independent, nested, trajectory: views that follow
+the sampler's own order, where a token's reveal step decides in how many views it is masked, as in Eq. 10).
 
     python stages/credit.py --params params.yaml --tasks data/download/tasks --model data/sft/model \
         --task sudoku4 --method rebrl --rollouts data/reward/sft/sudoku4.jsonl --out data/credit/rebrl/sudoku4.csv
@@ -17,7 +17,7 @@ import torch
 
 from ddmrl import config
 from ddmrl.cli import run_stage, write_csv
-from ddmrl.diagnostics import credit_by_reveal_step, token_credit
+from ddmrl.diagnostics import credit_by_reveal_step, credit_variants, token_credit
 from ddmrl.io import read_jsonl
 from ddmrl.models.checkpoint import load_checkpoint
 from ddmrl.objectives import group_advantages
@@ -58,12 +58,7 @@ def main() -> None:
 
     if args.method not in cfg.methods:
         raise config.ConfigError(f"--method {args.method}: not a method section; sections: {', '.join(cfg.methods)}")
-    variants = {args.method: cfg.methods[args.method]}
-    if variants[args.method].method == "rebrl":
-        for mode in ("none", "t1", "t2", "token"):
-            variants[f"{args.method}[{mode}, trajectory]"] = dataclasses.replace(
-                cfg.methods[args.method], rebrl_mode=mode, coupling="trajectory"
-            )
+    variants = credit_variants(args.method, cfg.methods[args.method])
     frames = []
     seed = records[0]["view_seed"]  # the views regenerate from the seed stored with the rollouts
     for name, vcfg in variants.items():

@@ -287,10 +287,12 @@ def tables(new: _StageFactory, stages: list[Stage]) -> Stage:
     """Aggregates every evaluation, GRPO curve, SFT rollout score and credit measurement."""
     evaluations = [s for s in stages if s.script == "stages/evaluate.py"]
     evals = tuple(m for s in evaluations if not s.dir_outs for m in s.metrics)
+    generations = tuple(o for s in evaluations if not s.dir_outs for o in s.outs)  # per-item scores: intervals
     curves = tuple(p for s in stages if s.script == "stages/grpo.py" for p in s.plots)
     rollouts = tuple(m for s in stages if s.script == "stages/reward.py" for m in s.metrics)
     credits = tuple(p for s in stages if s.script == "stages/credit.py" for p in s.plots)
-    args = {"--evals": evals, "--curves": curves, "--rollouts": rollouts, "--credit": credits}
+    args = {"--evals": evals, "--generations": generations, "--curves": curves, "--rollouts": rollouts,
+            "--credit": credits}  # fmt: skip
     image_results = tuple(o for s in evaluations if s.dir_outs for o in s.outs if o.endswith("_results.jsonl"))
     image_folders = tuple(d for s in evaluations for d in s.dir_outs)
     if image_results:
@@ -298,7 +300,8 @@ def tables(new: _StageFactory, stages: list[Stage]) -> Stage:
     deps = tuple(dict.fromkeys(p for v in args.values() for p in v))
     return new(
         "tables", "tables", {**args, "--out": "data/tables"}, deps=deps,
-        params=("profile", "grpo.methods", "grpo.seeds", "tasks", "image.tasks", "image.methods", "image.seeds"),
+        params=("profile", "grpo.methods", "grpo.seeds", "tasks", "image.tasks", "image.methods", "image.seeds",
+                "rebrl_ablation"),
         dir_outs=("data/tables",),
     )  # fmt: skip
 
