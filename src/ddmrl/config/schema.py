@@ -372,6 +372,13 @@ class EvaluateConfig(Section):
 
     batch_size: Int = Field(128, ge=1, description="Prompts decoded together.")
     samples_per_prompt: Int = Field(1, ge=1, description="Generations per held-out prompt (GenEval: 4 images).")
+    min_images_per_tag: Int = Field(
+        0,
+        ge=0,
+        description="Images: at least this many per GenEval tag; a tag with few held-out prompts gets more samples "
+        "per prompt (Overall is a mean of tags: its standard error is set by the smallest ones). 0: "
+        "samples_per_prompt for every prompt.",
+    )
     sampler: SamplerConfig = Field(default_factory=SamplerConfig, description="The evaluation sampler.")
 
 
