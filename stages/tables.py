@@ -33,6 +33,7 @@ from ddmrl.tables import (
     samples_table,
     text_scores,
     to_markdown,
+    versus_table,
 )
 
 TEXT_NOTE = """
@@ -59,7 +60,7 @@ def main() -> None:
     cfg = config.load(args.params)
 
     curves = {Path(p).parent.name: pd.read_csv(p) for p in args.curves}  # data/grpo/<run>/curve.csv
-    intervals = []
+    intervals, frames, scores = [], [], {}
 
     with atomic_path(args.out) as out:
         out.mkdir()
@@ -67,10 +68,11 @@ def main() -> None:
             evals = [read_json(p) for p in args.evals]
             frame = results_frame(cfg, evals, curves)
             by_path = {Path(p).with_suffix(""): p for p in args.generations}  # data/evaluate/<model>/<task>.jsonl
-            scores = {(e["model"], e["task"]): text_scores(by_path[Path(p).with_suffix("")], e["task"])
-                      for p, e in zip(args.evals, evals, strict=True)}  # fmt: skip
+            scores |= {(e["model"], e["task"]): text_scores(by_path[Path(p).with_suffix("")], e["task"])
+                       for p, e in zip(args.evals, evals, strict=True)}  # fmt: skip
             table, table_csv, records = main_table(cfg, frame, scores)
             intervals += records
+            frames.append(frame)
             frame.to_csv(out / "results_long.csv", index=False)
             table_csv.to_csv(out / "text_table.csv", index=False)
             (out / "text_table.md").write_text(
@@ -92,9 +94,10 @@ def main() -> None:
             )
         if args.image_results:
             images = image_frame(cfg, args.image_results, curves)
-            scores = {Path(p).parent.name: image_scores(p) for p in args.image_results}
+            scores |= {Path(p).parent.name: image_scores(p) for p in args.image_results}
             table, table_csv, records, goal = image_table(cfg, images, scores, curves)
             intervals += records
+            frames.append(images)
             images.to_csv(out / "image_results_long.csv", index=False)
             table_csv.to_csv(out / "image_table.csv", index=False)
             (out / "image_table.md").write_text(
@@ -109,6 +112,13 @@ def main() -> None:
             prompts = contact_prompts(args.image_folders[0])
             for folder in map(Path, args.image_folders):
                 contact_sheet(folder, prompts, out / f"contact_sheet_{folder.parent.name}.png", folder.parent.name)
+        if frames and "unigrpo" in [*cfg.text_methods, *cfg.image.methods]:
+            versus, records = versus_table(cfg, pd.concat(frames), scores, (*cfg.tasks, *cfg.image.tasks))
+            intervals += records
+            (out / "rebrl_vs_unigrpo.md").write_text(
+                "# RebRL (and its ablation rows) minus UniGRPO: held-out accuracy, paired on the items (image: "
+                "Overall)\n\n" + to_markdown(versus) + "\n95 % bootstrap intervals; * excludes 0.\n"
+            )
         if curves:
             reach = samples_table(cfg, curves)
             reach.to_csv(out / "samples_to_reward.csv", index=False)

@@ -238,6 +238,30 @@ def main_table(
     return _fill(pd.DataFrame(md)), pd.DataFrame(csv), records
 
 
+def versus_table(
+    cfg: Config, frame: pd.DataFrame, scores: dict[Any, Scores], tasks: tuple[str, ...], reference: str = "unigrpo"
+) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """RebRL against the method it plugs into: each RebRL row (the default and the ablation rows that ran) minus
+    ``reference``, per task, with a 95 % interval paired on the held-out items (the two rows' seeds drawn
+    independently). ``scores`` is keyed by (model, task) for text and by model for the image task."""
+    rows = [m for m in dict.fromkeys([*cfg.text_methods, *cfg.image.methods]) if m in cfg.methods]
+    rows = [m for m in rows if cfg.methods[m].method == "rebrl"]
+    md, records = [], []
+    for label in rows:
+        row = {"model": display(label)}
+        for t in tasks:
+            mine = list(frame[(frame["row"] == label) & (frame["task"] == t)]["model"])
+            ref = list(frame[(frame["row"] == reference) & (frame["task"] == t)]["model"])
+            if not mine or not ref:
+                continue
+            key = (lambda m: m) if t in cfg.image.tasks else (lambda m, t=t: (m, t))
+            iv = gain_interval([scores[key(m)] for m in mine], [scores[key(m)] for m in ref])
+            row[f"{t}: Δ vs {display(reference)}"] = cell(iv, signed=True)
+            records += _records(label, t, f"difference vs {reference}", iv)
+        md.append(row)
+    return _fill(pd.DataFrame(md)), records
+
+
 def _csv_cells(name: str, iv: stats.Interval | None) -> dict[str, float]:
     if iv is None:
         return {name: math.nan, f"{name} low": math.nan, f"{name} high": math.nan}

@@ -27,6 +27,7 @@ from ddmrl.tables import (
     samples_to_reach,
     stacked,
     text_scores,
+    versus_table,
 )
 from ddmrl.tasks import make_task
 
@@ -129,6 +130,12 @@ def test_main_table_rows_intervals_and_budget(cfg, tmp_path):
         assert math.isnan(csv.set_index("model").loc["base", f"{t} gain"])
         assert md.set_index("model").loc["base", f"{t} Δ vs start"] == "—"
     assert {r["n_seeds"] for r in records if r["row"] == "rebrl"} == {2}
+    versus, vrecords = versus_table(cfg, frame, scores, cfg.tasks)
+    assert list(versus["model"]) == ["RebRL"]
+    for t in cfg.tasks:
+        want = csv.set_index("model").loc["RebRL", f"{t} acc"] - csv.set_index("model").loc["UniGRPO", f"{t} acc"]
+        got = next(r for r in vrecords if r["task"] == t)
+        assert got["estimate"] == pytest.approx(want) and got["low"] <= want <= got["high"]
 
 
 def geneval_rows(rng, p: float) -> list[dict]:
