@@ -559,7 +559,9 @@ class GRPOSection(GRPOConfig):
         ("diffu_grpo", "unigrpo", "maskgrpo", "rebrl", "tracerl", "gdpo", "spg", "wd1"),
         description="Runs to train: sections of methods: (a section's method defaults to its name).",
     )
-    seeds: Seeds = Field((0,), description="Seeds per run (several give the run-to-run spread: mean ± std).")
+    seeds: Seeds = Field(
+        (0,), description="Seeds per run (the tables' 95 % intervals are then over seeds as well as held-out items)."
+    )
 
     def _check_method(self) -> None:
         if self.method:
