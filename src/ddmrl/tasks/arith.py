@@ -3,18 +3,21 @@
 Prompt ``<arith>3+4*2-5``; reference answer (d1's ``<reasoning>``/``<answer>`` layout, one trace step per line)::
 
     <reasoning>
-    4*2=8
-    3+8=11
-    11-5=6
+    04*02=08
+    03+08=11
+    11-05=06
     </reasoning>
     <answer>
-    6
+    06
     </answer>
 
 The expression has ``num_operands`` numbers in ``[1, max_number]`` joined by operators from ``ops`` (``+ - *``),
 evaluated with the usual precedence; the trace applies one operator per line in that order (products first, then
 left to right), so every example carries the ground-truth reasoning chunks a method such as IGPO inpaints.
-Every intermediate and final value lies in ``[0, max_value]``.
+Every intermediate and final value lies in ``[0, max_value]``. Numbers in the trace and the answer are written
+zero-padded to the width of ``max_value``, so every completion has the same layout: a masked diffusion model decodes
+positions in parallel, and fixed widths spare it guessing where a number ends (measured on the tiny model: with
+unpadded numbers the SFT model got 4 % of first trace steps right and 5.5 % of answers).
 
 Reward: d1's GSM8K training reward (:func:`~ddmrl.tasks.d1_scoring.gsm8k_reward`: XML count, soft and strict
 format, integer answer, 2.0 for the right answer; at most 4.0). Score: d1's GSM8K evaluation parser
@@ -78,7 +81,7 @@ class Arith(Task):
         self.num_operands, self.max_number, self.ops, self.max_value = num_operands, max_number, ops, max_value
         n, d, v = num_operands, len(str(max_number)), len(str(max_value))
         self.prompt_length = 1 + n * d + (n - 1)  # <arith> a op b op c
-        # <reasoning>\n, one line per step (at most "v op v=v\n"), </reasoning>\n<answer>\n v \n</answer>\n, EOS
+        # <reasoning>\n, one line per step ("v op v=v\n"), </reasoning>\n<answer>\n v \n</answer>\n, EOS
         self.completion_length = 2 + (n - 1) * (3 * v + 3) + 2 + 2 + v + 1 + 2 + 1
 
     def sample(self, rng: random.Random) -> Example:
@@ -91,10 +94,10 @@ class Arith(Task):
                 return self.example(expression, steps)
         raise RuntimeError(f"arith: no expression with values in [0, {self.max_value}] found")
 
-    @staticmethod
-    def example(expression: str, steps: list[tuple[int, str, int, int]]) -> Example:
-        lines = [f"{a}{op}{b}={value}" for a, op, b, value in steps]
-        answer = str(steps[-1][3])
+    def example(self, expression: str, steps: list[tuple[int, str, int, int]]) -> Example:
+        w = len(str(self.max_value))
+        lines = [f"{a:0{w}d}{op}{b:0{w}d}={value:0{w}d}" for a, op, b, value in steps]
+        answer = f"{steps[-1][3]:0{w}d}"
         return Example(
             id=expression,
             prompt="<arith>" + expression,

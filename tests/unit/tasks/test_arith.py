@@ -37,10 +37,12 @@ def test_trace_evaluates_the_expression_step_by_step(params, n):
             assert {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op] == int(v)
             assert 0 <= int(v) <= task.max_value
         assert int(ex.gold["answer"]) == value == int(LINE.fullmatch(lines[-1]).group(4))
+        width = len(str(task.max_value))
+        assert all(len(x) == width for line in lines for x in LINE.fullmatch(line).groups()[::2] + (line[-width:],))
         trace = "\n".join(lines)
-        assert ex.answer == f"<reasoning>\n{trace}\n</reasoning>\n<answer>\n{value}\n</answer>\n"
+        assert ex.answer == f"<reasoning>\n{trace}\n</reasoning>\n<answer>\n{value:0{width}d}\n</answer>\n"
         assert len(encode(tok, ex.prompt)) <= task.prompt_length
-        assert len(encode(tok, ex.answer)) < task.completion_length  # room for EOS
+        assert len(encode(tok, ex.answer)) == task.completion_length - 1  # one layout, and room for EOS
 
 
 def test_products_come_first_then_left_to_right():
@@ -54,10 +56,10 @@ def test_reward_and_score_follow_d1_gsm8k():
     ex = task.generate(1, seed=3)[0]
     answer = ex.gold["answer"]
     assert task.reward(ex.answer, ex) == 4.0 and task.score(ex.answer, ex)["correct"]
-    wrong = ex.answer.replace(f"<answer>\n{answer}\n", f"<answer>\n{int(answer) + 1}\n")
+    wrong = ex.answer.replace(f"<answer>\n{answer}\n", f"<answer>\n{int(answer) + 1:02d}\n")
     assert task.reward(wrong, ex) == 2.0 and not task.score(wrong, ex)["correct"]  # format and integer only
-    bare = f"<answer>{answer}</answer>"
-    assert task.score(bare, ex)["correct"] and task.reward(bare, ex) == 2.5  # d1's parser; no trace, no format
+    bare = f"<answer>{int(answer)}</answer>"  # unpadded: d1's parser compares numbers, its reward strings
+    assert task.score(bare, ex)["correct"] and task.reward(bare, ex) == (2.5 if answer == str(int(answer)) else 0.5)
     assert task.reward("", ex) == 0.0 and not task.score("", ex)["correct"]
 
 
