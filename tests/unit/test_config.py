@@ -294,6 +294,7 @@ DELIBERATE = {
     "image.grpo.sampler.steps",
     "image.grpo.sampler.cfg_scale",
     "image.methods",
+    "image.evaluate.min_images_per_tag",
     "image.method_overrides.maskgrpo.remasking",
     "image.method_overrides.maskgrpo.gamma",
 }
