@@ -22,7 +22,7 @@ DEFAULT_PROFILE = "tiny"
 
 # ------------------------------------------------------------------------------------------------ names
 
-TextTask = Literal["sudoku4", "arith", "countdown3", "gsm8k", "math500"]
+TextTask = Literal["sudoku4", "chain", "arith", "countdown3", "gsm8k", "math500"]
 ImageTask = Literal["geneval_mini", "geneval"]
 MethodName = Literal["diffu_grpo", "unigrpo", "maskgrpo", "rebrl", "tracerl", "gdpo", "spg", "wd1"]
 ViewSampler = Literal[
@@ -712,6 +712,23 @@ class Countdown3Params(Section):
 
 
 @section
+class ChainParams(Section):
+    """Multi-step variable tracking with a reasoning trace in d1's GSM8K format (``ddmrl.tasks.chain``)."""
+
+    hops: Int = Field(3, ge=1, description="Lookups from the query to its digit (trace lines).")
+    distractors: Int = Field(3, ge=0, description="Assignments of a second chain in the same prompt.")
+    num_names: Int = Field(10, ge=1, le=26, description="Variable names to draw from (a, b, ...).")
+
+    @model_validator(mode="after")
+    def _check(self) -> ChainParams:
+        if self.hops + self.distractors > self.num_names:
+            raise refuse(
+                "num_names", self.num_names, f"must be >= hops + distractors = {self.hops + self.distractors}"
+            )
+        return self
+
+
+@section
 class ArithParams(Section):
     """Multi-step arithmetic with a reasoning trace in d1's GSM8K format (``ddmrl.tasks.arith``)."""
 
@@ -805,6 +822,7 @@ class TextTaskParams(Section):
     """Generator parameters per text task (``ddmrl.tasks``); a task left out takes its generator's defaults."""
 
     sudoku4: Sudoku4Params | None = Field(None, description="4x4 Sudoku.")
+    chain: ChainParams | None = Field(None, description="Multi-step variable tracking with a reasoning trace.")
     arith: ArithParams | None = Field(None, description="Multi-step arithmetic with a reasoning trace.")
     countdown3: Countdown3Params | None = Field(None, description="Three-number Countdown.")
     gsm8k: MathParams | None = Field(None, description="GSM8K (paper profiles).")

@@ -7,6 +7,7 @@ from typing import Any
 
 from ddmrl.tasks.arith import Arith
 from ddmrl.tasks.base import Example, Task
+from ddmrl.tasks.chain import Chain
 from ddmrl.tasks.countdown3 import Countdown3
 from ddmrl.tasks.geneval import GenEval
 from ddmrl.tasks.geneval_mini import GenEvalMini
@@ -16,6 +17,7 @@ from ddmrl.tasks.sudoku4 import Sudoku4
 __all__ = [
     "TASKS",
     "Arith",
+    "Chain",
     "Countdown3",
     "Example",
     "GenEval",
@@ -31,6 +33,7 @@ TASKS: dict[str, type[Task]] = {
     "sudoku4": Sudoku4,
     "countdown3": Countdown3,
     "arith": Arith,
+    "chain": Chain,
     "geneval_mini": GenEvalMini,
     "geneval": GenEval,
     "gsm8k": Gsm8k,
