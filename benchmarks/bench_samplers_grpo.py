@@ -32,28 +32,31 @@ import functools
 import io
 import json
 import math
-import os
-import platform
 import resource
 import statistics
+import sys
 import time
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
 
-import ddmrl
-from ddmrl import config
-from ddmrl.config import GRPOConfig, SamplerConfig
-from ddmrl.methods import METHODS
-from ddmrl.models import build_tokenizer, new_tiny_model
-from ddmrl.models.checkpoint import load_checkpoint
-from ddmrl.rollout import sampler_kwargs
-from ddmrl.samplers import SAMPLERS
-from ddmrl.tasks import make_task
-from ddmrl.training.data import encode_prompts, prompt_length
-from ddmrl.training.grpo import train_grpo
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import flops, interleaved, machine_info, matmul_peak  # noqa: E402
+
+from ddmrl import config  # noqa: E402
+from ddmrl.config import GRPOConfig, SamplerConfig  # noqa: E402
+from ddmrl.likelihood import token_logps  # noqa: E402
+from ddmrl.methods import METHODS  # noqa: E402
+from ddmrl.models import build_tokenizer, new_tiny_model  # noqa: E402
+from ddmrl.models.checkpoint import load_checkpoint  # noqa: E402
+from ddmrl.rollout import sampler_kwargs  # noqa: E402
+from ddmrl.samplers import SAMPLERS  # noqa: E402
+from ddmrl.tasks import make_task  # noqa: E402
+from ddmrl.training import grpo  # noqa: E402
+from ddmrl.training.data import encode_prompts, prompt_length  # noqa: E402
+from ddmrl.training.grpo import train_grpo  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 PHASES = ("gen", "old_ref_logp", "update")
@@ -70,10 +73,11 @@ class Plan:
     center: tuple[int, int]  # (G, mu) of part b, and the point part c varies one factor around
     generations: tuple[int, ...]  # G values of part c
     iterations: tuple[int, ...]  # mu values of part c
+    completions: tuple[int, ...]  # completion lengths L of part c (sudoku's answer padded with EOS)
 
 
-FULL = Plan(3, 64, (16, 32, 64), 8, (8, 4), (4, 8, 16), (1, 2, 4, 8))
-QUICK = Plan(1, 8, (8, 16), 2, (4, 2), (4, 8), (1, 2))
+FULL = Plan(3, 64, (16, 32, 64), 8, (8, 4), (4, 8, 16), (1, 2, 4, 8), (20, 40, 80))
+QUICK = Plan(1, 8, (8, 16), 2, (4, 2), (4, 8), (1, 2), (20, 40))
 SCALING_METHODS = ("diffu_grpo", "rebrl")
 
 # part a: label -> sampler settings (steps 0 = L / 2); temperature 1 as in GRPO rollouts
@@ -170,9 +174,34 @@ def grpo_config(cfg: config.Config, method: str, num_prompts: int, g: int, mu: i
     return replace(base, num_prompts=num_prompts, num_generations=g, num_iterations=mu, max_steps=mu)
 
 
+def phase_flops(model, tok, task, gcfg: GRPOConfig, examples) -> dict[str, float]:
+    """FLOPs (matrix products and attention, forward and backward) of each phase of one ``train_grpo`` call: the
+    rollouts (``grpo.rollout``) and the old/reference log-probs (``grpo.view_logps``) counted where the loop calls
+    them, the update as the rest."""
+    counts = {"gen": 0, "old_ref_logp": 0}
+
+    def counted(phase, fn):
+        def wrapper(*args, **kwargs):
+            work, value = flops(lambda: fn(*args, **kwargs))
+            counts[phase] += work
+            return value
+
+        return wrapper
+
+    ref = copy.deepcopy(model).requires_grad_(False)
+    saved = grpo.rollout, grpo.view_logps
+    grpo.rollout, grpo.view_logps = counted("gen", grpo.rollout), counted("old_ref_logp", grpo.view_logps)
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            total, _ = flops(lambda: train_grpo(copy.deepcopy(model), ref, tok, task, lambda it: examples, gcfg, 0))
+    finally:
+        grpo.rollout, grpo.view_logps = saved
+    return {**counts, "update": total - counts["gen"] - counts["old_ref_logp"], "total": total}
+
+
 def bench_grpo(model, tok, task, gcfg: GRPOConfig, repeats: int) -> dict:
     """Phase seconds of ``train_grpo`` (its own Timing) and its wall time, over ``repeats`` calls after a
-    warm-up; every call starts from the same weights."""
+    warm-up; every call starts from the same weights. Also each phase's FLOPs (one more, untimed call)."""
     examples = task.generate(gcfg.num_prompts, seed=2)
     ref = copy.deepcopy(model).requires_grad_(False)
     runs = []
@@ -188,6 +217,8 @@ def bench_grpo(model, tok, task, gcfg: GRPOConfig, repeats: int) -> dict:
     median["total"] = sum(median[p] for p in PHASES)
     steps = runs[-1]["steps"]
     return {
+        "completion_length": task.completion_length,
+        "gflop": {k: v / 1e9 for k, v in phase_flops(model, tok, task, gcfg, examples).items()},
         "num_prompts": gcfg.num_prompts,
         "num_generations": gcfg.num_generations,
         "num_iterations": gcfg.num_iterations,
@@ -215,19 +246,49 @@ def bench_methods(cfg, model, tok, task, plan: Plan) -> dict[str, dict]:
 
 
 def bench_scaling(cfg, model, tok, task, plan: Plan, methods: dict[str, dict]) -> list[dict]:
-    """One factor at a time around plan.center; the center itself is part b's measurement."""
+    """One factor at a time around plan.center (G, mu) and sudoku's L = 20; the center is part b's measurement.
+    Longer completions pad sudoku's answer with more EOS tokens (``completion_length`` of a copy of the task)."""
     g0, mu0 = plan.center
-    points = [(g, mu0) for g in plan.generations] + [(g0, mu) for mu in plan.iterations if mu != mu0]
+    points = [(g, mu0, 20) for g in plan.generations] + [(g0, mu, 20) for mu in plan.iterations if mu != mu0]
+    points += [(g0, mu0, length) for length in plan.completions if length != 20]
     rows = []
     for method in SCALING_METHODS:
-        for g, mu in points:
-            if (g, mu) == plan.center:
+        for g, mu, length in points:
+            if (g, mu, length) == (g0, mu0, 20):
                 result = methods[method]
             else:
-                result = bench_grpo(model, tok, task, grpo_config(cfg, method, plan.num_prompts, g, mu), plan.repeats)
+                padded = copy.copy(task)
+                padded.completion_length = length
+                gcfg = grpo_config(cfg, method, plan.num_prompts, g, mu)
+                result = bench_grpo(model, tok, padded, gcfg, plan.repeats)
             rows.append({"method": method, **result})
-            print(f"  {method:11s} G={g:2d} mu={mu}  total {result['median']['total']:.3f} s", flush=True)
+            print(f"  {method:11s} G={g:2d} mu={mu} L={length}  total {result['median']['total']:.3f} s", flush=True)
     return rows
+
+
+def bench_view_logps(model, tok, task, plan: Plan) -> dict:
+    """Old/reference log-probs of mu views of a rollout batch: one batched pass (``view_logps``) against one pass
+    per view (its body before batching), interleaved; the fastest of 2 * repeats + 1 rounds of each."""
+    g, mu = plan.center
+    n = plan.num_prompts * g
+    gen = torch.Generator().manual_seed(0)
+    prompts = encode_prompts(tok, task, task.generate(n, seed=3))
+    completion = torch.randint(4, len(tok), (n, task.completion_length), generator=gen)
+    clean = torch.cat([prompts, completion], 1)
+    masks = torch.rand((mu, *clean.shape), generator=gen) < torch.linspace(0.2, 1.0, mu)[:, None, None]
+    masks[:, :, : prompts.shape[1]] = False
+    inputs = clean.masked_fill(masks, tok.mask_token_id)  # [mu, N, P + L]
+
+    def per_view():
+        return torch.stack([token_logps(model, x, completion) for x in inputs])
+
+    with torch.no_grad():
+        seconds, values = interleaved(
+            {"per_view": per_view, "batched": lambda: grpo.view_logps(model, inputs, completion)}, 2 * plan.repeats + 1
+        )
+    best = {k: min(v) for k, v in seconds.items()}
+    return {"views": mu, "rows": n, "seconds": seconds, "best_s": best, "speedup": best["per_view"] / best["batched"],
+            "max_abs_diff": float((values["per_view"] - values["batched"]).abs().max())}  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------ reading
@@ -256,7 +317,9 @@ def growth(xs: list[float], ys: list[float], per: str = "") -> str:
     return f"{shape} (x^{b:.2f}{marginal})"
 
 
-def readings(samplers: list[dict], methods: dict[str, dict], scaling: list[dict], plan: Plan) -> list[str]:
+def readings(
+    samplers: list[dict], methods: dict[str, dict], scaling: list[dict], plan: Plan, peak: float
+) -> list[str]:
     """One line per trend, computed from the measured medians."""
     lines = []
     for label in SAMPLER_CASES:
@@ -277,34 +340,33 @@ def readings(samplers: list[dict], methods: dict[str, dict], scaling: list[dict]
         f"({methods[heaviest]['median']['update']:.3f} s for {methods[heaviest]['optimiser_steps']} steps)"
     )
     g0, mu0 = plan.center
+    center = {"num_generations": g0, "num_iterations": mu0, "completion_length": 20}
     for method in SCALING_METHODS:
-        for factor, key, other, held in (
-            ("G", "num_generations", "num_iterations", mu0),
-            ("mu", "num_iterations", "num_generations", g0),
-        ):
-            rows = sorted((r for r in scaling if r["method"] == method and r[other] == held), key=lambda r: r[key])
+        for factor, key in (("G", "num_generations"), ("mu", "num_iterations"), ("L", "completion_length")):
+            held = {k: v for k, v in center.items() if k != key}
+            rows = [r for r in scaling if r["method"] == method and all(r[k] == v for k, v in held.items())]
+            rows = sorted(rows, key=lambda r: r[key])
+            if len(rows) < 2:
+                continue
             xs = [r[key] for r in rows]
             parts = [f"{p} {growth(xs, [r['median'][p] for r in rows], factor)}" for p in PHASES]
             lines.append(f"{method}, {factor} {xs[0]}..{xs[-1]}: " + "; ".join(parts))
+    for method, r in methods.items():
+        f = {p: 100 * r["gflop"][p] / r["median"][p] / peak for p in PHASES if r["median"][p] > 0}
+        low = min(f, key=f.get)
+        lines.append(
+            f"{method}: phases at " + ", ".join(f"{p} {v:.0f}%" for p, v in f.items()) + f" of the matmul peak "
+            f"({peak:.1f} GFLOP/s); lowest: {low}"
+        )
     return lines
 
 
 # ------------------------------------------------------------------------------------------------ outputs
 
 
-def machine_info() -> dict:
-    return {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "torch": torch.__version__,
-        "ddmrl": ddmrl.__version__,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "threads": torch.get_num_threads(),
-        "load_average_at_start": os.getloadavg(),
-        "device": "cpu",
-    }
+def peak_fractions(r: dict, peak: float) -> dict[str, float]:
+    """Each phase's achieved GFLOP/s as a percentage of the matmul peak."""
+    return {p: 100 * r["gflop"][p] / r["median"][p] / peak if r["median"][p] else 0.0 for p in PHASES}
 
 
 def summary_markdown(res: dict) -> str:
@@ -316,7 +378,10 @@ def summary_markdown(res: dict) -> str:
         f"{mi['date']}, torch {mi['torch']}, {mi['threads']} threads on {mi['cpu_count']} CPUs "
         f"(load average at start {mi['load_average_at_start'][0]:.2f}), model: {res['model']['source']} "
         f"({res['model']['num_parameters']:,} parameters){', QUICK run' if res['quick'] else ''}. "
-        f"Medians of {plan['repeats']} timed call(s) after one warm-up; machine-specific.",
+        f"Medians of {plan['repeats']} timed call(s) after one warm-up; machine-specific. Float32 matmul peak "
+        f"measured in this run: {', '.join(f'{p:.1f}' for p in res['peaks'])} GFLOP/s; phases are reported as a "
+        f"fraction of the highest, {res['peak_gflops']:.1f} (FLOPs of matrix products and attention, counted by "
+        "torch's FlopCounterMode, forward and backward).",
         "",
         f"## Samplers (batch {plan['batch']}, temperature 1, steps = L/2, LLaDA blocks of 4)",
         "",
@@ -332,29 +397,43 @@ def summary_markdown(res: dict) -> str:
         "",
         f"## GRPO phase split per method (sudoku4, {plan['num_prompts']} prompts x G={g0}, mu={mu0}, max_steps = mu)",
         "",
-        "| method | ref pass | batches | steps | gen s | old+ref logp s | update s | total s | s/step | gen % |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| method | ref pass | batches | steps | gen s | old+ref logp s | update s | total s | s/step | gen % "
+        "| gen % peak | logp % peak | update % peak |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, r in res["methods"].items():
-        m = r["median"]
+        m, f = r["median"], peak_fractions(r, res["peak_gflops"])
         out.append(
             f"| {name} | {'yes' if r['ref_pass'] else 'no'} | {r['rollout_batches']} | {r['optimiser_steps']} "
             f"| {m['gen']:.3f} | {m['old_ref_logp']:.3f} | {m['update']:.3f} | {m['total']:.3f} "
-            f"| {r['per_step']['total']:.3f} | {100 * m['gen'] / m['total']:.0f} |"
+            f"| {r['per_step']['total']:.3f} | {100 * m['gen'] / m['total']:.0f} "
+            f"| {f['gen']:.0f} | {f['old_ref_logp']:.0f} | {f['update']:.0f} |"
         )
     out += [
         "",
-        f"## GRPO scaling with G and mu ({plan['num_prompts']} prompts, one factor at a time around G={g0}, mu={mu0})",
+        f"## GRPO scaling with G, mu and L ({plan['num_prompts']} prompts, one factor at a time around G={g0}, "
+        f"mu={mu0}, L=20; longer L pads sudoku's answer with EOS)",
         "",
-        "| method | G | mu | gen s | old+ref logp s | update s | total s | s/step |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| method | G | mu | L | gen s | old+ref logp s | update s | total s | s/step | gen % peak | logp % peak "
+        "| update % peak |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in res["scaling"]:
-        m = r["median"]
+        m, f = r["median"], peak_fractions(r, res["peak_gflops"])
         out.append(
-            f"| {r['method']} | {r['num_generations']} | {r['num_iterations']} | {m['gen']:.3f} "
-            f"| {m['old_ref_logp']:.3f} | {m['update']:.3f} | {m['total']:.3f} | {r['per_step']['total']:.3f} |"
+            f"| {r['method']} | {r['num_generations']} | {r['num_iterations']} | {r['completion_length']} "
+            f"| {m['gen']:.3f} | {m['old_ref_logp']:.3f} | {m['update']:.3f} | {m['total']:.3f} "
+            f"| {r['per_step']['total']:.3f} | {f['gen']:.0f} | {f['old_ref_logp']:.0f} | {f['update']:.0f} |"
         )
+    v = res["view_logps"]
+    best = v["best_s"]
+    out += [
+        "",
+        f"## Old/reference log-probs of {v['views']} views x {v['rows']} rows: batched against one pass per view",
+        "",
+        f"Fastest of {len(v['seconds']['batched'])} interleaved rounds: one pass per view {best['per_view']:.3f} s, "
+        f"batched {best['batched']:.3f} s ({v['speedup']:.2f}x); largest difference {v['max_abs_diff']:.1e}.",
+    ]
     out += ["", "## Reading", ""] + [f"- {line}" for line in res["readings"]]
     return "\n".join(out) + "\n"
 
@@ -365,9 +444,12 @@ def main() -> None:
     plan = QUICK if args.quick else FULL
     cfg = config.load(args.params)
     task = make_task("sudoku4", **cfg.task_params.get("sudoku4", {}))
-    model, tok, source = build_model(cfg, task, prompt_length(task) + max(FULL.lengths), args.model)
+    longest = max(*FULL.lengths, *FULL.completions)
+    model, tok, source = build_model(cfg, task, prompt_length(task) + longest, args.model)
     start = time.perf_counter()
     info = machine_info()
+    peaks = [matmul_peak(args.threads)["peak"]]
+    torch.set_num_threads(args.threads)
 
     print("a. samplers", flush=True)
     samplers = bench_samplers(model, tok, task, plan)
@@ -375,6 +457,9 @@ def main() -> None:
     methods = bench_methods(cfg, model, tok, task, plan)
     print("c. GRPO scaling with G and mu", flush=True)
     scaling = bench_scaling(cfg, model, tok, task, plan, methods)
+    print("d. old/reference log-probs: batched views against one pass per view", flush=True)
+    logps = bench_view_logps(model, tok, task, plan)
+    peaks.append(matmul_peak(args.threads)["peak"])
 
     results = {
         "machine": info,
@@ -388,7 +473,10 @@ def main() -> None:
         "samplers": samplers,
         "methods": methods,
         "scaling": scaling,
-        "readings": readings(samplers, methods, scaling, plan),
+        "view_logps": logps,
+        "peaks": peaks,
+        "peak_gflops": max(peaks),
+        "readings": readings(samplers, methods, scaling, plan, max(peaks)),
         "seconds": time.perf_counter() - start,
         "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }

@@ -32,7 +32,6 @@ import yaml
 
 from ddmrl import config
 from ddmrl.cli import run_stage, write_csv
-from ddmrl.hub import fetch_all
 from ddmrl.io import atomic_path, write_json, write_text
 from ddmrl.models import build_tokenizer, new_tiny_model
 from ddmrl.models.checkpoint import save_checkpoint, write_pointer
@@ -67,6 +66,8 @@ def main() -> None:
 
     # 0. paper profiles: the checkpoint and data sets, before anything else (offline: one line naming what is missing)
     if branch.model.pretrained:
+        from ddmrl.hub import fetch_all  # real models only: the embedded default does not run (or depend on) it
+
         if not args.manifests:
             ap.error("a paper profile (model.kind != tiny) needs --manifests")
         fetched = fetch_all(branch.download.hub_items(), branch.download.hub_dir, args.manifests)

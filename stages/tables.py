@@ -1,13 +1,17 @@
 """tables: the comparison tables (rows base, SFT and every method; per task the held-out accuracy with its 95 %
 interval, the paired gain over the starting model, the mean reward; the budget, seeds and wall time), the samples
-each method needed to reach UniGRPO's final reward, the reward and KL curves against samples seen, and the
-per-token credit by reveal step with its summary, computed only from the runs' own output files. With
-text-to-image runs also RebRL's GenEval table (per-tag accuracy and Overall from each model's GenEval results
-JSONL, with intervals), their curves, and one contact sheet per model (the same prompts side by side).
+each method needed to reach UniGRPO's final reward, RebRL's rows minus UniGRPO, the reward, KL, loss and clip-ratio
+curves against samples seen, and the per-token credit by reveal step with its summary, computed only from the runs'
+own output files. With text-to-image runs also RebRL's GenEval table (per-tag accuracy and Overall from each model's
+GenEval results JSONL, with intervals), their curves, and one contact sheet per model (the same prompts side by
+side). Also the headline metrics (``metrics.json``), every interval (``intervals.csv``) and every curve in one long
+table (``curves.csv``), which DVC's metrics and plots read.
 
-    python stages/tables.py --params params.yaml --evals data/evaluate/sft/sudoku4.json ... \
-        --generations data/evaluate/sft/sudoku4.jsonl ... --curves data/grpo/rebrl_sudoku4_s0/curve.csv ... \
-        --rollouts data/reward/sft/sudoku4.json ... --credit data/credit/rebrl/sudoku4.csv ... --out data/tables
+    python stages/tables.py --params params.yaml --evaluate data/evaluate --grpo data/grpo \
+        --reward data/reward/sft --credit data/credit --out data/tables
+
+The runs come from params.yaml; their files are found under the given directories by the path convention
+(``ddmrl.pipeline.layout``), so the command line is the same whatever the sweep.
 """
 
 import argparse
@@ -16,12 +20,15 @@ from pathlib import Path
 import pandas as pd
 
 from ddmrl import config
-from ddmrl.cli import run_stage
-from ddmrl.io import atomic_path, read_json
+from ddmrl.cli import run_stage, write_csv
+from ddmrl.io import atomic_path, read_json, write_json, write_text
+from ddmrl.pipeline.layout import CURVES, tables_inputs
 from ddmrl.tables import (
     contact_prompts,
     contact_sheet,
     credit_summary,
+    curves_frame,
+    headline_metrics,
     image_frame,
     image_scores,
     image_table,
@@ -32,6 +39,7 @@ from ddmrl.tables import (
     rollout_table,
     samples_table,
     text_scores,
+    to_html,
     to_markdown,
     versus_table,
 )
@@ -43,90 +51,90 @@ over the model the row starts from (RL rows: SFT; SFT: base) on the same items, 
 * marks an interval that excludes 0. Reward: mean training reward on the held-out items, averaged over seeds.
 Budget: rollout batches, samples (completions sampled) and optimiser steps of each run.
 """
+IMAGE_NOTE = (
+    "\nEach accuracy with its 95 % bootstrap interval over the image slots (prompt, sample), stratified by tag, and"
+    " over seeds; Δ Overall vs base: paired on the same slots (* excludes 0). UniGRPO's final rollout reward (mean"
+    " of its last 3 rollout batches): {goal:.3f}\n"
+)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--params", required=True)
-    ap.add_argument("--evals", nargs="*", action="extend", default=[])
-    ap.add_argument("--generations", nargs="*", action="extend", default=[])
-    ap.add_argument("--curves", nargs="*", action="extend", default=[])
-    ap.add_argument("--rollouts", nargs="*", action="extend", default=[])
-    ap.add_argument("--credit", nargs="*", action="extend", default=[])
-    ap.add_argument("--image-results", nargs="*", action="extend", default=[])
-    ap.add_argument("--image-folders", nargs="*", action="extend", default=[])
+    ap.add_argument("--evaluate", required=True, help="directory of the evaluations (data/evaluate)")
+    ap.add_argument("--grpo", required=True, help="directory of the GRPO runs (data/grpo)")
+    ap.add_argument("--reward", help="directory of the start model's scored rollouts (data/reward/sft)")
+    ap.add_argument("--credit", help="directory of the credit measurements (data/credit)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     cfg = config.load(args.params)
+    files = tables_inputs(cfg, args.evaluate, args.grpo, args.reward, args.credit or "")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
 
-    curves = {Path(p).parent.name: pd.read_csv(p) for p in args.curves}  # data/grpo/<run>/curve.csv
+    curves = {Path(p).parent.name: pd.read_csv(p) for p in files["curves"]}  # <grpo>/<run>/curve.csv
+    write_csv(out / "curves.csv", curves_frame(cfg, curves))
     intervals, frames, scores = [], [], {}
-
-    with atomic_path(args.out) as out:
-        out.mkdir()
-        if args.evals:  # text tasks
-            evals = [read_json(p) for p in args.evals]
-            frame = results_frame(cfg, evals, curves)
-            by_path = {Path(p).with_suffix(""): p for p in args.generations}  # data/evaluate/<model>/<task>.jsonl
-            scores |= {(e["model"], e["task"]): text_scores(by_path[Path(p).with_suffix("")], e["task"])
-                       for p, e in zip(args.evals, evals, strict=True)}  # fmt: skip
-            table, table_csv, records = main_table(cfg, frame, scores)
-            intervals += records
-            frames.append(frame)
-            frame.to_csv(out / "results_long.csv", index=False)
-            table_csv.to_csv(out / "text_table.csv", index=False)
-            (out / "text_table.md").write_text(
-                "# Held-out accuracy and reward (text tasks)\n\n" + to_markdown(table) + TEXT_NOTE
-            )
-            room = rollout_table([read_json(p) for p in args.rollouts])
-            room.to_csv(out / "sft_rollouts.csv", index=False)
-            (out / "sft_rollouts.md").write_text("# SFT samples before RL (room for RL)\n\n" + to_markdown(room))
-            plot_curves(cfg, curves, "reward", out / "reward_curves.png", "mean reward of rollouts")
-            plot_curves(cfg, curves, "kl", out / "kl_curves.png", "k3 KL to the SFT reference")
-        if args.credit:
-            credit = pd.concat([pd.read_csv(p) for p in args.credit])
-            plot_credit(credit, out / "credit_by_reveal_step.png")
-            summary = credit_summary(credit)
-            summary.to_csv(out / "credit_summary.csv", index=False)
-            (out / "credit_summary.md").write_text(
-                "# Gradient credit by reveal step (SFT rollouts; relative to each rollout's mean)\n\n"
-                + to_markdown(summary)
-            )
-        if args.image_results:
-            images = image_frame(cfg, args.image_results, curves)
-            scores |= {Path(p).parent.name: image_scores(p) for p in args.image_results}
-            table, table_csv, records, goal = image_table(cfg, images, scores, curves)
-            intervals += records
-            frames.append(images)
-            images.to_csv(out / "image_results_long.csv", index=False)
-            table_csv.to_csv(out / "image_table.csv", index=False)
-            (out / "image_table.md").write_text(
-                f"# {cfg.image.tasks[0]}: GenEval accuracy per tag (%), Overall = unweighted mean of tags\n\n"
-                + to_markdown(table)
-                + "\nEach accuracy with its 95 % bootstrap interval over the image slots (prompt, sample), stratified"
-                " by tag, and over seeds; Δ Overall vs base: paired on the same slots (* excludes 0). UniGRPO's"
-                f" final rollout reward (mean of its last 3 rollout batches): {goal:.3f}\n"
-            )
-            plot_curves(cfg, curves, "reward", out / "image_reward_curves.png", "mean reward of rollouts", image=True)
-            plot_curves(cfg, curves, "kl", out / "image_kl_curves.png", "k3 KL to the base reference", image=True)
-            prompts = contact_prompts(args.image_folders[0])
-            for folder in map(Path, args.image_folders):
-                contact_sheet(folder, prompts, out / f"contact_sheet_{folder.parent.name}.png", folder.parent.name)
-        if frames and "unigrpo" in [*cfg.text_methods, *cfg.image.methods]:
-            versus, records = versus_table(cfg, pd.concat(frames), scores, (*cfg.tasks, *cfg.image.tasks))
-            intervals += records
-            (out / "rebrl_vs_unigrpo.md").write_text(
-                "# RebRL (and its ablation rows) minus UniGRPO: held-out accuracy, paired on the items (image: "
-                "Overall)\n\n" + to_markdown(versus) + "\n95 % bootstrap intervals; * excludes 0.\n"
-            )
-        if curves:
-            reach = samples_table(cfg, curves)
-            reach.to_csv(out / "samples_to_reward.csv", index=False)
-            (out / "samples_to_reward.md").write_text(
-                "# Samples to reach UniGRPO's final rollout reward (smoothed over 3 rollout batches)\n\n"
-                + to_markdown(reach)
-            )
-        pd.DataFrame(intervals).to_csv(out / "intervals.csv", index=False)
+    if cfg.tasks:
+        evals = [read_json(p) for p in files["evals"]]
+        frame = results_frame(cfg, evals, curves)
+        scores |= {(e["model"], e["task"]): text_scores(p, e["task"])
+                   for p, e in zip(files["generations"], evals, strict=True)}  # fmt: skip
+        table, table_csv, records = main_table(cfg, frame, scores)
+        intervals += records
+        frames.append(frame)
+        room = rollout_table([read_json(p) for p in files["rollouts"]])
+        write_csv(out / "results_long.csv", frame)
+        write_csv(out / "text_table.csv", table_csv)
+        title = "Held-out accuracy and reward (text tasks)"
+        write_text(out / "text_table.md", f"# {title}\n\n" + to_markdown(table) + TEXT_NOTE)
+        write_text(out / "text_table.html", to_html(table, title))
+        write_csv(out / "sft_rollouts.csv", room)
+        write_text(out / "sft_rollouts.md", "# SFT samples before RL (room for RL)\n\n" + to_markdown(room))
+        for key, label in CURVES.items():
+            plot_curves(cfg, curves, key, out / f"{key}_curves.png", label)
+    if files["credit"]:
+        credit = pd.concat([pd.read_csv(p) for p in files["credit"]])
+        write_csv(out / "credit.csv", credit.assign(series=credit["method"] + " " + credit["task"]))
+        plot_credit(credit, out / "credit_by_reveal_step.png")
+        summary = credit_summary(credit)
+        write_csv(out / "credit_summary.csv", summary)
+        title = "Gradient credit by reveal step (SFT rollouts; relative to each rollout's mean)"
+        write_text(out / "credit_summary.md", f"# {title}\n\n" + to_markdown(summary))
+    if cfg.image.tasks:
+        images = image_frame(cfg, files["image_results"], curves)
+        scores |= {Path(p).parent.name: image_scores(p) for p in files["image_results"]}
+        table, table_csv, records, goal = image_table(cfg, images, scores, curves)
+        intervals += records
+        frames.append(images)
+        title = f"{cfg.image.tasks[0]}: GenEval accuracy per tag (%), Overall = unweighted mean of tags"
+        write_csv(out / "image_results_long.csv", images)
+        write_csv(out / "image_table.csv", table_csv)
+        write_text(out / "image_table.md", f"# {title}\n\n" + to_markdown(table) + IMAGE_NOTE.format(goal=goal))
+        write_text(out / "image_table.html", to_html(table, title))
+        for key, label in CURVES.items():
+            plot_curves(cfg, curves, key, out / f"image_{key}_curves.png", label, image=True)
+        prompts = contact_prompts(files["image_folders"][0])
+        with atomic_path(out / "contact_sheets") as sheets:
+            sheets.mkdir()
+            for folder in map(Path, files["image_folders"]):
+                model = folder.parent.name
+                contact_sheet(folder, prompts, sheets / f"{model}.png", model)
+    frame = pd.concat(frames) if frames else pd.DataFrame(columns=["row", "task", "model"])
+    versus, records = versus_table(cfg, frame, scores, (*cfg.tasks, *cfg.image.tasks))
+    intervals += records
+    write_text(
+        out / "rebrl_vs_unigrpo.md",
+        "# RebRL (and its ablation rows) minus UniGRPO: held-out accuracy, paired on the items (image: Overall)\n\n"
+        + to_markdown(versus)
+        + "\n95 % bootstrap intervals; * excludes 0.\n",
+    )
+    reach = samples_table(cfg, curves)
+    write_csv(out / "samples_to_reward.csv", reach)
+    title = "Samples to reach UniGRPO's final rollout reward (smoothed over 3 rollout batches)"
+    write_text(out / "samples_to_reward.md", f"# {title}\n\n" + to_markdown(reach))
+    write_csv(out / "intervals.csv", pd.DataFrame(intervals))
+    write_json(out / "metrics.json", headline_metrics(intervals))
 
 
 if __name__ == "__main__":

@@ -38,3 +38,29 @@ def test_quick_benchmark_covers_every_sampler_and_method(tmp_path):
     assert {r["method"] for r in results["scaling"]} == {"diffu_grpo", "rebrl"}
     assert {"torch", "threads", "cpu_count", "date"} <= set(results["machine"])
     assert (tmp_path / "summary.md").read_text().startswith("# Sampler and GRPO speed")
+    assert results["peak_gflops"] > 0
+    assert all(r["gflop"]["update"] > 0 and r["gflop"]["old_ref_logp"] >= 0 for r in results["methods"].values())
+
+
+FAST = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_fast_sampling.py"
+
+
+@pytest.mark.slow
+def test_quick_fast_sampling_benchmark_covers_every_option(tmp_path):
+    """The long-completion part (its model trained for a few steps in ``--work``): every option of the sampler,
+    timed against the plain one, with accuracy, NFE and a FLOP fraction."""
+    proc = subprocess.run(
+        [sys.executable, str(FAST), "--out", str(tmp_path / "out"), "--quick", "--threads", "1", "--parts", "long",
+         "--work", str(tmp_path / "work")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    (part,) = results["long"].values()
+    rows = part["lengths"]["64"]
+    assert set(rows["speed"]) == set(rows["accuracy"]) and "plain" in rows["speed"]
+    assert all(r["nfe"] >= 1 and r["tokens_per_s"] > 0 and r["gflop"] > 0 for r in rows["speed"].values())
+    assert rows["speed"]["plain"]["speedup"] == 1.0
+    assert (tmp_path / "out" / "summary.md").read_text().startswith("# Fast-dLLM options")

@@ -10,11 +10,11 @@ from typing import Any
 
 import pandas as pd
 
-from ddmrl.config import ConfigError
+from ddmrl.config import DEFAULT_PROFILE, ConfigError
 from ddmrl.io import DataError, DownloadError, atomic_path
 
 for _var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "DVC_NO_ANALYTICS"):
-    os.environ.setdefault(_var, "1")  # no hub retries: a missing local file fails at once (ecosystem.md section 6)
+    os.environ.setdefault(_var, "1")  # no hub retries: a missing local file fails at once
 
 
 def run_stage(main: Callable[[], None]) -> None:
@@ -25,10 +25,30 @@ def run_stage(main: Callable[[], None]) -> None:
     if "OMP_NUM_THREADS" in os.environ:
         torch.set_num_threads(max(1, int(os.environ["OMP_NUM_THREADS"])))
     try:
+        _check_dvc_profile()
         main()
     except (ConfigError, DataError, DownloadError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+
+
+def _check_dvc_profile() -> None:
+    """Under DVC: dvc.yaml lists the sweep of the profile it was exported for (DVC reads params.yaml alone, not the
+    overlay), so a stage refuses to run under another one (``dvc exp run -S profile=...``)."""
+    root = os.environ.get("DVC_ROOT")
+    if not os.environ.get("DVC_STAGE") or not root:
+        return
+    import yaml
+
+    lines = (Path(root) / "dvc.yaml").read_text(encoding="utf-8").splitlines()[:3]
+    exported = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("# profile:")), None)
+    params = yaml.safe_load((Path(root) / "params.yaml").read_text(encoding="utf-8")) or {}
+    profile = params.get("profile", DEFAULT_PROFILE)
+    if exported is not None and exported != profile:
+        raise ConfigError(
+            f"params.yaml: profile = {profile!r}, but dvc.yaml was exported for {exported!r}: run "
+            "python -m ddmrl.pipeline.export, then dvc repro (dvc exp run -S profile=... cannot switch profiles)"
+        )
 
 
 def write_csv(path: str | Path, rows: list[dict[str, Any]] | pd.DataFrame) -> None:

@@ -25,7 +25,7 @@ import torch
 
 from ddmrl.config import GRPOConfig
 from ddmrl.methods import METHODS
-from ddmrl.objectives.losses import OBJECTIVES
+from ddmrl.objectives import OBJECTIVES
 from ddmrl.rollout import Rollouts
 from ddmrl.training.grpo import Batch, make_views, objective_inputs, view_logps
 

@@ -13,7 +13,6 @@ from typing import Any
 import torch
 
 from ddmrl.config import EvaluateConfig, SamplerConfig
-from ddmrl.geneval import summarize
 from ddmrl.rollout import rollout
 from ddmrl.seeding import generator
 from ddmrl.tasks.base import Example, Task
@@ -96,6 +95,8 @@ def evaluate_images(
 
     Returns (metrics: GenEval's summary in percent with ``accuracy`` = Overall, the mean reward, NFE and time;
     one generation record per image; the evaluator's results rows)."""
+    from ddmrl.geneval import summarize  # image tasks only: text evaluations do not run (or depend on) it
+
     texts, ids, stats = sample_prompts(model, tok, task, examples, cfg, seed)
     rows = task.judge_images(folder, examples, texts, ids)
     summary = summarize(rows)

@@ -44,9 +44,11 @@ def sampler_kwargs(sampler: SamplerConfig, completion_length: int) -> dict:
         "cfg_scale": sampler.cfg_scale,
     }
     if sampler.name == "llada":
-        kw |= {"block_length": sampler.block_length, "remasking": sampler.remasking}
+        kw |= {"block_length": sampler.block_length, "remasking": sampler.remasking, "kv_cache": sampler.kv_cache}
     elif sampler.name == "maskgit":
         kw |= {"noise_temperature": sampler.noise_temperature}
+    if sampler.name != "emerge":
+        kw |= {"parallel": sampler.parallel, "threshold": sampler.threshold, "factor": sampler.factor}
     return kw
 
 

@@ -288,6 +288,38 @@ def to_markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def to_html(df: pd.DataFrame, title: str) -> str:
+    """A standalone HTML page holding the table (what ``snakemake --report`` shows)."""
+    table = df.to_html(index=False, border=0, classes="ddmrl-table", na_rep="—")
+    style = "body{font-family:sans-serif} table{border-collapse:collapse} td,th{padding:4px;border:1px solid #999}"
+    return (
+        f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{title}</title><style>{style}</style></head>"
+        f"<body><h2>{title}</h2>\n{table}\n</body></html>\n"
+    )
+
+
+def headline_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The tables' headline numbers (``dvc metrics``, ``dvc exp show``) from the tables' interval records: held-out
+    accuracy per text task and row, GenEval Overall per image task and row, over the row's seeds (rows: base, sft,
+    method sections)."""
+    out: dict[str, Any] = {}
+    for r in records:
+        key = {"accuracy": "accuracy", "Overall": "geneval_overall"}.get(r["metric"])
+        if key:
+            out.setdefault(key, {}).setdefault(r["task"], {})[r["row"]] = round(float(r["estimate"]), 2)
+    return out
+
+
+def curves_frame(cfg: Config, curves: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Every run's curve in one long table, with ``series`` (the run), method section, task and seed: DVC's plots."""
+    frames = [
+        curves[run_name(m, t, s)].assign(series=run_name(m, t, s), method=m, task=t, seed=s)
+        for m, t, s in cfg.runs()
+        if run_name(m, t, s) in curves
+    ]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["series", "step"])
+
+
 # ------------------------------------------------------------------------------------------------ curves
 
 

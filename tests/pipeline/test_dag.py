@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import graphlib
+import itertools
 import shutil
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 import yaml
 
 from ddmrl.config import Config, load, profile_path
-from ddmrl.pipeline import dag
+from ddmrl.pipeline import dag, layout
 
 REPO = Path(__file__).resolve().parents[2]
 PARAMS = REPO / "params.yaml"
@@ -79,7 +80,8 @@ def test_stage_scripts_exist(stages):
 
 
 def test_every_path_travels_as_a_flag(stages):
-    """Scripts never hard-code paths: each dep under data/ and each output is a CLI value, and vice versa."""
+    """Scripts never hard-code paths: each dep under data/ and each output is a CLI value, and vice versa; the
+    tables stage gets directories (DVC's deps), and its inputs and outputs lie under them."""
     for s in stages:
         values = set()
         for _, v in s.args:
@@ -89,7 +91,13 @@ def test_every_path_travels_as_a_flag(stages):
         # checkpoints are the one path that is neither a dep nor an output: no engine may delete them
         checkpoints = {v for flag, v in s.args if flag == "--checkpoints"}
         assert checkpoints <= {dag.checkpoints(s.name)}, s.name
-        assert paths - checkpoints == declared, s.name
+        if s.kind != "tables":
+            assert paths - checkpoints == declared and not s.dvc_deps, s.name
+            continue
+        out = dict(s.args)["--out"]
+        assert paths == {*s.dvc_deps, out}
+        assert all(any(d.startswith(f"{root}/") for root in s.dvc_deps) for d in s.deps if d.startswith("data/"))
+        assert all(o.startswith(f"{out}/") for o in s.outputs)
 
 
 def test_checkpoints_are_never_outputs(stages):
@@ -120,6 +128,21 @@ def test_outputs_follow_the_path_convention(stages):
             assert (out + "/").startswith(f"data/{kind}/"), f"{s.name}: {out} is not under data/{kind}/"
 
 
+def test_stages_are_their_kinds_expanded_over_the_sweep(cfg, stages):
+    """Each kind's stages are exactly the product of its wildcards' values, and the pattern stage (wildcards in
+    braces) formats into each of them: what Snakemake's rule matches."""
+    for kind in dag.kinds(cfg):
+        mine = [s for s in stages if s.kind == kind.name]
+        assert [tuple(v for _, v in s.wildcards) for s in mine] == list(
+            itertools.product(*(dag.values(cfg, d) for d in kind.dims))
+        )
+        pattern = dag.pattern(cfg, kind.name)
+        for s in mine:
+            w = dict(s.wildcards)
+            assert [o.format(**w) for o in pattern.outputs] == list(s.outputs)
+            assert pattern.name.format(**w) == s.name
+
+
 def test_build_expands_runs_and_tasks(cfg, stages):
     names = [s.name for s in stages]
     runs, tasks, images = cfg.run_names(), cfg.tasks, cfg.image.tasks
@@ -140,13 +163,14 @@ def test_build_expands_runs_and_tasks(cfg, stages):
     for r in runs:  # each run is evaluated on its own task
         _, task, _ = cfg.run(r)
         assert dict(by_name[f"evaluate_{r}"].args)["--task"] == task
-    tables = by_name["tables"]
+    reads = layout.tables_inputs(cfg)  # what the tables stage reads: every evaluation, curve, score and credit
     image_evals = {e for e in evals if any(f"_{t}" in e for t in images)}
-    assert len(dict(tables.args)["--evals"]) == len(evals - image_evals)
-    image_args = [dict(tables.args).get(k, ()) for k in ("--image-results", "--image-folders")]
-    assert [len(a) for a in image_args] == [len(image_evals)] * 2
-    assert len(dict(tables.args)["--curves"]) == len(runs)
-    assert len(dict(tables.args)["--rollouts"]) == len(tasks)
+    assert len(reads["evals"]) == len(evals - image_evals)
+    assert len(reads["image_results"]) == len(reads["image_folders"]) == len(image_evals)
+    assert len(reads["curves"]) == len(runs) and len(reads["rollouts"]) == len(tasks)
+    assert len(reads["credit"]) == credit
+    produced = {o for s in stages for o in s.outputs}
+    assert set(by_name["tables"].deps) - {"profiles/smoke.yaml"} == {p for v in reads.values() for p in v} <= produced
 
 
 def test_changing_one_method_section_touches_only_its_runs(tmp_path, cfg):
@@ -181,6 +205,8 @@ def test_params_name_keys_that_exist(cfg, stages):
 def test_cmd_quotes_values_and_repeats_flags():
     s = dag.Stage(
         name="x",
+        kind="x",
+        wildcards=(),
         script="stages/x.py",
         args=(("--params", "params.yaml"), ("--in", ("a b", "c")), ("--out", "d")),
         deps=(),
@@ -207,14 +233,91 @@ def test_code_files_follow_imports_transitively(tmp_path):
     )
 
 
-def test_tables_code_is_not_a_dep_of_training(stages):
-    for s in stages:
-        files = dag.code_files(s.script, REPO)
+def test_code_files_follow_lazy_exports_and_skip_unused_optional_modules(tmp_path):
+    """A name a package exports lazily (its ``_LAZY`` table) brings its module; a registry member does not (a stage
+    names those it uses); an optional module imported inside a function is a dep only of a stage that uses it,
+    imported at module level it always is."""
+    src = tmp_path / "src" / "ddmrl"
+    (src / "pkg").mkdir(parents=True)
+    (src / "__init__.py").write_text("")
+    (src / "pkg" / "__init__.py").write_text('_LAZY = {"f": "ddmrl.pkg.b"}\nREG = Registry({"c": "ddmrl.pkg.c:g"})\n')
+    (src / "pkg" / "b.py").write_text("def f():\n    from ddmrl import hub\n")
+    (src / "pkg" / "c.py").write_text("")
+    (src / "hub.py").write_text("")
+    (tmp_path / "stages").mkdir()
+    (tmp_path / "stages" / "x.py").write_text("from ddmrl.pkg import f, REG\n")
+    base = ("src/ddmrl/__init__.py", "src/ddmrl/pkg/__init__.py", "src/ddmrl/pkg/b.py")
+    assert dag.code_files("stages/x.py", tmp_path) == base
+    assert dag.code_files("stages/x.py", tmp_path, ("ddmrl.pkg.c",)) == (*base, "src/ddmrl/pkg/c.py")
+    assert dag.code_files("stages/x.py", tmp_path, ("ddmrl.hub",)) == tuple(sorted((*base, "src/ddmrl/hub.py")))
+    (tmp_path / "stages" / "y.py").write_text("from ddmrl.pkg import f\nimport ddmrl.hub\n")
+    assert "src/ddmrl/hub.py" in dag.code_files("stages/y.py", tmp_path)
+
+
+def test_the_scan_reads_the_registries_the_code_uses():
+    from ddmrl.objectives import OBJECTIVES
+    from ddmrl.samplers import SAMPLERS
+    from ddmrl.tasks import TASKS
+
+    for package, name, reg in (("ddmrl.tasks", "TASKS", TASKS), ("ddmrl.samplers", "SAMPLERS", SAMPLERS),
+                               ("ddmrl.objectives", "OBJECTIVES", OBJECTIVES)):  # fmt: skip
+        assert dag.registry(package, name) == reg.specs
+
+
+def users(stages, path: str) -> set[str]:
+    return {s.name for s in stages if path in dag.code(s, REPO)}
+
+
+def downstream(stages: list[dag.Stage], names: set[str]) -> set[str]:
+    """``names`` and every stage that reads, directly or not, what they write."""
+    out = set(names)
+    while (
+        more := {s.name for s in stages if set(s.deps) & {o for t in stages if t.name in out for o in t.outputs}} - out
+    ):
+        out |= more
+    return out
+
+
+def test_touching_library_code_reruns_only_the_stages_that_run_it(cfg, stages):
+    """The embedded default, from the DAG data (test_smoke measures the same with both engines after a run)."""
+    for path in ("src/ddmrl/sandbox.py", "src/ddmrl/hub.py", "src/ddmrl/rewards/remote.py"):
+        assert users(stages, path) == set(), path
+    assert users(stages, "src/ddmrl/tables.py") == {"tables"}
+    assert downstream(stages, {"tables"}) == {"tables"}
+    spg = {f"grpo_spg_{t}_s{s}" for t in cfg.tasks for s in cfg.grpo.seeds} | {f"credit_spg_{t}" for t in cfg.tasks}
+    assert users(stages, "src/ddmrl/objectives/spg.py") == spg
+    assert downstream(stages, spg) == spg | {f"evaluate_spg_{t}_s{s}" for t in cfg.tasks for s in cfg.grpo.seeds} | {
+        "tables"
+    }
+    clipped = {r for r in cfg.run_names() if r.split("_")[0] in ("diffu", "unigrpo", "maskgrpo", "rebrl", "tracerl")}
+    credit = {f"credit_{m}_{t}" for m in ("diffu_grpo", "unigrpo", "maskgrpo", "rebrl", "tracerl") for t in cfg.tasks}
+    assert users(stages, "src/ddmrl/objectives/token_clip.py") == {f"grpo_{r}" for r in clipped} | credit
+    task = cfg.tasks[-1]  # a task's module: the stages that build or train on every task, and its own stages
+    assert users(stages, f"src/ddmrl/tasks/{task}.py") == {"download", "sft"} | {
+        s.name for s in stages if dict(s.wildcards).get("task") == task
+    }
+    for s in stages:  # what every stage runs, and what no stage but the tables does
+        files = dag.code(s, REPO)
         assert "src/ddmrl/config/__init__.py" in files
-        if s.name.startswith("grpo_"):
+        if s.kind == "grpo":
             assert "src/ddmrl/training/grpo.py" in files and "src/ddmrl/masking/views.py" in files
-        if s.name != "tables":
-            assert "src/ddmrl/tables.py" not in files
+
+
+def test_dvc_yaml_names_the_same_code(tmp_path):
+    """In dvc.yaml (tasks expanded by DVC, as src/ddmrl/tasks/${item.task}.py) an objective is a dep of its
+    methods' entries only, and the tables code of the tables entry only."""
+    from ddmrl.pipeline import export
+
+    entries = yaml.safe_load(export.render(PARAMS))["stages"]
+
+    def entries_with(path):
+        return {name for name, e in entries.items() if path in e["deps"]}
+
+    assert entries_with("src/ddmrl/objectives/spg.py") == {"credit_spg", "grpo_spg"}
+    assert entries_with("src/ddmrl/tables.py") == {"tables"}
+    assert entries_with("src/ddmrl/sandbox.py") == entries_with("src/ddmrl/hub.py") == set()
+    assert "src/ddmrl/tasks/${item.task}.py" in entries["grpo_rebrl"]["deps"]
+    assert not entries_with("src/ddmrl/tasks/sudoku4.py") - {"download", "sft"}
 
 
 def test_non_default_profile_makes_the_overlay_a_dep(tmp_path):
@@ -249,9 +352,10 @@ def test_image_branch_stages(tmp_path):
         assert dict(ev.args)["--images"] == f"data/evaluate/{m}_geneval_mini_s0/geneval_mini"
         assert ev.dir_outs == (dict(ev.args)["--images"],) and "image.evaluate" in ev.params
     assert "evaluate_sft_geneval_mini" not in by_name and "credit_unigrpo_geneval_mini" not in by_name
-    tables = dict(by_name["tables"].args)
-    assert len(tables["--image-results"]) == len(tables["--image-folders"]) == 1 + len(cfg.image.methods)
-    assert set(tables["--image-folders"]) <= set(by_name["tables"].deps)
+    reads = layout.tables_inputs(cfg)
+    assert len(reads["image_results"]) == len(reads["image_folders"]) == 1 + len(cfg.image.methods)
+    assert set(reads["image_folders"]) <= set(by_name["tables"].deps)
+    assert f"data/tables/{dag.CONTACT_SHEETS}" in by_name["tables"].dir_outs
 
 
 def test_training_stages_launch_with_python_unless_params_say_accelerate(tmp_path, stages):

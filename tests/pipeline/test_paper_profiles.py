@@ -1,5 +1,5 @@
-"""The paper profiles: `snakemake -n` lists their whole DAG, and offline the download stage fails first, with one
-line naming every missing download and the command that fetches it."""
+"""The paper profiles: their runs launch with accelerate, their values are the papers', and offline the download
+stage fails first, with one line naming every missing download and the command that fetches it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from test_engines import ENV, copy_repo, edit_params, snakemake, snakemake_jobs
+from helpers import ENV, copy_repo
 
 from ddmrl.config import load
 from ddmrl.pipeline import dag
@@ -16,25 +16,22 @@ PAPER_PROFILES = ["paper_llada_math", "paper_mmada_geneval"]
 
 
 def paper_repo(tmp_path, profile):
-    root = copy_repo(tmp_path)
-    edit_params(root, lambda raw: raw.update(profile=profile))
+    root = copy_repo(tmp_path, profile=profile)
     return root, load(root / "params.yaml")
 
 
 @pytest.mark.parametrize("profile", PAPER_PROFILES)
-def test_snakemake_lists_the_whole_paper_dag(tmp_path, profile):
+def test_paper_runs_launch_with_accelerate(tmp_path, profile):
+    """Every GRPO run of a paper profile is launched the way GPU users launch training (both engines run
+    ``Stage.cmd``: tests/pipeline/test_engines.py)."""
     root, cfg = paper_repo(tmp_path, profile)
-    result = snakemake(root, "-n", "-p")
-    assert result.returncode == 0, result.stderr[-2000:]
-    jobs = snakemake_jobs(result.stdout)
-    stages = dag.build(cfg)
-    assert set(jobs) - {"all"} == {s.name for s in stages}
-    grpo = [name for name in jobs if name.startswith("grpo_")]
+    grpo = [s for s in dag.build(cfg) if s.script == "stages/grpo.py"]
     assert len(grpo) == len(cfg.runs()) >= 4
-    for name in grpo:  # launched the way GPU users launch training
-        assert jobs[name].startswith(
+    for s in grpo:
+        assert s.cmd.startswith(
             "accelerate launch --config_file configs/accelerate/zero2.yaml --num_processes 8 stages/grpo.py"
         )
+        assert dict(s.resources) == {"gpu": 8}
 
 
 def test_llada_math_profile_has_the_papers_values(tmp_path):

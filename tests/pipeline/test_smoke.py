@@ -1,8 +1,11 @@
 """The whole DAG on the smoke profile, under Snakemake and under DVC, in temporary copies of the repository.
 
-Checks the acceptance of the foundation issue on real stages: the main job finishes and writes the table and
-plots; a second run does nothing; changing one method's params reruns only that method's stages and the tables;
-DVC runs the same stages and agrees on what a params change invalidates. A few minutes on 2 cores.
+Snakemake (the session's smoke workspace, tests/pipeline/conftest.py): the main job finishes and writes the tables
+and plots; a second run does nothing; changing one method's params reruns only that method's stages and the tables;
+DVC records what Snakemake made, so `dvc status` is clean and a fresh clone pulls the results with nothing to run.
+DVC: `dvc repro` runs the DAG, agrees on what a params change invalidates, and `dvc exp run -S grpo.seeds=[0,1]`
+runs exactly the new seed's stages, with the headline metrics and curves comparable between experiments.
+A few minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -10,95 +13,55 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
+from helpers import BIN, commit, copy_repo, edit_params, planned_names, run
 
+from ddmrl.config import load
 from ddmrl.geneval import summarize
+from ddmrl.pipeline import dag, export
 from ddmrl.tables import IMAGE_COLUMNS
 
-REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.slow
 
 
-def _copy_repo(dst: Path) -> Path:
-    for name in ("workflow", "stages", "profiles"):
-        shutil.copytree(REPO / name, dst / name)
-    raw = yaml.safe_load((REPO / "params.yaml").read_text())
-    raw["profile"] = "smoke"
-    (dst / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    run([BIN / "python", "-m", "ddmrl.pipeline.export"], dst)
-    return dst
-
-
-def run(cmd: list, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
-    out = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=900)
-    if check and out.returncode != 0:
-        raise AssertionError(f"{cmd} failed ({out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
-    return out
-
-
-def planned_jobs(ws: Path) -> set[str]:
-    """Job names Snakemake would run now (dry run)."""
-    out = run([BIN / "snakemake", "-n", "--cores", "2"], ws).stdout
-    return set(re.findall(r"^rule (\w+):", out, flags=re.M)) - {"all"}
-
-
 def change_rebrl(ws: Path) -> None:
-    raw = yaml.safe_load((ws / "params.yaml").read_text())
-    raw["methods"]["rebrl"]["epsilon"] = 0.3
-    (ws / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    edit_params(ws, lambda raw: raw["methods"]["rebrl"].update(epsilon=0.3))
 
 
-@pytest.fixture(scope="module")
-def snakemake_ws(tmp_path_factory):
-    ws = _copy_repo(tmp_path_factory.mktemp("smk"))
-    run([BIN / "snakemake", "--cores", "2"], ws)
-    return ws
+# ------------------------------------------------------------------------------------------------ Snakemake
 
 
-def test_snakemake_runs_the_whole_dag_and_writes_tables(snakemake_ws):
-    tables = snakemake_ws / "data" / "tables"
-    for name in (
-        "text_table.md",
-        "text_table.csv",
-        "reward_curves.png",
-        "kl_curves.png",
-        "sft_rollouts.md",
-        "credit_by_reveal_step.png",
-    ):
+def test_snakemake_runs_the_whole_dag_and_writes_tables(smoke_workspace):
+    tables = smoke_workspace / "data" / "tables"
+    for s in dag.build(load(smoke_workspace / "params.yaml")):
+        for out in s.outputs:
+            assert (smoke_workspace / out).exists(), out
+    for name in (*dag.TABLES_TEXT, *dag.TABLES_CREDIT, "curves.csv", "metrics.json"):
         assert (tables / name).stat().st_size > 0, name
     text = (tables / "text_table.md").read_text()
-    for row in (
-        "| base |",
-        "| SFT |",
-        "| diffu-GRPO |",
-        "| UniGRPO |",
-        "| MaskGRPO |",
-        "| RebRL |",
-        "| TraceRL |",
-        "| GDPO |",
-        "| SPG |",
-        "| wd1 |",
-    ):
-        assert row in text
-    assert not list((snakemake_ws / "data" / "checkpoints").glob("*/step-*")), "checkpoints are cleared after success"
+    for row in ("base", "SFT", "diffu-GRPO", "UniGRPO", "MaskGRPO", "RebRL", "TraceRL", "GDPO", "SPG", "wd1"):
+        assert f"| {row} |" in text
+    assert not list((smoke_workspace / "data" / "checkpoints").glob("*/step-*")), "checkpoints cleared after success"
+    metrics = json.loads((tables / "metrics.json").read_text())
+    table = pd.read_csv(tables / "text_table.csv").set_index("model")
+    assert metrics["accuracy"]["sudoku4"]["rebrl"] == pytest.approx(float(table.loc["RebRL", "sudoku4 acc (%)"]))
+    curves = pd.read_csv(tables / "curves.csv")
+    assert set(curves["series"]) == set(load(smoke_workspace / "params.yaml").run_names())
 
 
-def test_image_branch_writes_geneval_layout_table_and_contact_sheets(snakemake_ws):
+def test_image_branch_writes_geneval_layout_table_and_contact_sheets(smoke_workspace):
     """The text-to-image runs: GenEval's folder layout per model, the table computed from the results JSONL, the
     curves and one contact sheet per model."""
-    data, tables = snakemake_ws / "data", snakemake_ws / "data" / "tables"
-    for name in ("image_table.md", "image_table.csv", "image_reward_curves.png", "image_kl_curves.png"):
+    data, tables = smoke_workspace / "data", smoke_workspace / "data" / "tables"
+    for name in dag.TABLES_IMAGE:
         assert (tables / name).stat().st_size > 0, name
     models = ["base", "unigrpo_geneval_mini_s0", "rebrl_geneval_mini_s0"]
     for model in models:
-        assert (tables / f"contact_sheet_{model}.png").stat().st_size > 0
+        assert (tables / "contact_sheets" / f"{model}.png").stat().st_size > 0
         folder = data / "evaluate" / model / "geneval_mini"
         prompts = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))  # Snakemake's timestamp
         assert prompts == [f"{i:05d}" for i in range(len(prompts))] and len(prompts) >= 6
@@ -114,16 +77,15 @@ def test_image_branch_writes_geneval_layout_table_and_contact_sheets(snakemake_w
             assert float(table.loc[row, col]) == pytest.approx(summary["tags"][tag]["accuracy"], abs=0.051)
 
 
-def test_second_run_has_nothing_to_do(snakemake_ws):
-    assert planned_jobs(snakemake_ws) == set()
+def test_second_run_has_nothing_to_do(smoke_workspace):
+    assert planned_names(smoke_workspace) == set()
 
 
-def test_changing_one_method_reruns_only_its_stages_and_the_tables(snakemake_ws, tmp_path):
+def test_changing_one_method_reruns_only_its_stages_and_the_tables(smoke_workspace, tmp_path):
     ws = tmp_path / "ws"
-    shutil.copytree(snakemake_ws, ws, symlinks=True)
+    shutil.copytree(smoke_workspace, ws, symlinks=True)
     change_rebrl(ws)
-    jobs = planned_jobs(ws)
-    assert jobs == {
+    assert planned_names(ws) == {
         "grpo_rebrl_sudoku4_s0",
         "credit_rebrl_sudoku4",
         "evaluate_rebrl_sudoku4_s0",
@@ -133,14 +95,145 @@ def test_changing_one_method_reruns_only_its_stages_and_the_tables(snakemake_ws,
     }
 
 
-def test_dvc_repro_runs_the_same_dag_and_agrees_on_reruns(tmp_path):
-    ws = _copy_repo(tmp_path)
+def test_dvc_records_what_snakemake_made(smoke_workspace, tmp_path):
+    """The run ended by committing every stage to dvc.lock and the cache: `dvc status` is clean; `dvc push` to a
+    local remote, then on a fresh clone `dvc pull` restores the tables and models with nothing to rerun (and
+    `snakemake --touch` tells Snakemake so)."""
+    ws = tmp_path / "ws"
+    shutil.copytree(smoke_workspace, ws, symlinks=True)
+    n = len(dag.build(load(ws / "params.yaml")))
+    assert f"recorded {n} of {n} stages in dvc.lock" in (ws / "snakemake.log").read_text()
+    assert "Data and pipelines are up to date" in run([BIN / "dvc", "status"], ws).stdout
+    run([BIN / "dvc", "remote", "add", "-d", "store", tmp_path / "remote"], ws)
+    run([BIN / "dvc", "push", "-q"], ws)
+    commit(ws, "smoke run")
+
+    clone = tmp_path / "clone"
+    run(["git", "clone", "-q", ws, clone], tmp_path)
+    assert not (clone / "data" / "tables").exists()
+    run([BIN / "dvc", "pull", "-q"], clone)
+    for p in (ws / "data" / "tables").rglob("*"):
+        if p.is_file():
+            assert (clone / p.relative_to(ws)).read_bytes() == p.read_bytes(), p
+    assert (clone / "data" / "grpo" / "rebrl_sudoku4_s0" / "model" / "model.safetensors").exists()
+    assert "Data and pipelines are up to date" in run([BIN / "dvc", "status"], clone).stdout
+    assert "Running stage" not in run([BIN / "dvc", "repro", "--dry"], clone).stdout
+    run([BIN / "snakemake", "--touch", "--cores", "2"], clone)
+    assert planned_names(clone) == set()
+
+
+# ------------------------------------------------------------------------------------------------ DVC
+
+
+def ran(output: str) -> set[str]:
+    return set(re.findall(r"^Running stage '([^']+)'", output, flags=re.M))
+
+
+def test_dvc_repro_runs_the_dag_and_experiments_run_exactly_the_new_seed(tmp_path):
+    """Two text methods and one image method keep this short; every kind of stage runs."""
+    ws = copy_repo(tmp_path / "ws", profile="smoke")
+    edit_params(ws, lambda raw: raw["grpo"].update(methods=["rebrl", "spg"]))
+    edit_params(ws, lambda raw: raw["image"].update(methods=["rebrl"]), file="profiles/smoke.yaml")
+    assert export.main(["--params", str(ws / "params.yaml")]) == 0
     run(["git", "init", "-q"], ws)
-    run([BIN / "dvc", "init", "-q"], ws)
-    run([BIN / "dvc", "repro", "-q"], ws)
+    first = run([BIN / "dvc", "repro"], ws).stdout
+    assert ran(first) == set(export.addresses(ws / "params.yaml").values())
     assert (ws / "data" / "tables" / "text_table.md").exists()
     assert "up to date" in run([BIN / "dvc", "status"], ws).stdout
+
+    params = (ws / "params.yaml").read_text()
     change_rebrl(ws)
     status = yaml.safe_load(run([BIN / "dvc", "status", "--json"], ws).stdout)
     # the stages whose own params changed; their downstream (evaluations, tables) follows on repro
-    assert set(status) == {"grpo_rebrl_sudoku4_s0", "credit_rebrl_sudoku4", "grpo_rebrl_geneval_mini_s0"}
+    assert set(status) == {"grpo_rebrl@sudoku4-0", "credit_rebrl@sudoku4", "grpo_image_rebrl@geneval_mini-0"}
+    (ws / "params.yaml").write_text(params)
+
+    commit(ws, "smoke with DVC")
+    exp = run([BIN / "dvc", "exp", "run", "-n", "seeds01", "-S", "grpo.seeds=[0,1]"], ws).stdout
+    assert ran(exp) == {
+        "grpo_rebrl@sudoku4-1",
+        "grpo_spg@sudoku4-1",
+        "grpo_image_rebrl@geneval_mini-1",  # image runs follow grpo.seeds
+        "evaluate_rebrl@sudoku4-1",
+        "evaluate_spg@sudoku4-1",
+        "evaluate_image_rebrl@geneval_mini-1",
+        "tables",
+    }
+    shown = json.loads(run([BIN / "dvc", "exp", "show", "--json"], ws).stdout)
+    metrics = {}
+    for rev in shown:
+        for exp_rev in [rev, *(e for x in rev.get("experiments") or [] for e in x["revs"])]:
+            data = exp_rev.get("data") or {}
+            headline = (data.get("metrics") or {}).get("data/tables/metrics.json", {}).get("data")
+            metrics[exp_rev.get("name") or exp_rev["rev"]] = headline
+    assert {"seeds01", "workspace"} <= set(metrics) and all(metrics.values())
+    assert set(metrics["seeds01"]["accuracy"]["sudoku4"]) == {"base", "sft", "rebrl", "spg"}
+
+    diff = json.loads(run([BIN / "dvc", "metrics", "diff", "HEAD", "seeds01", "--all", "--json"], ws).stdout)
+    assert "accuracy.sudoku4.rebrl" in diff["data/tables/metrics.json"]
+    plots = json.loads(run([BIN / "dvc", "plots", "diff", "HEAD", "seeds01", "--json"], ws).stdout)["data"]
+    assert set(plots) == {"reward", "kl", "loss", "clip_ratio", "credit"}
+    series = {(p["rev"], p["series"]) for p in plots["reward"][0]["content"]["data"]["values"]}
+    assert ("seeds01", "rebrl_sudoku4_s1") in series and ("HEAD", "rebrl_sudoku4_s0") in series
+    assert ("HEAD", "rebrl_sudoku4_s1") not in series
+
+
+# ------------------------------------------------------------------------------------------------ code deps
+
+
+def imported(log: Path) -> set[str]:
+    """The ddmrl modules a stage imported (Python's -X importtime lines in its log)."""
+    return set(re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s+(ddmrl[\w.]*)\s*$", log.read_text(), flags=re.M))
+
+
+def test_every_module_a_stage_ran_is_one_of_its_code_deps(smoke_workspace):
+    """Sound precision: the library modules each job actually imported (Python's import log, kept in the job's log)
+    are all among its declared code deps, which leave out other tasks, objectives and samplers."""
+    stages = dag.build(load(smoke_workspace / "params.yaml"))
+    for s in stages:
+        deps = set(dag.code(s, smoke_workspace))
+        ran = imported(smoke_workspace / "logs" / f"{s.name}.log")
+        assert "ddmrl.cli" in ran, s.name
+        files = {f.relative_to(smoke_workspace).as_posix() for m in ran for f in dag._module_files(m, smoke_workspace)}
+        assert files <= deps, (s.name, sorted(files - deps))
+
+
+def downstream(stages: list[dag.Stage], names: set[str]) -> set[str]:
+    """``names`` and every stage that reads, directly or not, what they write."""
+    out = set(names)
+    while True:
+        outputs = {o for s in stages if s.name in out for o in s.outputs}
+        more = {s.name for s in stages if any(d in outputs for d in s.deps)} - out
+        if not more:
+            return out
+        out |= more
+
+
+@pytest.mark.parametrize(
+    "touched",
+    [
+        "src/ddmrl/sandbox.py",
+        "src/ddmrl/hub.py",
+        "src/ddmrl/rewards/remote.py",
+        "src/ddmrl/objectives/spg.py",
+        "src/ddmrl/tables.py",
+    ],
+)
+def test_touching_library_code_reruns_only_the_stages_that_run_it(smoke_workspace, tmp_path, touched):
+    """A comment appended to one library file: `snakemake -n` plans the stages that run it and what is downstream;
+    `dvc status` names the stages that run it."""
+    ws = tmp_path / "ws"
+    shutil.copytree(smoke_workspace, ws, symlinks=True)
+    with (ws / touched).open("a") as f:
+        f.write("# touched\n")
+    stages = dag.build(load(ws / "params.yaml"))
+    users = {s.name for s in stages if touched in dag.code(s, ws)}
+    expected = {
+        "src/ddmrl/objectives/spg.py": {"grpo_spg_sudoku4_s0", "credit_spg_sudoku4"},
+        "src/ddmrl/tables.py": {"tables"},
+    }.get(touched, set())
+    assert users == expected
+    assert planned_names(ws) == downstream(stages, users)
+    status = yaml.safe_load(run([BIN / "dvc", "status", "--json"], ws).stdout)
+    addresses = export.addresses(ws / "params.yaml")
+    assert set(status) == {addresses[n] for n in users}

@@ -188,6 +188,13 @@ methods:
         ('grpo: {max_steps: "10"}\n', "grpo.max_steps"),
         ("grpo: {beta: true}\n", "grpo.beta"),
         ("grpo: {sampler: {block_length: 0}}\n", "grpo.sampler.block_length"),
+        ("grpo: {sampler: {kv_cache: triple}}\n", "grpo.sampler.kv_cache"),
+        ("evaluate: {sampler: {name: maskgit, kv_cache: prefix}}\n", "evaluate.sampler.kv_cache"),
+        ("grpo: {sampler: {parallel: eager}}\n", "grpo.sampler.parallel"),
+        ("grpo: {sampler: {parallel: threshold, remasking: random}}\n", "grpo.sampler.parallel"),
+        ("image: {grpo: {sampler: {name: emerge, parallel: factor}}}\n", "image.grpo.sampler.parallel"),
+        ("grpo: {sampler: {threshold: 0.0}}\n", "grpo.sampler.threshold"),
+        ("grpo: {sampler: {factor: -1.0}}\n", "grpo.sampler.factor"),
         ("grpo: {coupling: crossed}\n", "grpo.coupling"),
         ("grpo: {logp_cfg: cond}\n", "grpo.logp_cfg"),
         ("methods: {rebrl: {remasking: full_completion}}\n", "methods.rebrl.remasking"),
@@ -287,6 +294,7 @@ sft: {gradient_checkpointing: true, launch: {launcher: accelerate, num_processes
 # holding it) says so with the word "default"
 DELIBERATE = {
     "rebrl_ablation.methods",
+    "grpo.sampler.kv_cache",
     "image.tasks",
     "image.task_params.geneval_mini.partial_credit",
     "image.grpo.max_steps",

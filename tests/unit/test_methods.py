@@ -16,7 +16,7 @@ from ddmrl.config import METHOD_CONFIGS, ConfigError, GRPOConfig, fixed_values, 
 from ddmrl.config.schema import MethodName, ViewSampler
 from ddmrl.masking import VIEWS
 from ddmrl.methods import METHODS
-from ddmrl.objectives.losses import OBJECTIVES
+from ddmrl.objectives import OBJECTIVES
 from ddmrl.objectives.weights import WEIGHTINGS
 
 ALL = ["diffu_grpo", "unigrpo", "maskgrpo", "rebrl", "tracerl", "gdpo", "spg", "wd1"]

@@ -1,8 +1,14 @@
-# Load and validate params.yaml once, before any job: a bad value stops the workflow with one line naming the key.
-# Everything else (paths, commands, params each stage reads) comes from ddmrl.pipeline.dag; keep logic there.
+# What every rule takes from the DAG (ddmrl.pipeline.dag): params.yaml is loaded and validated once, before any
+# job (a bad value stops the workflow with one line naming the key); each rule is one kind of stage, and its jobs'
+# commands, inputs (artifacts, script, the library files it runs) and params come from the stage the DAG builds
+# for the job's wildcards. Keep logic in the package, not here.
+#
+# `--config profile=smoke` (or `--configfile over.yaml` for nested keys) runs with those values on top of
+# params.yaml; the stages then read them from .snakemake/ddmrl/params.yaml (ddmrl.pipeline.engines).
 
 import json
 import os
+import re
 import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -10,11 +16,10 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 
 from ddmrl.config import ConfigError, load
-from ddmrl.pipeline import dag
-
-PARAMS = "params.yaml"
+from ddmrl.pipeline import dag, engines
 
 try:
+    PARAMS = engines.params_file(config)  # params.yaml, or with `--config` / `--configfile` values on top
     CFG = load(PARAMS)
     STAGES = dag.build(CFG, PARAMS)
     dag.check_names(STAGES)
@@ -22,27 +27,79 @@ except (ConfigError, ValueError) as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(1)
 
-
-def stage_inputs(stage):
-    """Artifact deps, the stage script and the library files it imports (mtime triggers see code edits)."""
-    return list(dag.inputs(stage))
-
-
-def stage_outputs(stage):
-    return [*stage.outs, *stage.metrics, *stage.plots, *(directory(d) for d in stage.dir_outs)]
+KINDS = {k.name: k for k in dag.all_kinds(CFG)}
+JOBS = {(s.kind, tuple(v for _, v in s.wildcards)): s for s in STAGES}
+SHELL = "{params.cmd} > {log} 2>&1"
 
 
-def stage_params(stage):
-    """The params.yaml values the stage reads, as one string: a change reruns it (the `params` rerun trigger)."""
-    return json.dumps(dag.param_values(CFG, stage), sort_keys=True)
+def job(kind, wildcards):
+    """The stage of ``kind`` for a job's wildcards."""
+    return JOBS[kind, tuple(wildcards[d.name] for d in KINDS[kind].dims)]
 
 
-def stage_resources(stage):
-    """Scheduler resources of the job (e.g. gpu for accelerate-launched training); none by default."""
-    return dict(stage.resources)
+def pattern(kind):
+    """The stage of ``kind`` with {wildcard} in place of values: the rule's output and log patterns."""
+    return dag.pattern(CFG, kind, PARAMS)
 
 
-def final_outputs():
-    """The tables and every metrics file."""
-    tables = next(s for s in STAGES if s.name == "tables")
-    return [*tables.dir_outs, *(m for s in STAGES for m in s.metrics)]
+def inputs(kind):
+    """Artifacts, the stage script and the library files it runs (mtime triggers see code edits)."""
+
+    def stage_inputs(wildcards):
+        return list(dag.inputs(job(kind, wildcards)))
+
+    return stage_inputs
+
+
+def outputs(kind, reports=None):
+    """Output files and directories; ``reports`` maps a file name to its report() caption and category."""
+    stage, reports = pattern(kind), reports or {}
+
+    def flag(path):
+        name = os.path.basename(path)
+        return report(path, **reports[name]) if name in reports else path
+
+    return [*map(flag, stage.outs + stage.metrics), *(flag(directory(d)) for d in stage.dir_outs)]
+
+
+def params(kind):
+    """The command line, and the params.yaml values the stage reads (a change reruns it: the params trigger)."""
+
+    def cmd(wildcards):
+        return job(kind, wildcards).cmd
+
+    def values(wildcards):
+        return json.dumps(dag.param_values(CFG, job(kind, wildcards)), sort_keys=True)
+
+    return {"cmd": cmd, "values": values}
+
+
+def threads(kind):
+    return pattern(kind).threads
+
+
+def resources(kind):
+    """GPUs of training launched with accelerate (``launch:``); per-kind cluster resources live in the profile."""
+    stages = [s for s in STAGES if s.kind == kind]
+    if not any(dict(s.resources) for s in stages):
+        return {}
+
+    def gpu(wildcards):
+        return dict(job(kind, wildcards).resources).get("gpu", 0)
+
+    return {"gpu": gpu}
+
+
+def constraints(kind):
+    """Each wildcard matches exactly the sweep's values (``params.yaml``), so rules of one layout never collide."""
+    return {
+        d.name: "|".join(map(re.escape, dag.values(CFG, d))) or "(?!)" for d in KINDS[kind].dims
+    }
+
+
+def log_of(kind):
+    return f"logs/{pattern(kind).name}.log"
+
+
+def benchmark_of(kind):
+    return f"logs/{pattern(kind).name}.benchmark.tsv"

@@ -349,6 +349,38 @@ class SamplerConfig(Section):
         ge=0,
         description="Classifier-free guidance weight (0: off); the unconditional input has the prompt masked.",
     )
+    kv_cache: Literal["none", "prefix", "dual"] = Field(
+        "none",
+        description="llada: Fast-dLLM's block-wise approximate KV cache (Wu et al. 2025): prefix caches the "
+        "positions before the current block, dual also those after it; refreshed at every block.",
+    )
+    parallel: Literal["none", "threshold", "factor"] = Field(
+        "none",
+        description="llada, maskgit: Fast-dLLM's confidence-aware parallel decoding: also commit every masked token "
+        "with confidence >= threshold, or the top n with c_(k) >= 1 - factor / (k + 1) for all k <= n.",
+    )
+    threshold: Float = Field(0.9, gt=0, le=1, description="parallel: threshold: the confidence bound.")
+    factor: Float = Field(1.0, gt=0, description="parallel: factor: the factor of the bound.")
+
+    @model_validator(mode="after")
+    def _check(self) -> SamplerConfig:
+        if self.kv_cache != "none" and self.name != "llada":
+            raise refuse(
+                "kv_cache",
+                self.kv_cache,
+                f"only the llada sampler has semi-autoregressive blocks to cache (name = {self.name!r})",
+            )
+        if self.parallel != "none" and self.name == "emerge":
+            raise refuse(
+                "parallel",
+                self.parallel,
+                "emerge reveals each position by its own coin (ancestral sampling); no confidence rule applies",
+            )
+        if self.parallel != "none" and self.name == "llada" and self.remasking != "low_confidence":
+            raise refuse(
+                "parallel", self.parallel, "ranks tokens by the model's confidence: it needs remasking: low_confidence"
+            )
+        return self
 
 
 @section

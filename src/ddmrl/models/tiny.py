@@ -4,9 +4,15 @@ It has the interface of LLaDA's ``LLaDAModelLM`` that the rest of ddmrl relies o
 of shape [B, L, V] from a full, non-causal forward pass over the whole sequence, and ``config.mask_token_id``.
 It is a transformers ``PreTrainedModel`` registered with the Auto classes, so ``save_pretrained`` /
 ``AutoModelForMaskedLM.from_pretrained`` work (safetensors), like any hub model.
+
+For the samplers' block-wise approximate KV cache (Fast-dLLM, Wu et al. 2025) the forward pass can also run on a
+window of the sequence against cached keys and values of the other positions (``past_key_values``,
+``window_start``); without them it is the plain forward pass, unchanged.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -14,6 +20,16 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PretrainedConfig, PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import MaskedLMOutput
+
+#: per layer (keys, values), each [B, H, T, head_dim], keys after the rotary embedding
+KVCache = tuple[tuple[torch.Tensor, torch.Tensor], ...]
+
+
+@dataclass
+class TinyDDMOutput(MaskedLMOutput):
+    """``MaskedLMOutput`` plus the keys and values every layer attended to (all T positions; see ``forward``)."""
+
+    past_key_values: KVCache | None = None
 
 
 class TinyDDMConfig(PretrainedConfig):
@@ -75,16 +91,29 @@ class _Block(GradientCheckpointingLayer):
         )
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+        past: tuple[torch.Tensor, torch.Tensor] | None = None,
+        start: int = 0,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """``x`` [B, n, D] the hidden states of positions start..start + n - 1. ``past``: cached (keys, values)
+        [B, H, T, D/H] of all T positions, of which the window's are replaced by its own. Returns the new hidden
+        states and the (keys, values) attended to."""
         b, n, d = x.shape  # x: [B, L, D]
         q, k, v = self.qkv(self.ln1(x)).view(b, n, 3, self.num_heads, d // self.num_heads).unbind(2)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, L, D/H]
         if rotary is not None:
             q, k = rotate(q, *rotary), rotate(k, *rotary)
+        if past is not None:
+            end = start + n
+            k = torch.cat([past[0][:, :, :start], k, past[0][:, :, end:]], 2)  # [B, H, T, D/H]
+            v = torch.cat([past[1][:, :, :start], v, past[1][:, :, end:]], 2)
         p = self.dropout if self.training else 0.0
         a = F.scaled_dot_product_attention(q, k, v, is_causal=False, dropout_p=p)
         x = x + self.drop(self.proj(a.transpose(1, 2).reshape(b, n, d)))
-        return x + self.drop(self.ff(self.ln2(x)))
+        return x + self.drop(self.ff(self.ln2(x))), (k, v)
 
 
 def rotary_angles(length: int, head_dim: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -134,26 +163,49 @@ class TinyDDMForMaskedLM(PreTrainedModel):
     def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head
 
-    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None, **kwargs) -> MaskedLMOutput:
-        """Logits for every position of ``input_ids`` [B, L] -> [B, L, V]; ``labels`` (-100 = ignore) adds CE."""
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        past_key_values: KVCache | None = None,
+        window_start: int = 0,
+        use_cache: bool = False,
+        **kwargs,
+    ) -> TinyDDMOutput:
+        """Logits for every position of ``input_ids`` [B, L] -> [B, L, V]; ``labels`` (-100 = ignore) adds CE.
+
+        Cached (Fast-dLLM's block-wise KV cache): ``input_ids`` [B, n] are the tokens at positions ``window_start``
+        .. ``window_start + n - 1`` of a sequence of T positions, and ``past_key_values`` holds every layer's keys
+        and values of all T positions (from an earlier call with ``use_cache``); the window attends to its own fresh
+        keys and values and to the cached ones of the other positions. ``use_cache`` returns the keys and values
+        each layer attended to in ``past_key_values``. The result is the plain forward pass of the whole sequence
+        exactly when the cached positions' keys and values are those of the current sequence (always true for the
+        first layer, whose keys depend only on each position's own token).
+        """
         n = input_ids.shape[1]
-        if n > self.config.max_position_embeddings:
+        total = window_start + n if past_key_values is None else past_key_values[0][0].shape[2]
+        if total > self.config.max_position_embeddings:
             raise ValueError(
-                f"sequence length {n} exceeds max_position_embeddings {self.config.max_position_embeddings}"
+                f"sequence length {total} exceeds max_position_embeddings {self.config.max_position_embeddings}"
             )
+        if window_start + n > total:
+            raise ValueError(f"window {window_start}..{window_start + n - 1} lies outside the {total} positions")
         x, rotary = self.tok(input_ids), None
         if self.config.position_embedding == "rope":
             head_dim = self.config.hidden_size // self.config.num_heads
-            rotary = rotary_angles(n, head_dim, self.config.rope_theta, input_ids.device)
+            cos, sin = rotary_angles(total, head_dim, self.config.rope_theta, input_ids.device)
+            rotary = cos[window_start : window_start + n], sin[window_start : window_start + n]
         else:
-            x = x + self.pos(torch.arange(n, device=input_ids.device))
-        for block in self.blocks:
-            x = block(x, rotary)
-        logits = self.lm_head(self.ln_f(x))  # [B, L, V]
+            x = x + self.pos(torch.arange(window_start, window_start + n, device=input_ids.device))
+        kv = []
+        for i, block in enumerate(self.blocks):
+            x, layer_kv = block(x, rotary, None if past_key_values is None else past_key_values[i], window_start)
+            kv.append(layer_kv)
+        logits = self.lm_head(self.ln_f(x))  # [B, n, V]
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
-        return MaskedLMOutput(loss=loss, logits=logits)
+        return TinyDDMOutput(loss=loss, logits=logits, past_key_values=tuple(kv) if use_cache else None)
 
 
 def new_tiny_model(model_cfg, tok, max_positions: int) -> TinyDDMForMaskedLM:

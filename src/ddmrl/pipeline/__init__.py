@@ -1,5 +1,3 @@
-"""The pipeline DAG as data (:mod:`ddmrl.pipeline.dag`) and its export to ``dvc.yaml`` (:mod:`.export`)."""
-
-from ddmrl.pipeline.dag import Stage, build, inputs, param_values
-
-__all__ = ["Stage", "build", "inputs", "param_values"]
+"""The pipeline: the DAG as data (:mod:`ddmrl.pipeline.dag`), the data tree (:mod:`.layout`), the export to
+``dvc.yaml`` (:mod:`.export`) and what joins the two engines (:mod:`.engines`). Import the submodule you need: this
+package imports none, so that a stage reading the data tree does not depend on the DAG's code."""

@@ -1,23 +1,32 @@
-"""The pipeline DAG as data: one :class:`Stage` per job, built once from params.yaml and run by two engines.
+"""The pipeline DAG as data: one :class:`Stage` per job, built from params.yaml and run by two engines.
 
-Snakemake (``workflow/rules/stages.smk``) makes one rule per stage; ``python -m ddmrl.pipeline.export`` writes
-``dvc.yaml`` from the same list. Both engines run the identical command line, :attr:`Stage.cmd`.
+Every stage is of a :class:`Kind` (download, sft, rollout, reward, credit, grpo, evaluate, tables and the image
+ones) whose jobs differ only in the values of its wildcards (method section, task, seed), taken from params.yaml's
+lists: the sweep. Snakemake has one rule per kind (``workflow/rules/*.smk``), its wildcards constrained to the
+sweep; ``python -m ddmrl.pipeline.export`` writes ``dvc.yaml`` with one entry per kind (per method section, whose
+code differs) and lets DVC's ``matrix`` expand tasks and seeds from params.yaml at run time. Both engines run the
+identical command line, :attr:`Stage.cmd`.
 
-Path convention: every artifact lives under ``data/<stage that wrote it>/...``; a path reaches its script only as
-a CLI flag. Sweeps (methods x tasks x seeds) are expanded here into concretely named stages, so neither engine's
-templating (DVC ``foreach``/``matrix``, Snakemake wildcards) is used.
+Path convention (:mod:`ddmrl.pipeline.layout`): every artifact lives under ``data/<stage that wrote it>/...``; a
+path reaches its script only as a CLI flag.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
+import itertools
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ddmrl.config import DEFAULT_PROFILE, Config, LaunchConfig, run_name
+from ddmrl.methods import METHODS
+from ddmrl.pipeline import layout
+from ddmrl.pipeline.layout import BASE_DIR, IMAGE_BASE_DIR, IMAGE_TASKS_DIR, SFT_DIR, TASKS_DIR, start_model
 
 # grpo keys that choose which runs exist rather than how one run trains (only the tables stage reads them).
 _GRPO_SWEEP_KEYS = ("methods", "seeds")
@@ -31,42 +40,129 @@ ArgValue = str | tuple[str, ...]
 class Stage:
     """One job of the pipeline, as both engines see it."""
 
-    name: str  # letters, digits, _ only (valid for DVC and as a Snakemake rule name)
+    name: str  # letters, digits, _ only: the job's log is logs/<name>.log
+    kind: str  # the Snakemake rule; DVC's entry (per method section where the code differs)
+    wildcards: tuple[tuple[str, str], ...]  # (name, value) in the kind's order, e.g. (("task", "sudoku4"),)
     script: str  # e.g. "stages/grpo.py"
     args: tuple[tuple[str, ArgValue], ...]  # ordered CLI flags -> value(s); a tuple repeats the flag
     deps: tuple[str, ...]  # artifacts of earlier stages, then tracked inputs (the profile overlay)
     outs: tuple[str, ...] = ()  # output files
     dir_outs: tuple[str, ...] = ()  # output directories
-    metrics: tuple[str, ...] = ()  # JSON metric files (outputs; DVC metrics, cache: false)
-    plots: tuple[str, ...] = ()  # CSV curves (outputs; DVC plots, cache: false)
+    metrics: tuple[str, ...] = ()  # JSON metric files (outputs; DVC metrics)
     params: tuple[str, ...] = ()  # dotted params.yaml keys this stage reads (DVC params; Snakemake params)
     threads: int = 1  # Snakemake threads (OMP_NUM_THREADS of the job; scaled down to --cores when fewer)
     launcher: tuple[str, ...] = ("python",)  # words before the script, e.g. accelerate launch --config_file F ...
     resources: tuple[tuple[str, int | str], ...] = ()  # Snakemake resources of the job, e.g. (("gpu", 8),)
+    # DVC's deps when they are not ``deps``: the directories holding them, so that dvc.yaml does not list the
+    # sweep (the tables stage, whose inputs are every run's files)
+    dvc_deps: tuple[str, ...] = ()
+    # library modules the stage runs that only a registry lookup or an optional import reaches: its tasks, sampler,
+    # objective (:func:`code_files`)
+    uses: tuple[str, ...] = ()
 
     @property
-    def cmd(self) -> str:
-        """``python <script> --flag value ...`` (or ``accelerate launch ... <script> ...``), shell-quoted; a tuple
-        value repeats its flag."""
+    def words(self) -> list[str]:
+        """The command line, one word per item: ``python <script> --flag value ...`` (or ``accelerate launch ...
+        <script> ...``); a tuple value repeats its flag."""
         words = [*self.launcher, self.script]
         for flag, value in self.args:
             for v in value if isinstance(value, tuple) else (value,):
                 words += [flag, v]
-        return shlex.join(words)
+        return words
+
+    @property
+    def cmd(self) -> str:
+        """:attr:`words`, shell-quoted."""
+        return shlex.join(self.words)
 
     @property
     def outputs(self) -> tuple[str, ...]:
         """Every path the stage writes."""
-        return self.outs + self.dir_outs + self.metrics + self.plots
+        return self.outs + self.dir_outs + self.metrics
+
+    @property
+    def plots(self) -> tuple[str, ...]:
+        """Its curves (CSV, one row per step or rollout batch), among :attr:`outs`."""
+        return tuple(o for o in self.outs if o.endswith("curve.csv"))
+
+
+@dataclass(frozen=True)
+class Dim:
+    """A wildcard of a kind and the params.yaml list its values come from."""
+
+    name: str  # method | task | seed
+    key: str  # e.g. grpo.seeds: DVC's matrix interpolates ${grpo.seeds}
+    code: bool = False  # the values select code (method sections): dvc.yaml has one entry per value
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A family of stages: one Snakemake rule, one builder called once per combination of its wildcards."""
+
+    name: str
+    dims: tuple[Dim, ...]
+    builder: Callable[..., Stage]  # (factory, **wildcards) -> Stage
 
 
 # ------------------------------------------------------------------------------------------------ building
 
-TASKS_DIR = "data/download/tasks"
-BASE_DIR = "data/download/base"
-SFT_DIR = "data/sft/model"
-IMAGE_TASKS_DIR = "data/download/image/tasks"
-IMAGE_BASE_DIR = "data/download/image/base"
+
+def kinds(cfg: Config) -> list[Kind]:
+    """The kinds of stages ``cfg`` runs, each after the kinds whose outputs it reads."""
+    present = {
+        "download": bool(cfg.tasks),
+        "sft": bool(cfg.tasks) and bool(cfg.sft.max_steps),
+        "download_image": bool(cfg.image.tasks),
+        "rollout": bool(cfg.tasks),
+        "reward": bool(cfg.tasks),
+        "credit": layout.has_credit(cfg),
+        "grpo": bool(cfg.tasks),
+        "grpo_image": bool(cfg.image.tasks),
+        "evaluate_base": bool(cfg.tasks),
+        "evaluate_sft": bool(cfg.tasks) and bool(cfg.sft.max_steps),
+        "evaluate": bool(cfg.tasks),
+        "evaluate_image_base": bool(cfg.image.tasks),
+        "evaluate_image": bool(cfg.image.tasks),
+        "tables": True,
+    }
+    return [k for k in all_kinds(cfg) if present[k.name]]
+
+
+def all_kinds(cfg: Config) -> list[Kind]:
+    """Every kind of stage, whether ``cfg`` runs it or not (the Snakemake rules)."""
+    task, image_task = Dim("task", "tasks"), Dim("task", "image.tasks")
+    run = (Dim("method", "grpo.methods", code=True), task, Dim("seed", "grpo.seeds"))
+    image_seeds = Dim("seed", "image.seeds" if cfg.image.seeds else "grpo.seeds")
+    image_run = (Dim("method", "image.methods", code=True), image_task, image_seeds)
+    return [
+        Kind("download", (), download),
+        Kind("sft", (), sft),
+        Kind("download_image", (), download_image),
+        Kind("rollout", (task,), rollout),
+        Kind("reward", (task,), reward),
+        Kind("credit", run[:2], credit),
+        Kind("grpo", run, grpo),
+        Kind("grpo_image", image_run, grpo_image),
+        Kind("evaluate_base", (task,), evaluate_base),
+        Kind("evaluate_sft", (task,), evaluate_sft),
+        Kind("evaluate", run, evaluate),
+        Kind("evaluate_image_base", (image_task,), evaluate_image_base),
+        Kind("evaluate_image", image_run, evaluate_image),
+        Kind("tables", (), tables),
+    ]
+
+
+def values(cfg: Config, dim: Dim) -> tuple[str, ...]:
+    """The sweep's values of ``dim`` (as the strings that fill the wildcard)."""
+    lists = {
+        "tasks": cfg.tasks,
+        "grpo.methods": cfg.text_methods,  # with the RebRL ablation rows when rebrl_ablation.enabled
+        "grpo.seeds": cfg.grpo.seeds,
+        "image.tasks": cfg.image.tasks,
+        "image.methods": tuple(cfg.image_methods),
+        "image.seeds": cfg.image.seeds,
+    }
+    return tuple(str(v) for v in lists[dim.key])
 
 
 def build(cfg: Config, params_file: str = "params.yaml") -> list[Stage]:
@@ -74,35 +170,21 @@ def build(cfg: Config, params_file: str = "params.yaml") -> list[Stage]:
 
     ``params_file`` is the name the commands pass as ``--params`` (relative to the repository root).
     """
-    new = _StageFactory(cfg, params_file)
+    new = StageFactory(cfg, params_file)
     stages = []
-    if cfg.tasks:  # the text branch (a paper profile may be image-only)
-        stages.append(download(new))
-        if cfg.sft.max_steps:
-            stages.append(sft(new))
-    if cfg.image.tasks:
-        stages.append(download(new, "image"))
-    for task in cfg.tasks:
-        stages += [rollout(new, task), reward(new, task)]
-    if not cfg.model.pretrained:  # the credit diagnostic back-propagates per token: embedded models only
-        stages += [credit(new, section, task) for task in cfg.tasks for section in cfg.grpo.methods]
-    stages += [grpo(new, section, task, seed) for section, task, seed in cfg.runs()]
-    starts = dict.fromkeys([("base", BASE_DIR), start_model(cfg)])  # the base model, and the SFT model if any
-    models = [(m, t, d) for t in cfg.tasks for m, d in starts]
-    models += [("base", t, IMAGE_BASE_DIR) for t in cfg.image.tasks]
-    models += [(run_name(*r), r[1], grpo_dir(run_name(*r)) + "/model") for r in cfg.runs()]
-    stages += [evaluate(new, name, task, model_dir) for name, task, model_dir in models]
-    stages.append(tables(new, stages))
+    for kind in kinds(cfg):
+        for combo in itertools.product(*(values(cfg, d) for d in kind.dims)):
+            stages.append(kind.builder(new, **dict(zip((d.name for d in kind.dims), combo, strict=True))))
     return stages
 
 
-def start_model(cfg: Config) -> tuple[str, str]:
-    """(name, directory) of the model text RL starts from: the SFT model, or with ``sft.max_steps: 0`` (the paper
-    profiles start from LLaDA-8B-Instruct, as MaskGRPO and d1's diffu-GRPO row do) the downloaded base model."""
-    return ("sft", SFT_DIR) if cfg.sft.max_steps else ("base", BASE_DIR)
+def pattern(cfg: Config, kind: str, params_file: str = "params.yaml") -> Stage:
+    """The stage of ``kind`` with ``{wildcard}`` in place of every value: Snakemake's output and log patterns."""
+    k = next(k for k in all_kinds(cfg) if k.name == kind)
+    return k.builder(StageFactory(cfg, params_file), **{d.name: "{" + d.name + "}" for d in k.dims})
 
 
-class _StageFactory:
+class StageFactory:
     """Fills in what every stage shares: ``--params``, the profile overlay dep, the params present."""
 
     def __init__(self, cfg: Config, params_file: str) -> None:
@@ -116,16 +198,43 @@ class _StageFactory:
         args: dict[str, ArgValue],
         deps: tuple[str, ...],
         params: tuple[str, ...],
+        wildcards: dict[str, str] | None = None,
+        script: str = "",
         **kw: Any,
     ) -> Stage:
         return Stage(
             name=name,
-            script=f"stages/{kind}.py",
+            kind=kind,
+            wildcards=tuple((wildcards or {}).items()),
+            script=script or f"stages/{kind}.py",
             args=(("--params", self.params_file), *args.items()),
             deps=deps + self.overlay,
             params=_present(self.cfg.raw, params),
             **kw,
         )
+
+    def uses(
+        self, tasks: tuple[str, ...] = (), sampler: str = "", section: str = "", image: bool = False
+    ) -> tuple[str, ...]:
+        """The modules a stage runs that no static import names: its tasks' and sampler's (registry members), the
+        objective of method ``section``, the hub and the model adapters for a real model, GenEval's evaluator for
+        an image task."""
+        cfg, modules = self.cfg, []
+        modules += [member_module("ddmrl.tasks", "TASKS", t) for t in tasks]
+        modules += [member_module("ddmrl.samplers", "SAMPLERS", sampler)] if sampler else []
+        run = (cfg.image_methods if image else cfg.methods).get(section)
+        if run is not None:
+            modules.append(member_module("ddmrl.objectives", "OBJECTIVES", METHODS[run.method].objective))
+        if (cfg.image.model if image else cfg.model).pretrained:
+            modules += ["ddmrl.hub", "ddmrl.models.adapters"]
+        if image:
+            modules.append("ddmrl.geneval")
+        return tuple(m for m in dict.fromkeys(modules) if m)
+
+    def launch(self, section: str, image: bool = False) -> dict[str, Any]:
+        """``launcher`` and ``resources`` of a GRPO run of ``section`` (see :func:`launch`)."""
+        runs = self.cfg.image_methods if image else self.cfg.methods
+        return launch(runs[section].launch) if section in runs else {}
 
 
 def log_dir(stage_name: str) -> str:
@@ -146,31 +255,37 @@ def checkpoints(stage_name: str) -> str:
 PRETRAIN_THREADS = 2
 
 
-def download(new: _StageFactory, modality: str = "text") -> Stage:
-    """The text base model and tasks, or (``image``) the text-to-image branch's own. The image pre-training runs on
-    one thread, beside the text branch's jobs (on 2 cores that finishes sooner than two threads each in turn)."""
-    if modality == "text":
-        name, root, tasks, base = "download", "data/download", TASKS_DIR, BASE_DIR
-        params = ("tasks", "task_params", "model", "download")
-        extra, pretrained = {}, new.cfg.model.pretrained
-    else:
-        name, root, tasks, base = "download_image", "data/download/image", IMAGE_TASKS_DIR, IMAGE_BASE_DIR
-        params = tuple(f"image.{k}" for k in ("tasks", "task_params", "model", "download", "cond_dropout_prob"))
-        extra, pretrained = {"--modality": "image"}, new.cfg.image.model.pretrained
+def download(new: StageFactory) -> Stage:
+    """The text base model and tasks: embedded profiles pre-train it, paper profiles fetch it."""
+    return _download(new, "download", "data/download", TASKS_DIR, BASE_DIR)
+
+
+def download_image(new: StageFactory) -> Stage:
+    """The text-to-image branch's own base model and tasks. Its pre-training runs on one thread, beside the text
+    branch's jobs (on 2 cores that finishes sooner than two threads each in turn)."""
+    return _download(new, "download_image", "data/download/image", IMAGE_TASKS_DIR, IMAGE_BASE_DIR)
+
+
+def _download(new: StageFactory, name: str, root: str, tasks: str, base: str) -> Stage:
+    image = name == "download_image"
+    branch, prefix = (new.cfg.image, "image.") if image else (new.cfg, "")
+    params = tuple(f"{prefix}{k}" for k in ("tasks", "task_params", "model", "download"))
+    params += ("image.cond_dropout_prob",) if image else ()
     metrics, curve = f"{root}/metrics.json", f"{root}/curve.csv"
-    manifests = (f"{root}/manifests",) if pretrained else ()  # paper profiles: the downloads' checksums
+    extra = {"--modality": "image"} if image else {}
+    manifests = (f"{root}/manifests",) if branch.model.pretrained else ()  # paper profiles: the downloads' checksums
     if manifests:
         extra["--manifests"] = manifests[0]
-    configs = () if pretrained else (f"{root}/config.yaml",)  # the resolved configuration of the pre-training
+    configs = () if branch.model.pretrained else (f"{root}/config.yaml",)  # the pre-training's resolved config
     if configs:
         extra["--config-out"] = configs[0]
     return new(
-        "download", name,
+        name, name,
         {"--tasks-out": tasks, "--model-out": base, "--metrics": metrics, "--curve": curve,
          "--checkpoints": checkpoints(name), "--log-dir": log_dir(name), **extra},
-        deps=(), params=("profile", "seed", *params), outs=configs,
-        dir_outs=(tasks, base, *manifests), metrics=(metrics,), plots=(curve,),
-        threads=PRETRAIN_THREADS if modality == "text" and not pretrained else 1,
+        deps=(), params=("profile", "seed", *params), script="stages/download.py",
+        outs=(curve, *configs), dir_outs=(tasks, base, *manifests), metrics=(metrics,),
+        threads=1 if image or branch.model.pretrained else PRETRAIN_THREADS, uses=new.uses(branch.tasks, image=image),
     )  # fmt: skip
 
 
@@ -183,126 +298,171 @@ def launch(cfg: LaunchConfig) -> dict[str, Any]:
     return {"launcher": words, "resources": (("gpu", cfg.num_processes),)}
 
 
-def sft(new: _StageFactory) -> Stage:
+def sft(new: StageFactory) -> Stage:
     """One thread: the embedded SFT is 30 short steps, and runs beside the image branch's pre-training."""
     metrics, curve, resolved = "data/sft/metrics.json", "data/sft/curve.csv", "data/sft/config.yaml"
     return new(
         "sft", "sft",
         {"--tasks": TASKS_DIR, "--model": BASE_DIR, "--model-out": SFT_DIR, "--metrics": metrics, "--curve": curve,
          "--config-out": resolved, "--checkpoints": checkpoints("sft"), "--log-dir": log_dir("sft")},
-        deps=(TASKS_DIR, BASE_DIR), params=("profile", "seed", "tasks", "sft"), outs=(resolved,),
-        dir_outs=(SFT_DIR,), metrics=(metrics,), plots=(curve,), threads=1, **launch(new.cfg.sft.launch),
+        deps=(TASKS_DIR, BASE_DIR), params=("profile", "seed", "tasks", "sft"),
+        outs=(curve, resolved), dir_outs=(SFT_DIR,), metrics=(metrics,), threads=1, uses=new.uses(new.cfg.tasks),
+        **launch(new.cfg.sft.launch),
     )  # fmt: skip
 
 
-def rollout(new: _StageFactory, task: str) -> Stage:
+def rollout(new: StageFactory, task: str) -> Stage:
     """G samples per prompt from the model RL starts from (``start_model``)."""
     start, model = start_model(new.cfg)
-    out = f"data/rollout/{start}/{task}.jsonl"
+    out = layout.rollouts(start, task)
     return new(
         "rollout", f"rollout_{start}_{task}",
         {"--tasks": TASKS_DIR, "--model": model, "--task": task, "--out": out},
-        deps=(TASKS_DIR, model), params=("profile", "seed", "rollout"), outs=(out,),
+        deps=(TASKS_DIR, model), params=("profile", "seed", "rollout"), outs=(out,), wildcards={"task": task},
+        uses=new.uses((task,), new.cfg.rollout.sampler.name),
     )  # fmt: skip
 
 
-def reward(new: _StageFactory, task: str) -> Stage:
+def reward(new: StageFactory, task: str) -> Stage:
     start = start_model(new.cfg)[0]
-    rollouts, out, metrics = (
-        f"data/rollout/{start}/{task}.jsonl",
-        f"data/reward/{start}/{task}.jsonl",
-        f"data/reward/{start}/{task}.json",
-    )
+    root = layout.reward_dir(start)
+    rollouts, out, metrics = layout.rollouts(start, task), layout.scored(root, task), layout.reward_metrics(root, task)
     return new(
         "reward", f"reward_{start}_{task}",
         {"--tasks": TASKS_DIR, "--task": task, "--rollouts": rollouts, "--out": out, "--metrics": metrics},
         deps=(TASKS_DIR, rollouts), params=("profile", "tasks"), outs=(out,), metrics=(metrics,),
+        wildcards={"task": task}, uses=new.uses((task,)),
     )  # fmt: skip
 
 
-def credit(new: _StageFactory, section: str, task: str) -> Stage:
+def credit(new: StageFactory, method: str, task: str) -> Stage:
     """Per-token credit of one method section on the scored rollouts of the start model (RebRL's Eq. 10, measured)."""
     start, model = start_model(new.cfg)
-    rollouts, out = f"data/reward/{start}/{task}.jsonl", f"data/credit/{section}/{task}.csv"
+    rollouts, out = layout.scored(layout.reward_dir(start), task), layout.credit(layout.CREDIT_DIR, method, task)
     return new(
-        "credit", f"credit_{section}_{task}",
-        {"--tasks": TASKS_DIR, "--model": model, "--task": task, "--method": section, "--rollouts": rollouts,
+        "credit", f"credit_{method}_{task}",
+        {"--tasks": TASKS_DIR, "--model": model, "--task": task, "--method": method, "--rollouts": rollouts,
          "--out": out},
-        deps=(TASKS_DIR, model, rollouts), params=("profile", "seed", *grpo_keys(new.cfg), f"methods.{section}"),
-        plots=(out,),
+        deps=(TASKS_DIR, model, rollouts), params=("profile", "seed", *grpo_keys(new.cfg), f"methods.{method}"),
+        outs=(out,), wildcards={"method": method, "task": task}, uses=new.uses((task,), section=method),
     )  # fmt: skip
 
 
-def grpo_dir(run: str) -> str:
-    return f"data/grpo/{run}"
+def grpo(new: StageFactory, method: str, task: str, seed: str) -> Stage:
+    """Text runs start from ``start_model`` (the SFT model in the embedded default)."""
+    return _grpo(new, method, task, seed, TASKS_DIR, start_model(new.cfg)[1], image=False)
 
 
-def grpo(new: _StageFactory, section: str, task: str, seed: int) -> Stage:
-    """Text runs start from ``start_model`` (the SFT model in the embedded default); image runs from the image base
-    model (as RebRL and MaskGRPO start from MMaDA-8B-Base)."""
-    run = run_name(section, task, seed)
-    model, metrics, curve = f"{grpo_dir(run)}/model", f"{grpo_dir(run)}/metrics.json", f"{grpo_dir(run)}/curve.csv"
-    resolved = f"{grpo_dir(run)}/config.yaml"  # the run's hyperparameters after profile, method and overrides
-    tasks, start = _task_inputs(new.cfg, task)
-    image = ("image.grpo", f"image.method_overrides.{section}") if task in new.cfg.image.tasks else ()
+def grpo_image(new: StageFactory, method: str, task: str, seed: str) -> Stage:
+    """Image runs start from the image base model (as RebRL and MaskGRPO start from MMaDA-8B-Base)."""
+    return _grpo(new, method, task, seed, IMAGE_TASKS_DIR, IMAGE_BASE_DIR, image=True)
+
+
+def _grpo(new, method, task, seed, tasks, start, image) -> Stage:
+    run = run_name(method, task, seed)
+    root = layout.run_dir(layout.GRPO_DIR, run)
+    model, metrics, curve = f"{root}/model", f"{root}/metrics.json", layout.curve(layout.GRPO_DIR, run)
+    overrides = ("image.grpo", f"image.method_overrides.{method}") if image else ()
+    section = (new.cfg.image_methods if image else new.cfg.methods).get(method)  # None in a pattern ({method})
+    sampler = section.sampler.name if section is not None else ""
+    resolved = f"{root}/config.yaml"  # the run's hyperparameters after profile, method and overrides
     return new(
-        "grpo", f"grpo_{run}",
+        "grpo_image" if image else "grpo", f"grpo_{run}",
         {"--run": run, "--tasks": tasks, "--model": start, "--model-out": model,
          "--metrics": metrics, "--curve": curve, "--config-out": resolved,
          "--checkpoints": checkpoints(f"grpo_{run}"), "--log-dir": log_dir(f"grpo_{run}")},
-        deps=(tasks, start), params=("profile", "seed", *grpo_keys(new.cfg), f"methods.{section}", *image),
-        outs=(resolved,), dir_outs=(model,), metrics=(metrics,), plots=(curve,), **launch(new.cfg.run(run)[0].launch),
+        deps=(tasks, start), params=("profile", "seed", *grpo_keys(new.cfg), f"methods.{method}", *overrides),
+        outs=(curve, resolved), dir_outs=(model,), metrics=(metrics,),
+        wildcards={"method": method, "task": task, "seed": seed}, script="stages/grpo.py",
+        uses=new.uses((task,), sampler, method, image), **new.launch(method, image),
     )  # fmt: skip
 
 
-def _task_inputs(cfg: Config, task: str) -> tuple[str, str]:
-    """(tasks directory, model a GRPO run of ``task`` starts from)."""
-    return (IMAGE_TASKS_DIR, IMAGE_BASE_DIR) if task in cfg.image.tasks else (TASKS_DIR, start_model(cfg)[1])
+def evaluate_base(new: StageFactory, task: str) -> Stage:
+    return _evaluate(new, "evaluate_base", "base", BASE_DIR, {"task": task})
 
 
-def evaluate(new: _StageFactory, model_name: str, task: str, model_dir: str) -> Stage:
-    """``model_name`` is ``base``, ``sft`` (evaluated on every task) or a run name (on its own task).
+def evaluate_sft(new: StageFactory, task: str) -> Stage:
+    return _evaluate(new, "evaluate_sft", "sft", SFT_DIR, {"task": task})
 
-    Image tasks also write GenEval's folder layout (``<task>/<NNNNN>/metadata.jsonl``, ``samples/<k>.png``) and
-    the evaluator's results JSONL (``<task>_results.jsonl``) judged from those PNGs."""
-    root = f"data/evaluate/{model_name}"
-    generations, metrics = f"{root}/{task}.jsonl", f"{root}/{task}.json"
-    name = f"evaluate_{model_name}_{task}" if model_name in ("base", "sft") else f"evaluate_{model_name}"
-    args = {"--tasks": TASKS_DIR, "--model": model_dir, "--task": task, "--name": model_name,
+
+def evaluate(new: StageFactory, method: str, task: str, seed: str) -> Stage:
+    """A GRPO run's policy on the run's own task."""
+    run = run_name(method, task, seed)
+    model = layout.run_dir(layout.GRPO_DIR, run) + "/model"
+    return _evaluate(new, "evaluate", run, model, {"method": method, "task": task, "seed": seed})
+
+
+def evaluate_image_base(new: StageFactory, task: str) -> Stage:
+    return _evaluate(new, "evaluate_image_base", "base", IMAGE_BASE_DIR, {"task": task})
+
+
+def evaluate_image(new: StageFactory, method: str, task: str, seed: str) -> Stage:
+    run = run_name(method, task, seed)
+    model = layout.run_dir(layout.GRPO_DIR, run) + "/model"
+    return _evaluate(new, "evaluate_image", run, model, {"method": method, "task": task, "seed": seed})
+
+
+def _evaluate(new: StageFactory, kind: str, model: str, model_dir: str, wildcards: dict[str, str]) -> Stage:
+    """``model`` is ``base``, ``sft`` or a run name. Image tasks also write GenEval's folder layout
+    (``<task>/<NNNNN>/metadata.jsonl``, ``samples/<k>.png``) and the evaluator's results JSONL judged from it."""
+    task, root = wildcards["task"], layout.EVALUATE_DIR
+    metrics = layout.evaluation(root, model, task)
+    generations = metrics.removesuffix(".json") + ".jsonl"
+    name = f"evaluate_{model}_{task}" if model in ("base", "sft") else f"evaluate_{model}"
+    args = {"--tasks": TASKS_DIR, "--model": model_dir, "--task": task, "--name": model,
             "--generations": generations, "--metrics": metrics}  # fmt: skip
-    if task not in new.cfg.image.tasks:
+    if not kind.startswith("evaluate_image"):
         return new(
-            "evaluate", name, args, deps=(TASKS_DIR, model_dir), params=("profile", "evaluate"),
-            outs=(generations,), metrics=(metrics,),
+            kind, name, args, deps=(TASKS_DIR, model_dir), params=("profile", "evaluate"), outs=(generations,),
+            metrics=(metrics,), wildcards=wildcards, script="stages/evaluate.py",
+            uses=new.uses((task,), new.cfg.evaluate.sampler.name),
         )  # fmt: skip
-    images, results = f"{root}/{task}", f"{root}/{task}_results.jsonl"
+    images, results = layout.image_folder(root, model, task), layout.image_results(root, model, task)
     args |= {"--tasks": IMAGE_TASKS_DIR, "--images": images, "--results": results}
     return new(
-        "evaluate", name, args, deps=(IMAGE_TASKS_DIR, model_dir), params=("profile", "image.evaluate"),
-        outs=(generations, results), dir_outs=(images,), metrics=(metrics,),
+        kind, name, args, deps=(IMAGE_TASKS_DIR, model_dir), params=("profile", "image.evaluate"),
+        outs=(generations, results), dir_outs=(images,), metrics=(metrics,), wildcards=wildcards,
+        script="stages/evaluate.py", uses=new.uses((task,), new.cfg.image.evaluate.sampler.name, image=True),
     )  # fmt: skip
 
 
-def tables(new: _StageFactory, stages: list[Stage]) -> Stage:
-    """Aggregates every evaluation, GRPO curve, SFT rollout score and credit measurement."""
-    evaluations = [s for s in stages if s.script == "stages/evaluate.py"]
-    evals = tuple(m for s in evaluations if not s.dir_outs for m in s.metrics)
-    generations = tuple(o for s in evaluations if not s.dir_outs for o in s.outs)  # per-item scores: intervals
-    curves = tuple(p for s in stages if s.script == "stages/grpo.py" for p in s.plots)
-    rollouts = tuple(m for s in stages if s.script == "stages/reward.py" for m in s.metrics)
-    credits = tuple(p for s in stages if s.script == "stages/credit.py" for p in s.plots)
-    args = {"--evals": evals, "--generations": generations, "--curves": curves, "--rollouts": rollouts,
-            "--credit": credits}  # fmt: skip
-    image_results = tuple(o for s in evaluations if s.dir_outs for o in s.outs if o.endswith("_results.jsonl"))
-    image_folders = tuple(d for s in evaluations for d in s.dir_outs)
-    if image_results:
-        args |= {"--image-results": image_results, "--image-folders": image_folders}
-    deps = tuple(dict.fromkeys(p for v in args.values() for p in v))
+#: what the tables stage writes (``data/tables/<name>``), by branch; the stage's own outputs
+TABLES_TEXT = (
+    "text_table.md", "text_table.csv", "text_table.html", "results_long.csv", "sft_rollouts.md", "sft_rollouts.csv",
+    "reward_curves.png", "kl_curves.png", "loss_curves.png", "clip_ratio_curves.png",
+)  # fmt: skip
+TABLES_CREDIT = ("credit.csv", "credit_by_reveal_step.png", "credit_summary.csv", "credit_summary.md")
+TABLES_IMAGE = (
+    "image_table.md", "image_table.csv", "image_table.html", "image_results_long.csv", "image_reward_curves.png",
+    "image_kl_curves.png", "image_loss_curves.png", "image_clip_ratio_curves.png",
+)  # fmt: skip
+#: written whatever the branches: intervals of every table cell, RebRL minus UniGRPO, samples to UniGRPO's reward
+TABLES_COMPARISONS = ("intervals.csv", "rebrl_vs_unigrpo.md", "samples_to_reward.csv", "samples_to_reward.md")
+TABLES_METRICS, TABLES_CURVES, CONTACT_SHEETS = "metrics.json", "curves.csv", "contact_sheets"
+
+
+def tables(new: StageFactory) -> Stage:
+    """Aggregates every evaluation, GRPO curve, rollout score and credit measurement. Its flags name directories
+    and it finds the files by :func:`ddmrl.pipeline.layout.tables_inputs`, so its command does not change with the
+    sweep; Snakemake's inputs are those files, DVC's deps the directories."""
+    cfg, out = new.cfg, layout.TABLES_DIR
+    reads = layout.tables_inputs(cfg)
+    args = {"--evaluate": layout.EVALUATE_DIR, "--grpo": layout.GRPO_DIR}
+    if cfg.tasks:
+        args["--reward"] = layout.reward_dir(start_model(cfg)[0])
+    if layout.has_credit(cfg):
+        args["--credit"] = layout.CREDIT_DIR
+    names = (*TABLES_TEXT,) if cfg.tasks else ()
+    names += TABLES_CREDIT if layout.has_credit(cfg) else ()
+    names += (*TABLES_IMAGE,) if cfg.image.tasks else ()
     return new(
-        "tables", "tables", {**args, "--out": "data/tables"}, deps=deps,
+        "tables", "tables", {**args, "--out": out}, deps=tuple(p for v in reads.values() for p in v),
+        dvc_deps=tuple(args.values()),
         params=("profile", "grpo.methods", "grpo.seeds", "tasks", "image.tasks", "image.methods", "image.seeds",
                 "rebrl_ablation"),
-        dir_outs=("data/tables",),
+        outs=tuple(f"{out}/{n}" for n in (*names, *TABLES_COMPARISONS, TABLES_CURVES)),
+        dir_outs=(f"{out}/{CONTACT_SHEETS}",) if cfg.image.tasks else (), metrics=(f"{out}/{TABLES_METRICS}",),
     )  # fmt: skip
 
 
@@ -345,19 +505,29 @@ def param_values(cfg: Config, stage: Stage) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------------ files
 
+SRC = Path(__file__).resolve().parents[1]  # the installed package, whose registries say where their members live
 
-def code_files(script: str | Path, root: str | Path = ".") -> tuple[str, ...]:
-    """The library files (``src/ddmrl/**.py``) that ``script`` imports, directly or through other library modules.
+#: modules that functions import only on some paths (a checkpoint that is a pointer to a real model, an image task):
+#: imported inside a function, one is a dep only of the stages that use it (``Stage.uses``); a module-level import
+#: always runs, so it is always a dep
+OPTIONAL = ("ddmrl.hub", "ddmrl.models.adapters", "ddmrl.geneval")
 
-    Found by parsing ``import ddmrl...`` / ``from ddmrl... import`` statements, so the deps follow the code and
-    editing the tables code does not retrain a policy. A package import includes its ``__init__.py`` files.
+
+def code_files(script: str | Path, root: str | Path = ".", uses: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The library files (``src/ddmrl/**.py``) a stage runs: what ``script`` imports, directly or through other
+    library modules, and the modules it ``uses`` that a registry or a function imports only when needed (its task,
+    sampler and objective; :data:`OPTIONAL` modules). Found by parsing ``import`` statements, so the deps follow the
+    code: editing the tables code does not retrain a policy, nor one objective the runs of another. A package
+    import includes its ``__init__.py`` files; a name a package exports lazily (its ``_LAZY`` table) its module.
     """
     root = Path(root)
     seen: set[Path] = set()
-    todo = [root / script]
+    todo = [root / script, *(f for m in uses for f in _module_files(m, root))]
+    seen.update(todo[1:])
     while todo:
-        path = todo.pop()
-        for module in _ddmrl_imports(path):
+        for module, in_function in _ddmrl_imports(todo.pop(), root):
+            if in_function and module.startswith(OPTIONAL) and not module.startswith(uses):
+                continue
             for file in _module_files(module, root):
                 if file not in seen:
                     seen.add(file)
@@ -365,19 +535,60 @@ def code_files(script: str | Path, root: str | Path = ".") -> tuple[str, ...]:
     return tuple(sorted(f.relative_to(root).as_posix() for f in seen))
 
 
-def _ddmrl_imports(path: Path) -> set[str]:
-    """Dotted names of the ddmrl modules a file imports (``from ddmrl.x import y`` gives ddmrl.x and ddmrl.x.y)."""
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+def _ddmrl_imports(path: Path, root: Path) -> frozenset[tuple[str, bool]]:
+    """(dotted name, inside a function) of the ddmrl modules a file imports: ``from ddmrl.x import y`` gives
+    ddmrl.x, ddmrl.x.y and, when ddmrl.x exports y lazily, y's module."""
+    return _parse_imports(str(path), path.stat().st_mtime_ns, root / "src")
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_imports(path: str, _mtime_ns: int, src: Path) -> frozenset[tuple[str, bool]]:
+    names: set[tuple[str, bool]] = set()
+
+    def visit(node: ast.AST, in_function: bool) -> None:
         if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names if a.name.split(".")[0] == "ddmrl")
+            names.update((a.name, in_function) for a in node.names if a.name.split(".")[0] == "ddmrl")
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "ddmrl":
-            names.add(node.module)
-            names.update(f"{node.module}.{a.name}" for a in node.names)
-    return names
+            lazy = _literal(src, node.module, "_LAZY")
+            names.add((node.module, in_function))
+            names.update((f"{node.module}.{a.name}", in_function) for a in node.names)
+            names.update((lazy[a.name], in_function) for a in node.names if a.name in lazy)
+        inner = in_function or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+        for child in ast.iter_child_nodes(node):
+            visit(child, inner)
+
+    visit(ast.parse(Path(path).read_text(), filename=path), False)
+    return frozenset(names)
 
 
-def _module_files(module: str, root: Path) -> list[Path]:
+def registry(package: str, name: str) -> dict[str, str]:
+    """A registry's table (member -> ``module:attribute``), read from its package's source without importing it
+    (``TASKS = Registry({...})``)."""
+    return _literal(SRC.parent, package, name)
+
+
+@functools.lru_cache(maxsize=256)
+def _literal(src: Path, package: str, name: str) -> dict[str, str]:
+    """The dict literal assigned to ``name`` in ``package``'s ``__init__.py`` under ``src`` (``{}`` if none): a
+    registry's table, or a package's ``_LAZY`` table of names it exports lazily (name -> module)."""
+    init = src.joinpath(*package.split("."), "__init__.py")
+    if not init.is_file():
+        return {}
+    for node in ast.parse(init.read_text()).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            value = node.value.args[0] if isinstance(node.value, ast.Call) else node.value
+            return ast.literal_eval(value)
+    return {}
+
+
+def member_module(package: str, table: str, name: str) -> str | None:
+    """The module that defines registry member ``name`` (None for a name the registry lacks)."""
+    spec = registry(package, table).get(name)
+    return spec.partition(":")[0] if spec else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _module_files(module: str, root: Path) -> tuple[Path, ...]:
     """Files that importing ``module`` executes: each package's ``__init__.py`` on the way, then the module."""
     parts, files = module.split("."), []
     for i in range(1, len(parts) + 1):
@@ -386,15 +597,17 @@ def _module_files(module: str, root: Path) -> list[Path]:
             files.append(base / "__init__.py")
         elif base.with_suffix(".py").is_file():
             files.append(base.with_suffix(".py"))
-    return files
+    return tuple(files)
 
 
 def inputs(stage: Stage, root: str | Path = ".") -> tuple[str, ...]:
-    """Everything a stage depends on: its artifact deps, its script, then the library files it imports."""
-    out: dict[str, None] = dict.fromkeys(stage.deps)
-    out[stage.script] = None
-    out.update(dict.fromkeys(code_files(stage.script, root)))
-    return tuple(out)
+    """Everything a stage depends on: its artifact deps, its script, then the library files it runs."""
+    return (*stage.deps, *code(stage, root))
+
+
+def code(stage: Stage, root: str | Path = ".") -> tuple[str, ...]:
+    """The stage's script, then the library files it runs (:func:`code_files`)."""
+    return (stage.script, *code_files(stage.script, root, stage.uses))
 
 
 def check_names(stages: list[Stage]) -> None:

@@ -1,36 +1,30 @@
 """Image reward models behind one interface, the GenEval official-evaluator bridge and DPG-Bench scoring.
 
-Text rewards live with their tasks (:mod:`ddmrl.tasks`). See docs/rewards.md for weights and environments.
+Text rewards live with their tasks (:mod:`ddmrl.tasks`). See docs/rewards.md for weights and environments. Every
+name below is imported from its module on first use, so importing the package loads no reward model's code.
 """
 
 from __future__ import annotations
 
-from ddmrl.rewards.combine import WeightedSum
-from ddmrl.rewards.interface import ImageRewardModel, RewardSetupError
-from ddmrl.rewards.local_models import DeQAScore, HFCLIPScore, HPSv3Score, ImageRewardScore, OpenCLIPScore
-from ddmrl.rewards.registry import (
-    REWARD_MODELS,
-    UNIGRPO_T2I_WEIGHTS,
-    RewardComponent,
-    load_reward,
-    reward_from_params,
-)
-from ddmrl.rewards.remote import RewardServerClient, UnifiedRewardClient
+from ddmrl.registry import lazy_exports
 
-__all__ = [
-    "REWARD_MODELS",
-    "UNIGRPO_T2I_WEIGHTS",
-    "DeQAScore",
-    "HFCLIPScore",
-    "HPSv3Score",
-    "ImageRewardModel",
-    "ImageRewardScore",
-    "OpenCLIPScore",
-    "RewardComponent",
-    "RewardServerClient",
-    "RewardSetupError",
-    "UnifiedRewardClient",
-    "WeightedSum",
-    "load_reward",
-    "reward_from_params",
-]
+_LAZY = {
+    "REWARD_MODELS": "ddmrl.rewards.registry",
+    "UNIGRPO_T2I_WEIGHTS": "ddmrl.rewards.registry",
+    "DeQAScore": "ddmrl.rewards.local_models",
+    "HFCLIPScore": "ddmrl.rewards.local_models",
+    "HPSv3Score": "ddmrl.rewards.local_models",
+    "ImageRewardModel": "ddmrl.rewards.interface",
+    "ImageRewardScore": "ddmrl.rewards.local_models",
+    "OpenCLIPScore": "ddmrl.rewards.local_models",
+    "RewardComponent": "ddmrl.rewards.registry",
+    "RewardServerClient": "ddmrl.rewards.remote",
+    "RewardSetupError": "ddmrl.rewards.interface",
+    "UnifiedRewardClient": "ddmrl.rewards.remote",
+    "WeightedSum": "ddmrl.rewards.combine",
+    "load_reward": "ddmrl.rewards.registry",
+    "reward_from_params": "ddmrl.rewards.registry",
+}
+__getattr__ = lazy_exports(__name__, _LAZY)
+
+__all__ = list(_LAZY)

@@ -1,9 +1,22 @@
 """Samplers: the reverse process that produces rollouts, each recording the step that revealed every token and
-the number of model evaluations. ``SAMPLERS`` maps ``sampler.name`` to its ``generate`` function."""
+the number of model evaluations. ``SAMPLERS`` maps ``sampler.name`` to its ``generate`` function, imported when
+first looked up (a stage runs, and depends on, only the sampler it uses)."""
 
-from ddmrl.samplers import emerge, maskgit
-from ddmrl.samplers.llada import SampleOutput, generate, transfer_schedule
+from ddmrl.registry import Registry, lazy_exports
 
-SAMPLERS = {"llada": generate, "maskgit": maskgit.generate, "emerge": emerge.generate}
+SAMPLERS = Registry(
+    {
+        "llada": "ddmrl.samplers.llada:generate",
+        "maskgit": "ddmrl.samplers.maskgit:generate",
+        "emerge": "ddmrl.samplers.emerge:generate",
+    }
+)
 
-__all__ = ["SAMPLERS", "SampleOutput", "generate", "transfer_schedule"]
+_LAZY = {
+    "SampleOutput": "ddmrl.samplers.llada",
+    "generate": "ddmrl.samplers.llada",
+    "transfer_schedule": "ddmrl.samplers.llada",
+}
+__getattr__ = lazy_exports(__name__, _LAZY)
+
+__all__ = ["SAMPLERS", *_LAZY]

@@ -10,6 +10,23 @@ the first ``remainder`` steps taking one more. Committed tokens are never re-mas
 Deviation from LLaDA: a completion length that is not a multiple of ``block_length`` gets a shorter last block
 (LLaDA asserts divisibility), and ``steps`` that do not divide into the blocks use ``max(1, steps // blocks)``
 per block, as d1 does.
+
+Fast-dLLM's accelerations (Wu et al. 2025), each off by default:
+
+* ``kv_cache``: ``prefix`` or ``dual``, the block-wise approximate KV cache (``ddmrl.samplers.cache``): the block's
+  first step evaluates the whole sequence and keeps every layer's keys and values, its later steps evaluate only
+  the block and what follows it (prefix) or only the block (dual);
+* ``parallel``: ``threshold`` or ``factor``, confidence-aware parallel decoding (``ddmrl.samplers.parallel``): a
+  step also commits the masked tokens of the block the rule picks. Each step commits at least LLaDA's schedule for
+  the block's remaining masks over its remaining steps, ceil(masked / remaining), so a block never takes more steps
+  than without the rule; it ends as soon as it has no mask left (with ``steps`` = completion length that is
+  Fast-dLLM's rule exactly: one token, plus every token the rule picks).
+
+With either option on, the loop works on the block's positions only: the Gumbel noise is drawn for the block
+(``[N, block, V]``, not the whole sequence), so its samples differ from the plain sampler's for the same seed, and
+are reproducible for a seed like them. ``reveal_step`` is the index of the step (forward pass) that committed each
+token, so it stays the sampler's real order for TraceRL and the credit diagnostic; ``nfe`` counts the passes run.
+With both options off the sampler is the plain one, unchanged (bit for bit; tested).
 """
 
 from __future__ import annotations
@@ -17,6 +34,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+
+from ddmrl.samplers.cache import KV_CACHES, cached_forward, window
+from ddmrl.samplers.parallel import PARALLEL_RULES, parallel_commits
 
 
 class SampleOutput(NamedTuple):
@@ -67,12 +87,22 @@ def uniform(shape, device: torch.device, gen: torch.Generator | None) -> torch.T
 
 def guided_logits(model, x: torch.Tensor, prompt_len: int, mask_id: int, cfg_scale: float) -> torch.Tensor:
     """Logits of ``model`` at ``x`` [N, T]; with ``cfg_scale > 0``, LLaDA's guidance ``u + (w + 1)(c - u)``
-    where the unconditional branch has every prompt position masked."""
+    where the unconditional branch has every prompt position masked (both branches in one forward pass)."""
     if cfg_scale == 0:
         return model(x).logits
+    return combine_guidance(model(with_unconditional(x, prompt_len, mask_id)).logits, cfg_scale)
+
+
+def with_unconditional(x: torch.Tensor, prompt_len: int, mask_id: int) -> torch.Tensor:
+    """[2N, T]: the rows of ``x`` [N, T], then the same rows with every prompt position masked."""
     uncond = x.clone()
     uncond[:, :prompt_len] = mask_id
-    cond_logits, uncond_logits = model(torch.cat([x, uncond])).logits.chunk(2)
+    return torch.cat([x, uncond])
+
+
+def combine_guidance(logits: torch.Tensor, cfg_scale: float) -> torch.Tensor:
+    """[2N, ..., V] conditional then unconditional logits -> [N, ..., V] guided ``u + (w + 1)(c - u)``."""
+    cond_logits, uncond_logits = logits.chunk(2)
     return uncond_logits + (cfg_scale + 1) * (cond_logits - uncond_logits)
 
 
@@ -88,9 +118,28 @@ def generate(
     temperature: float = 0.0,
     remasking: str = "low_confidence",
     cfg_scale: float = 0.0,
+    kv_cache: str = "none",
+    parallel: str = "none",
+    threshold: float = 0.9,
+    factor: float = 1.0,
     generator: torch.Generator | None = None,
 ) -> SampleOutput:
-    """Sample completions of ``completion_length`` tokens for ``prompt_ids`` [N, P] (left-padded)."""
+    """Sample completions of ``completion_length`` tokens for ``prompt_ids`` [N, P] (left-padded).
+
+    ``kv_cache`` (none | prefix | dual) and ``parallel`` (none | threshold | factor, with ``threshold`` and
+    ``factor``): Fast-dLLM's accelerations, see the module docstring.
+    """
+    if kv_cache not in KV_CACHES:
+        raise ValueError(f"unknown kv_cache {kv_cache!r}; choose one of {KV_CACHES}")
+    if parallel not in PARALLEL_RULES:
+        raise ValueError(f"unknown parallel rule {parallel!r}; choose one of {PARALLEL_RULES}")
+    if parallel != "none" and remasking != "low_confidence":
+        raise ValueError(f"parallel = {parallel!r} ranks by the model's confidence: it needs remasking low_confidence")
+    if kv_cache != "none" or parallel != "none":
+        return _generate_fast(
+            model, prompt_ids, completion_length, mask_id, block_length, steps, temperature, remasking, cfg_scale,
+            kv_cache, parallel, threshold, factor, generator,
+        )  # fmt: skip
     p = prompt_ids.shape[1]
     x, reveal = init_canvas(prompt_ids, completion_length, mask_id)
     num_blocks = -(-completion_length // block_length)
@@ -121,3 +170,61 @@ def generate(
             reveal[commit[:, p:]] = step
             step += 1
     return SampleOutput(x[:, p:], reveal, nfe)
+
+
+def _generate_fast(
+    model, prompt_ids, completion_length, mask_id, block_length, steps, temperature, remasking, cfg_scale,
+    kv_cache, parallel, threshold, factor, generator,
+) -> SampleOutput:  # fmt: skip
+    """The sampler with a KV cache and/or a parallel-decoding rule, working on one block's positions at a time."""
+    if remasking not in ("low_confidence", "random"):
+        raise ValueError(f"unknown remasking '{remasking}'; choose low_confidence or random")
+    p = prompt_ids.shape[1]
+    x, reveal = init_canvas(prompt_ids, completion_length, mask_id)
+    forward = None if kv_cache == "none" else cached_forward(model, kv_cache)
+    num_blocks = -(-completion_length // block_length)
+    steps_per_block = max(1, steps // num_blocks)
+    step, nfe = 0, 0
+    for b in range(num_blocks):
+        lo, hi = p + b * block_length, p + min(completion_length, (b + 1) * block_length)
+        past = None  # the block's cache, refreshed at its first step
+        for s in range(steps_per_block):
+            masked = x[:, lo:hi] == mask_id  # [N, K]
+            if not bool(masked.any()):
+                break
+            logits, past = _block_logits(model, forward, kv_cache, x, p, lo, hi, past, mask_id, cfg_scale)
+            nfe += 2 if cfg_scale else 1
+            logits = logits.float().clone()  # [N, K, V], a copy: the model's output is left alone
+            logits[..., mask_id] = -torch.inf  # never propose the mask token itself
+            proposal = gumbel_argmax(logits, temperature, generator)  # [N, K]
+            if remasking == "low_confidence":
+                conf = torch.softmax(logits, -1).gather(-1, proposal[..., None]).squeeze(-1).double()
+            else:
+                conf = uniform(proposal.shape, proposal.device, generator)
+            conf = conf.masked_fill(~masked, -torch.inf)
+            # LLaDA's schedule of the remaining masks over the remaining steps: its first entry, ceil(masked / left)
+            k = -(-masked.sum(1, keepdim=True) // (steps_per_block - s))  # [N, 1]
+            rank = conf.argsort(dim=1, descending=True, stable=True).argsort(dim=1)  # [N, K] 0 = most confident
+            commit = ((rank < k) | parallel_commits(conf, parallel, threshold, factor)) & masked
+            x[:, lo:hi] = torch.where(commit, proposal, x[:, lo:hi])
+            reveal[:, lo - p : hi - p][commit] = step
+            step += 1
+    return SampleOutput(x[:, p:], reveal, nfe)
+
+
+def _block_logits(model, forward, kv_cache: str, x, p: int, lo: int, hi: int, past, mask_id: int, cfg_scale: float):
+    """Logits [N, hi - lo, V] of the block's positions (guided with ``cfg_scale``) and the block's cache.
+
+    No cache: the whole sequence is evaluated. With one: the block's first step (``past`` None) evaluates the whole
+    sequence and returns every layer's keys and values; later steps evaluate only the window of ``kv_cache``.
+    """
+    rows = with_unconditional(x, p, mask_id) if cfg_scale else x  # [N or 2N, T]
+    if forward is None:
+        logits = model(rows).logits[:, lo:hi]
+    elif past is None:
+        full, past = forward(rows, None, 0)
+        logits = full[:, lo:hi]
+    else:
+        a, z = window(kv_cache, lo, hi, rows.shape[1])
+        logits = forward(rows[:, a:z], past, a)[0][:, lo - a : hi - a]
+    return (combine_guidance(logits, cfg_scale) if cfg_scale else logits), past

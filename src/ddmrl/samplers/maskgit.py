@@ -28,6 +28,7 @@ import math
 import torch
 
 from ddmrl.samplers.llada import SampleOutput, guided_logits, init_canvas
+from ddmrl.samplers.parallel import PARALLEL_RULES, parallel_commits
 
 SCHEDULES = ("cosine", "linear")
 
@@ -124,6 +125,9 @@ def generate(
     schedule: str = "cosine",
     allowed_tokens: torch.Tensor | None = None,
     legacy_compound_noise: bool = False,
+    parallel: str = "none",
+    threshold: float = 0.9,
+    factor: float = 1.0,
     generator: torch.Generator | None = None,
 ) -> SampleOutput:
     """Sample completions of ``completion_length`` tokens for ``prompt_ids`` [N, P] with MaskGIT's schedule.
@@ -131,9 +135,16 @@ def generate(
     ``allowed_tokens``: bool [V], the tokens that may be proposed (None: all but ``mask_id``; ``mask_id`` is never
     proposed). ``reveal_step[i, k]`` is the step at which completion position k was revealed; ``nfe`` counts forward
     passes (2 per step with CFG).
+
+    ``parallel`` (threshold | factor; ``ddmrl.samplers.parallel``): a step also reveals the masked tokens the rule
+    picks by their untempered confidence, on top of the schedule's; sampling stops once nothing is masked, which
+    saves passes only when the rule reveals every remaining token (the schedule keeps one masked until the last
+    step). With ``none`` (the default) the sampler is MaskGIT's, unchanged (bit for bit; tested).
     """
     if steps < 1:
         raise ValueError("steps must be >= 1")
+    if parallel not in PARALLEL_RULES:
+        raise ValueError(f"unknown parallel rule {parallel!r}; choose one of {PARALLEL_RULES}")
     mask_schedule(schedule, 0.0)  # validate the name before any forward pass
     n, p = prompt_ids.shape
     length = completion_length
@@ -141,6 +152,9 @@ def generate(
     taus = noise_scales(noise_temperature, steps, legacy_compound_noise)
     allowed, nfe = None, 0
     for s in range(steps):
+        masked = x[:, p:] == mask_id
+        if not bool(masked.any()):  # only with a parallel rule: the schedule keeps a mask until the last step
+            break
         # LLaDA's u + (w + 1)(c - u) in guided_logits is algebraically MMaDA's (1 + w) c - w u.
         logits = guided_logits(model, x, p, mask_id, cfg_scale)[:, p:].double()  # [N, L, V]
         nfe += 2 if cfg_scale else 1
@@ -149,13 +163,14 @@ def generate(
         logits = logits.masked_fill(~allowed, -torch.inf)
         proposal = sample_tokens(logits, temperature, generator)  # [N, L]
         log_conf = torch.log_softmax(logits, -1).gather(-1, proposal[..., None]).squeeze(-1)  # untempered
-        masked = x[:, p:] == mask_id
         drawn = torch.where(masked, proposal.to(x.dtype), x[:, p:])  # known positions keep their token
+        clean = log_conf.exp().masked_fill(~masked, -torch.inf)  # [N, L] confidence, for a parallel rule
         if taus[s] > 0:
             log_conf = log_conf + taus[s] * gumbel(log_conf.shape, log_conf.device, generator)
         noisy = log_conf.masked_fill(~masked, torch.inf)  # revealed positions are never re-masked
         rank = noisy.argsort(dim=1, stable=True).argsort(dim=1)  # 0 = least confident
-        remask = rank < keep_masked(masked.sum(1), length, s, steps, schedule)[:, None]
+        remask = (rank < keep_masked(masked.sum(1), length, s, steps, schedule)[:, None]) & masked
+        remask &= ~parallel_commits(clean, parallel, threshold, factor)
         reveal[masked & ~remask] = s
         x[:, p:] = drawn.masked_fill(remask, mask_id)
     return SampleOutput(x[:, p:], reveal, nfe)

@@ -1,44 +1,43 @@
 """Tasks and their registry: embedded (text: d1-style rewards and metrics; image: GenEval-style) and the paper
-profiles' GSM8K and MATH500 (d1's prompts, rewards and parsers) and GenEval (MMaDA's layout)."""
+profiles' GSM8K and MATH500 (d1's prompts, rewards and parsers) and GenEval (MMaDA's layout).
+
+``TASKS`` imports a task's module when the task is first looked up, so a stage runs (and depends on) only its own
+task's code; the task classes are importable from here too, each on first use.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ddmrl.tasks.arith import Arith
+from ddmrl.registry import Registry, lazy_exports
 from ddmrl.tasks.base import Example, Task
-from ddmrl.tasks.chain import Chain
-from ddmrl.tasks.countdown3 import Countdown3
-from ddmrl.tasks.geneval import GenEval
-from ddmrl.tasks.geneval_mini import GenEvalMini
-from ddmrl.tasks.math_reasoning import Gsm8k, Math500
-from ddmrl.tasks.sudoku4 import Sudoku4
 
-__all__ = [
-    "TASKS",
-    "Arith",
-    "Chain",
-    "Countdown3",
-    "Example",
-    "GenEval",
-    "GenEvalMini",
-    "Gsm8k",
-    "Math500",
-    "Sudoku4",
-    "Task",
-    "make_task",
-]
+TASKS = Registry(
+    {
+        "sudoku4": "ddmrl.tasks.sudoku4:Sudoku4",
+        "countdown3": "ddmrl.tasks.countdown3:Countdown3",
+        "arith": "ddmrl.tasks.arith:Arith",
+        "chain": "ddmrl.tasks.chain:Chain",
+        "geneval_mini": "ddmrl.tasks.geneval_mini:GenEvalMini",
+        "geneval": "ddmrl.tasks.geneval:GenEval",
+        "gsm8k": "ddmrl.tasks.math_reasoning:Gsm8k",
+        "math500": "ddmrl.tasks.math_reasoning:Math500",
+    }
+)
 
-TASKS: dict[str, type[Task]] = {
-    "sudoku4": Sudoku4,
-    "countdown3": Countdown3,
-    "arith": Arith,
-    "chain": Chain,
-    "geneval_mini": GenEvalMini,
-    "geneval": GenEval,
-    "gsm8k": Gsm8k,
-    "math500": Math500,
+_LAZY = {
+    "Arith": "ddmrl.tasks.arith",
+    "Chain": "ddmrl.tasks.chain",
+    "Countdown3": "ddmrl.tasks.countdown3",
+    "GenEval": "ddmrl.tasks.geneval",
+    "GenEvalMini": "ddmrl.tasks.geneval_mini",
+    "Gsm8k": "ddmrl.tasks.math_reasoning",
+    "Math500": "ddmrl.tasks.math_reasoning",
+    "Sudoku4": "ddmrl.tasks.sudoku4",
 }
+__getattr__ = lazy_exports(__name__, _LAZY)
+
+__all__ = ["TASKS", "Example", "Task", "make_task", *_LAZY]
 
 
 def make_task(name: str, **params: Any) -> Task:

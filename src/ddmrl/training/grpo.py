@@ -41,8 +41,7 @@ from ddmrl.config import ConfigError, GRPOConfig
 from ddmrl.likelihood import token_logps
 from ddmrl.masking import Views, apply_view, build_views
 from ddmrl.methods import METHODS
-from ddmrl.objectives import group_advantages, token_weights
-from ddmrl.objectives.losses import OBJECTIVES, ObjectiveInputs
+from ddmrl.objectives import OBJECTIVES, ObjectiveInputs, group_advantages, token_weights
 from ddmrl.objectives.weights import realised_ratio
 from ddmrl.rollout import Rollouts, rewards, rollout
 from ddmrl.seeding import derive_seed
@@ -107,9 +106,28 @@ def make_views(cfg: GRPOConfig, batch: Rollouts, seed: int, pad_id: int, mask_id
     return views, weights, z, inputs
 
 
+#: at most this many logits (rows x positions x vocabulary) per forward pass of :func:`view_logps` (1 GiB in float32)
+LOGITS_PER_PASS = 2**28
+
+
 def view_logps(model, inputs: torch.Tensor, completion_ids: torch.Tensor, **guidance) -> torch.Tensor:
-    """Token log-probs of every view: [V, N, P + L] inputs -> [V, N, L] (``guidance``: see :func:`logp_guidance`)."""
-    return torch.stack([token_logps(model, x, completion_ids, **guidance) for x in inputs])
+    """Token log-probs of every view: [V, N, P + L] inputs -> [V, N, L] (``guidance``: see :func:`logp_guidance`).
+
+    The views go through the model together, as many per forward pass as keep its logits under
+    :data:`LOGITS_PER_PASS` (at least one view), instead of one pass per view: the same numbers (rows are
+    independent) in fewer, larger matrix products. Always the model's own full forward pass, never a sampler's cache.
+    """
+    v, n, t = inputs.shape
+    config = getattr(model, "config", None) or getattr(getattr(model, "module", None), "config", None)  # DDP
+    vocab = getattr(config, "vocab_size", None)
+    branches = 2 if guidance.get("cfg_scale") else 1
+    per_pass = max(1, LOGITS_PER_PASS // (branches * n * t * vocab)) if vocab else 1
+    out = []
+    for lo in range(0, v, per_pass):
+        chunk = inputs[lo : lo + per_pass]  # [v', N, P + L]
+        ids = completion_ids.repeat(chunk.shape[0], 1)  # [v' N, L]
+        out.append(token_logps(model, chunk.reshape(-1, t), ids, **guidance).view(chunk.shape[0], n, -1))
+    return torch.cat(out)
 
 
 def logp_guidance(cfg: GRPOConfig, mask_id: int) -> dict:

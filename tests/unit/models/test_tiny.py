@@ -113,3 +113,46 @@ def test_rope_model_has_no_position_table(tok):
     assert logits.shape == (1, 6, len(tok)) and torch.isfinite(logits).all()
     with pytest.raises(ValueError, match="position_embedding"):
         TinyDDMConfig(position_embedding="alibi")
+
+
+# --------------------------------------------------------------------------- windows against a KV cache
+
+
+def manual_forward(model, x: torch.Tensor) -> torch.Tensor:
+    """TinyDDM's forward written out with plain tensor ops (learned positions): pre-LN blocks, softmax attention."""
+    h = model.tok(x) + model.pos(torch.arange(x.shape[1]))
+    for blk in model.blocks:
+        b, n, d = h.shape
+        q, k, v = blk.qkv(blk.ln1(h)).view(b, n, 3, blk.num_heads, d // blk.num_heads).unbind(2)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        att = torch.softmax(q @ k.transpose(-1, -2) / (d // blk.num_heads) ** 0.5, -1) @ v
+        h = h + blk.proj(att.transpose(1, 2).reshape(b, n, d))
+        h = h + blk.ff(blk.ln2(h))
+    return model.lm_head(model.ln_f(h))
+
+
+def test_without_a_cache_the_forward_is_the_plain_transformer(make_model):
+    """The cache arguments leave the plain forward alone: it is the written-out transformer, ``use_cache`` returns
+    the same logits plus every layer's keys and values of all positions, and no cache is returned by default."""
+    model = make_model(max_positions=10)
+    x = torch.randint(0, 10, (2, 10), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        out, cached = model(x), model(x, use_cache=True)
+        torch.testing.assert_close(out.logits, manual_forward(model, x), rtol=1e-5, atol=1e-5)
+    assert out.past_key_values is None and torch.equal(cached.logits, out.logits)
+    ((k, v),) = cached.past_key_values
+    assert k.shape == v.shape == (2, 2, 10, 8)
+
+
+def test_a_window_against_its_own_cache_is_the_full_forward_and_bad_windows_are_refused(make_model):
+    model = make_model(max_positions=12)
+    x = torch.randint(0, 10, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full = model(x, use_cache=True)
+        for lo, hi in ((0, 12), (4, 12), (4, 8), (11, 12)):
+            w = model(x[:, lo:hi], past_key_values=full.past_key_values, window_start=lo)
+            torch.testing.assert_close(w.logits, full.logits[:, lo:hi], rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="outside the 12 positions"):
+        model(x[:, :4], past_key_values=full.past_key_values, window_start=10)
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        model(x[:, :4], window_start=10)

@@ -1,5 +1,5 @@
 """GDPO's Gauss-Legendre ELBO estimator against the exact ELBO, by enumeration of every mask pattern
-(algorithms.md B.3; ddmrl.masking.views.gdpo_quadrature, weighting ``gdpo_elbo``, losses.sequence_elbo).
+(GDPO, Rojas et al. 2026; ddmrl.masking.views.gdpo_quadrature, weighting ``gdpo_elbo``, likelihood.sequence_elbo).
 
 Setting: vocabulary V = 4 with the mask id 0, a one-token prompt, a completion x of length L, and a stub model
 whose conditional log-probabilities depend on which positions are masked through a known formula
@@ -32,11 +32,10 @@ import numpy as np
 import pytest
 import torch
 
-from ddmrl.likelihood import token_logps
+from ddmrl.likelihood import sequence_elbo, token_logps
 from ddmrl.masking import apply_view, build_views
 from ddmrl.masking.views import Views, gauss_legendre
 from ddmrl.objectives import token_weights
-from ddmrl.objectives.losses import sequence_elbo
 
 MASK, VOCAB, PROMPT = 0, 4, 2
 MAX_T = 6  # prompt + longest completion

@@ -262,3 +262,78 @@ def test_cfg_is_the_muse_formula_and_weight_zero_is_the_conditional_sampler(fixe
             assert bool((x[3:, :4] == MASK).all()), "the unconditional branch masks the prompt"
             assert torch.equal(x[3:, 4:], x[:3, 4:]), "... and sees the current completion canvas"
             assert torch.equal(x[:3, :4], prompts())
+
+
+# --------------------------------------------------------------------------- parallel decoding (Fast-dLLM's rules)
+
+
+@torch.no_grad()
+def reference_generate(model, prompt_ids, length, *, mask_id, steps, temperature, noise_temperature, generator):
+    """``generate`` at commit 9591c2d (before the parallel rules; cosine schedule, no CFG), transcribed."""
+    p = prompt_ids.shape[1]
+    x = torch.cat([prompt_ids, torch.full((prompt_ids.shape[0], length), mask_id)], 1)
+    reveal = torch.full((prompt_ids.shape[0], length), -1)
+    for s in range(steps):
+        logits = model(x).logits[:, p:].double()
+        logits[..., mask_id] = -torch.inf
+        u = torch.rand(logits.shape, dtype=torch.float64, generator=generator).clamp_min(1e-300)
+        proposal = (logits / temperature - torch.log(-torch.log(u))).argmax(-1)
+        log_conf = torch.log_softmax(logits, -1).gather(-1, proposal[..., None]).squeeze(-1)
+        masked = x[:, p:] == mask_id
+        drawn = torch.where(masked, proposal, x[:, p:])
+        tau = noise_temperature * (1 - (s + 1) / steps)
+        if tau > 0:
+            u = torch.rand(log_conf.shape, dtype=torch.float64, generator=generator).clamp_min(1e-300)
+            log_conf = log_conf - tau * torch.log(-torch.log(u))
+        rank = log_conf.masked_fill(~masked, torch.inf).argsort(dim=1, stable=True).argsort(dim=1)
+        if s == steps - 1:
+            keep = torch.zeros(x.shape[0], dtype=torch.long)
+        else:
+            target = math.floor(length * math.cos(math.pi / 2 * (s + 1) / steps) + 1e-9)
+            keep = (masked.sum(1) - 1).clamp(max=target).clamp(min=1)
+        remask = rank < keep[:, None]
+        reveal[masked & ~remask] = s
+        x[:, p:] = drawn.masked_fill(remask, mask_id)
+    return x[:, p:], reveal
+
+
+def test_parallel_none_is_maskgit_before_the_rules_bit_for_bit(make_model):
+    model = make_model()
+    for s in (0, 1):
+        ids, reveal = reference_generate(
+            model, prompts(), 8, mask_id=MASK, steps=4, temperature=1.0, noise_temperature=1.0, generator=seed(s)
+        )
+        out = generate(model, prompts(), 8, mask_id=MASK, steps=4, parallel="none", generator=seed(s))
+        assert torch.equal(out.completion_ids, ids) and torch.equal(out.reveal_step, reveal) and out.nfe == 4
+
+
+def test_threshold_reveals_confident_tokens_early_and_stops_when_done(fixed_logits_model):
+    """L = 6, 6 steps, cosine: the schedule alone keeps 5, 5, 4, 3, 1, 0 masked. Confidence e^8 / (e^8 + 4) = 0.9987
+    (5 proposable tokens) at positions 0-3, 1/5 at positions 4-5. With threshold 0.9, step 0 reveals positions 0-3;
+    the other two follow MaskGIT's schedule, which keeps one masked until the last step (MMaDA's clamp): 6 passes.
+    With every position confident, step 0 reveals everything and sampling stops: 1 pass."""
+    table = stub_table([8.0, 8.0, 8.0, 8.0, 0.0, 0.0], [1, 2, 3, 4, 5, 5])
+    table[:, MASK] = 0.0
+    kw = dict(mask_id=MASK, steps=6, temperature=0.0, noise_temperature=0.0)
+    plain = generate(fixed_logits_model(table), prompts(), 6, **kw)
+    assert plain.nfe == 6 and masked_after_each_step(plain.reveal_step, 6)[0] == [5, 5, 5]
+    out = generate(fixed_logits_model(table), prompts(), 6, parallel="threshold", **kw)
+    assert out.reveal_step[:, :4].tolist() == [[0] * 4] * 3 and out.nfe == 6
+    assert sorted(out.reveal_step[0, 4:].tolist()) == [1, 5]
+    assert out.completion_ids[:, :4].tolist() == [[1, 2, 3, 4]] * 3
+    confident = fixed_logits_model(stub_table([8.0] * 6, [1, 2, 3, 4, 5, 5]).index_fill(1, torch.tensor([MASK]), 0))
+    out = generate(confident, prompts(), 6, parallel="threshold", **kw)
+    assert out.nfe == 1 == len(confident.calls) and out.reveal_step.tolist() == [[0] * 6] * 3
+
+
+def test_parallel_rules_never_reveal_less_than_the_schedule(make_model):
+    model = make_model()
+    plain = generate(model, prompts(), 8, mask_id=MASK, steps=6, generator=seed(0))
+    for rule in ("threshold", "factor"):
+        out = generate(model, prompts(), 8, mask_id=MASK, steps=6, parallel=rule, threshold=0.2, generator=seed(0))
+        assert out.nfe <= plain.nfe and not bool((out.completion_ids == MASK).any())
+        schedule = masked_after_each_step(plain.reveal_step, 6)
+        for s, row in enumerate(masked_after_each_step(out.reveal_step, out.nfe)):  # never more masked than plain
+            assert all(m <= keep for m, keep in zip(row, schedule[s], strict=True))
+    with pytest.raises(ValueError, match="unknown parallel rule"):
+        generate(model, prompts(), 8, mask_id=MASK, steps=6, parallel="eager")

@@ -12,7 +12,7 @@ import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
 
-import ddmrl.objectives.losses as losses_module
+import ddmrl.objectives.token_clip as losses_module
 from ddmrl.config import ConfigError, GRPOConfig, LoraConfig, SamplerConfig
 from ddmrl.masking import Views
 from ddmrl.models.checkpoint import load_checkpoint

@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-import ddmrl.objectives.losses as losses_module
+import ddmrl.objectives.token_clip as losses_module
 import ddmrl.training.grpo as grpo_module
 from ddmrl.config import GRPOConfig, SamplerConfig, method_config
 from ddmrl.methods import METHODS

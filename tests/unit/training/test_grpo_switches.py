@@ -25,8 +25,8 @@ from ddmrl.config import GRPOConfig, SamplerConfig
 from ddmrl.masking import build_views
 from ddmrl.masking.views import Views
 from ddmrl.models import build_tokenizer
-from ddmrl.objectives import token_weights
-from ddmrl.objectives.losses import ObjectiveInputs, token_clip
+from ddmrl.objectives import ObjectiveInputs, token_weights
+from ddmrl.objectives.token_clip import token_clip
 from ddmrl.rollout import Rollouts
 from ddmrl.tasks import make_task
 from ddmrl.training.grpo import make_views, step_views, train_grpo

@@ -1,8 +1,7 @@
-"""Policy objectives of ddmrl.objectives.losses: token_clip, sequence_clip (GDPO), spg (SPG) and
-weighted_likelihood (wd1).
+"""The policy objectives, one module each: token_clip, sequence_clip (GDPO, Rojas et al. 2026), spg (SPG, Wang
+et al. 2026) and weighted_likelihood (wd1, Tang et al. 2026), and their registry.
 
-Specs: algorithms.md C.2 (shared objective interface), B.3 (GDPO), B.6 (wd1), B.7 (SPG). Every test builds
-``ObjectiveInputs`` by hand on tiny tensors; gradients are taken with autograd w.r.t. ``logps``.
+Every test builds ``ObjectiveInputs`` by hand on tiny tensors; gradients are taken with autograd w.r.t. ``logps``.
 """
 
 from __future__ import annotations
@@ -13,16 +12,13 @@ import pytest
 import torch
 
 from ddmrl.config import GRPOConfig
-from ddmrl.objectives.losses import (
-    OBJECTIVES,
-    ObjectiveInputs,
-    sequence_clip,
-    sequence_elbo,
-    spg,
-    token_clip,
-    weighted_likelihood,
-)
+from ddmrl.likelihood import sequence_elbo
+from ddmrl.objectives import OBJECTIVES, ObjectiveInputs
 from ddmrl.objectives.policy_loss import aggregate, clipped_token_loss
+from ddmrl.objectives.sequence_clip import sequence_clip
+from ddmrl.objectives.spg import spg
+from ddmrl.objectives.token_clip import token_clip
+from ddmrl.objectives.weighted_likelihood import weighted_likelihood
 
 
 def make(
@@ -238,7 +234,7 @@ def test_spg_negative_advantage_with_mix_one_flows_only_through_the_eubo_proxy()
 
 
 def test_spg_loss_weights_sequences_by_completion_length():
-    """SPG's trainer (spg_trainer.py compute_loss; algorithms.md B.7 "the loss is weighted by completion length"):
+    """SPG's trainer (spg_trainer.py compute_loss, Wang et al. 2026: the loss is weighted by completion length):
     loss = sum_i |y_i| (-A_i proxy_i) / sum_i |y_i|, |y_i| the valid completion tokens (up to and including EOS),
     not the plain mean over rollouts. One view masking everything (ELBO = mean log-prob), A = (+1, +1), row 0 of
     length 4 with mean log-prob -1, row 1 of length 1 with log-prob -3: loss = (4 * 1 + 1 * 3) / 5 = 1.4 (the plain

@@ -432,7 +432,8 @@ def test_snakemake_killed_mid_grpo_completes_on_rerun_with_identical_results(sna
     grpo_jobs = [s.name for s in stages if s.script == "stages/grpo.py"]
     evals = [m for s in stages if s.name in {f"evaluate_{g[5:]}" for g in grpo_jobs} for m in s.metrics]
     assert len(evals) == len(grpo_jobs) == 2
-    run([BIN / "snakemake", "--cores", "2", *evals, "--forcerun", *grpo_jobs], ref)
+    forced = [s.metrics[0] for s in stages if s.name in grpo_jobs]  # --forcerun takes rules (kinds) or files
+    run([BIN / "snakemake", "--cores", "2", *evals, "--forcerun", *forced], ref)
     for name in grpo_jobs:
         assert "resuming" not in (ref / "logs" / f"{name}.log").read_text()
     metrics = sorted(p.relative_to(ws) for p in ws.glob("data/grpo/*/metrics.json"))

@@ -1,0 +1,46 @@
+"""What every policy objective takes and returns: the loss of one optimiser step from its views' log-likelihoods.
+
+Each objective is its own module (``OBJECTIVES`` in :mod:`ddmrl.objectives` names them), so that a GRPO run
+depends on its method's objective only:
+
+  token_clip           PPO/GRPO token ratio at each view, clipped, minus beta k3 KL, weighted and aggregated
+                       (d1, UniGRPO, MaskGRPO, RebRL, TraceRL); several views in a step are averaged
+  sequence_clip        GDPO (Rojas et al. 2026): sequence ratio of a Gauss-Legendre ELBO, clipped
+  spg                  SPG (Wang et al. 2026): REINFORCE on ELBO / EUBO proxies sandwiching the log-likelihood
+  weighted_likelihood  wd1 (Tang et al. 2026): ratio-free likelihood weighted by group softmaxes of +-A
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+
+class ObjectiveInputs(NamedTuple):
+    """What one (micro-)step sees, over its V views (usually V = 1).
+
+    logps: [V, N, L] current policy log-probs (with gradient), old: [V, N, L] rollout-time policy,
+    ref: [V, N, L] | None the KL target (frozen reference, or old for TraceRL), advantages: [N],
+    weights: [V, N, L], z: [N] | None (RebRL's normaliser), t: [V, N] realised masked fractions,
+    targets: [V, N, L] bool valid loss targets, completion_mask: [N, L], num_generations: G.
+    """
+
+    logps: torch.Tensor
+    old: torch.Tensor
+    ref: torch.Tensor | None
+    advantages: torch.Tensor
+    weights: torch.Tensor
+    z: torch.Tensor | None
+    t: torch.Tensor
+    targets: torch.Tensor
+    completion_mask: torch.Tensor
+    num_generations: int
+
+
+class ObjectiveOutput(NamedTuple):
+    """loss (with gradient), and detached diagnostics kl and clip_ratio (0 where they do not apply)."""
+
+    loss: torch.Tensor
+    kl: float
+    clip_ratio: float

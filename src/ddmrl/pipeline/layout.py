@@ -1,0 +1,122 @@
+"""The data tree: where each stage writes, ``data/<stage>/...``, in one place for the DAG and the tables stage.
+
+The DAG (:mod:`ddmrl.pipeline.dag`) names every stage's outputs with these functions, and the tables stage finds
+the files it aggregates with the same functions under the directories it is given, so that its command line does
+not grow with the sweep (DVC expands the sweep at run time).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ddmrl.config import run_name
+
+if TYPE_CHECKING:
+    from ddmrl.config import Config
+
+TASKS_DIR = "data/download/tasks"
+BASE_DIR = "data/download/base"
+SFT_DIR = "data/sft/model"
+IMAGE_TASKS_DIR = "data/download/image/tasks"
+IMAGE_BASE_DIR = "data/download/image/base"
+EVALUATE_DIR = "data/evaluate"
+GRPO_DIR = "data/grpo"
+CREDIT_DIR = "data/credit"
+TABLES_DIR = "data/tables"
+#: the columns of a GRPO run's ``curve.csv`` that the tables plot (and DVC's plots), with their labels
+CURVES = {
+    "reward": "mean reward of rollouts",
+    "kl": "k3 KL to the reference",
+    "loss": "loss",
+    "clip_ratio": "clip ratio",
+}
+
+
+def start_model(cfg: Config) -> tuple[str, str]:
+    """(name, directory) of the model text RL starts from: the SFT model, or with ``sft.max_steps: 0`` (the paper
+    profiles start from LLaDA-8B-Instruct, as MaskGRPO and d1's diffu-GRPO row do) the downloaded base model."""
+    return ("sft", SFT_DIR) if cfg.sft.max_steps else ("base", BASE_DIR)
+
+
+def has_credit(cfg: Config) -> bool:
+    """The credit diagnostic back-propagates per token through the whole model: embedded models only."""
+    return bool(cfg.tasks) and not cfg.model.pretrained
+
+
+def rollouts(model: str, task: str) -> str:
+    return f"data/rollout/{model}/{task}.jsonl"
+
+
+def reward_dir(model: str) -> str:
+    return f"data/reward/{model}"
+
+
+def scored(root: str, task: str) -> str:
+    """Scored rollouts (JSONL) under ``reward_dir``; their summary metrics are :func:`reward_metrics`."""
+    return f"{root}/{task}.jsonl"
+
+
+def reward_metrics(root: str, task: str) -> str:
+    return f"{root}/{task}.json"
+
+
+def credit(root: str, section: str, task: str) -> str:
+    return f"{root}/{section}/{task}.csv"
+
+
+def run_dir(root: str, run: str) -> str:
+    return f"{root}/{run}"
+
+
+def curve(root: str, run: str) -> str:
+    return f"{root}/{run}/curve.csv"
+
+
+def evaluation(root: str, model: str, task: str) -> str:
+    """Held-out metrics of ``model`` (base, sft or a run name) on ``task``; the generations are the ``.jsonl``."""
+    return f"{root}/{model}/{task}.json"
+
+
+def generations(root: str, model: str, task: str) -> str:
+    """Held-out generations of ``model`` on ``task``, one scored item a line (the tables' intervals)."""
+    return f"{root}/{model}/{task}.jsonl"
+
+
+def image_results(root: str, model: str, task: str) -> str:
+    """GenEval's results JSONL of the images in :func:`image_folder`."""
+    return f"{root}/{model}/{task}_results.jsonl"
+
+
+def image_folder(root: str, model: str, task: str) -> str:
+    """GenEval's folder layout: ``<NNNNN>/metadata.jsonl`` and ``<NNNNN>/samples/<kkkk>.png``."""
+    return f"{root}/{model}/{task}"
+
+
+def tables_inputs(
+    cfg: Config,
+    evaluate: str = EVALUATE_DIR,
+    grpo: str = GRPO_DIR,
+    reward: str | None = None,
+    credits: str = CREDIT_DIR,
+) -> dict[str, list[str]]:
+    """The files the tables stage aggregates, under the given directories (``reward``: the start model's).
+
+    ``evals`` text metrics of base, the start model and every text run; ``curves`` every run's curve; ``rollouts``
+    the start model's reward metrics per task; ``credit`` every method section's credit per text task;
+    ``image_results`` and ``image_folders`` GenEval's results and folders of the image base model and runs."""
+    start = start_model(cfg)[0]
+    reward = reward or reward_dir(start)
+    runs = [(run_name(m, t, s), t) for m, t, s in cfg.runs()]
+    text = list(dict.fromkeys(["base", start]))
+    image = set(cfg.image.tasks)
+    models = [(m, t) for t in cfg.tasks for m in text] + [(r, t) for r, t in runs if t not in image]
+    image_models = [("base", t) for t in cfg.image.tasks] + [(r, t) for r, t in runs if t in image]
+    return {
+        "evals": [evaluation(evaluate, m, t) for m, t in models],
+        "generations": [generations(evaluate, m, t) for m, t in models],
+        "curves": [curve(grpo, r) for r, _ in runs],
+        "rollouts": [reward_metrics(reward, t) for t in cfg.tasks],
+        "credit": [credit(credits, m, t) for t in cfg.tasks for m in cfg.text_methods] if has_credit(cfg) else [],
+        "image_results": [image_results(evaluate, m, t) for m, t in image_models],
+        "image_folders": [image_folder(evaluate, m, t) for m, t in image_models],
+    }

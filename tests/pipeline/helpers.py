@@ -1,0 +1,116 @@
+"""Workspaces (temporary copies of the repository) and what both engines plan in them, for the pipeline tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+ENV = {
+    **os.environ,
+    "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    "DVC_NO_ANALYTICS": "1",
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+}
+COPIED = ("profiles", "workflow", "stages", "src", ".dvc/config", ".dvc/.gitignore", ".dvc/plots", ".dvcignore")
+
+
+def copy_repo(dst: Path, profile: str | None = None, git: bool = False) -> Path:
+    """params.yaml (with ``profile`` when given), profiles/, workflow/, stages/, src/ and DVC's config into
+    ``dst``; with ``git`` a git repository with everything committed (DVC's experiments need one)."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".snakemake")
+    dst.mkdir(parents=True, exist_ok=True)
+    for name in COPIED:
+        src = REPO / name
+        if src.is_dir():
+            shutil.copytree(src, dst / name, ignore=ignore)
+        else:
+            (dst / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst / name)
+    shutil.copy2(REPO / "params.yaml", dst / "params.yaml")
+    shutil.copy2(REPO / ".gitignore", dst / ".gitignore")
+    if profile is not None:
+        edit_params(dst, lambda raw: raw.update(profile=profile))
+    if git:
+        run(["git", "init", "-q"], dst)
+        commit(dst, "workspace")
+    return dst
+
+
+def commit(root: Path, message: str) -> None:
+    run(["git", "add", "-A"], root)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", message], root)
+
+
+def edit_params(root: Path, edit, file: str = "params.yaml") -> None:
+    path = root / file
+    raw = yaml.safe_load(path.read_text())
+    edit(raw)
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+
+
+def run(cmd: list, cwd: Path, check: bool = True, timeout: float = 900, env: dict | None = None):
+    out = subprocess.run(
+        [str(c) for c in cmd], cwd=cwd, env=env or ENV, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if check and out.returncode != 0:
+        raise AssertionError(f"{cmd} failed ({out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+    return out
+
+
+def snakemake(root: Path, *args: str, check: bool = False) -> subprocess.CompletedProcess:
+    return run([BIN / "snakemake", *args], root, check=check, timeout=300)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job of ``snakemake -n -p``: its rule (the kind), outputs, log and command."""
+
+    rule: str
+    outputs: tuple[str, ...]
+    log: str
+    cmd: str
+
+    @property
+    def name(self) -> str:
+        """The stage name (logs/<name>.log)."""
+        return Path(self.log).name.removesuffix(".log")
+
+
+def planned(output: str) -> dict[str, Job]:
+    """Stage name -> job, from the output of ``snakemake -n [-p]`` (rule ``all`` left out)."""
+    jobs, block = {}, None
+    for line in [*output.splitlines(), "rule end:"]:
+        if m := re.match(r"^(?:local)?rule (\w+):$", line):
+            if block and block.get("log"):
+                outputs = tuple(sorted(block["output"].split(", ")))
+                job = Job(block["rule"], outputs, block["log"], block.get("cmd", ""))
+                jobs[job.name] = job
+            block = {"rule": m.group(1)}
+        elif block is not None and (m := re.match(r"^    (output|log): (.*)$", line)):
+            block[m.group(1)] = m.group(2)
+        elif block is not None and line.startswith("Shell command:"):
+            block["cmd"] = normalise(line.removeprefix("Shell command:").strip())
+    return jobs
+
+
+def normalise(cmd: str) -> str:
+    """A command line without the Snakemake log redirection, re-quoted canonically."""
+    cmd = re.sub(r"\s*>\s*\S+\s+2>&1\s*$", "", cmd)
+    return shlex.join(shlex.split(cmd))
+
+
+def planned_names(root: Path, *args: str) -> set[str]:
+    """Stage names Snakemake would run now (dry run)."""
+    result = snakemake(root, "-n", "--cores", "2", *args, check=True)
+    return set(planned(result.stdout))

@@ -1,0 +1,112 @@
+# The text branch: base model, SFT, rollouts and their rewards, credit, GRPO runs, held-out evaluation.
+# One rule per kind of stage; wildcards: {task} (tasks), {method} (a section of grpo.methods), {seed} (grpo.seeds).
+
+
+rule download:
+    """Embedded: held-out sets, tokenizer, TinyDDM pre-trained from scratch; paper profiles: pinned downloads."""
+    input: inputs("download")
+    output: outputs("download")
+    params: **params("download")
+    threads: threads("download")
+    log: log_of("download")
+    benchmark: benchmark_of("download")
+    conda: CONDA
+    shell: SHELL
+
+
+rule sft:
+    """Masked-diffusion fine-tuning on prompt/answer pairs, the prompt never masked: the RL starting point."""
+    input: inputs("sft")
+    output: outputs("sft")
+    params: **params("sft")
+    threads: threads("sft")
+    resources: **resources("sft")
+    log: log_of("sft")
+    benchmark: benchmark_of("sft")
+    conda: CONDA
+    shell: SHELL
+
+
+rule rollout:
+    """G samples per training prompt from the model RL starts from, with reveal steps and seeds."""
+    input: inputs("rollout")
+    output: outputs("rollout")
+    params: **params("rollout")
+    wildcard_constraints: **constraints("rollout")
+    log: log_of("rollout")
+    benchmark: benchmark_of("rollout")
+    conda: CONDA
+    shell: SHELL
+
+
+rule reward:
+    """The rollouts scored with the task reward: mean reward, pass@G, groups with no reward variance."""
+    input: inputs("reward")
+    output: outputs("reward")
+    params: **params("reward")
+    wildcard_constraints: **constraints("reward")
+    log: log_of("reward")
+    benchmark: benchmark_of("reward")
+    conda: CONDA
+    shell: SHELL
+
+
+rule credit:
+    """Per-token gradient credit of one method by the sampler step that revealed the token (RebRL Eq. 10)."""
+    input: inputs("credit")
+    output: outputs("credit")
+    params: **params("credit")
+    wildcard_constraints: **constraints("credit")
+    log: log_of("credit")
+    benchmark: benchmark_of("credit")
+    conda: CONDA
+    shell: SHELL
+
+
+rule grpo:
+    """One GRPO run: a method section on a task and seed, from the start model."""
+    input: inputs("grpo")
+    output: outputs("grpo")
+    params: **params("grpo")
+    resources: **resources("grpo")
+    wildcard_constraints: **constraints("grpo")
+    log: log_of("grpo")
+    benchmark: benchmark_of("grpo")
+    conda: CONDA
+    shell: SHELL
+
+
+rule evaluate_base:
+    """The base model on a task's held-out set, d1's protocol."""
+    input: inputs("evaluate_base")
+    output: outputs("evaluate_base")
+    params: **params("evaluate_base")
+    wildcard_constraints: **constraints("evaluate_base")
+    log: log_of("evaluate_base")
+    benchmark: benchmark_of("evaluate_base")
+    conda: CONDA
+    shell: SHELL
+
+
+rule evaluate_sft:
+    """The SFT model on a task's held-out set."""
+    input: inputs("evaluate_sft")
+    output: outputs("evaluate_sft")
+    params: **params("evaluate_sft")
+    wildcard_constraints: **constraints("evaluate_sft")
+    log: log_of("evaluate_sft")
+    benchmark: benchmark_of("evaluate_sft")
+    conda: CONDA
+    shell: SHELL
+
+
+rule evaluate:
+    """A GRPO run's policy on its own task's held-out set."""
+    input: inputs("evaluate")
+    output: outputs("evaluate")
+    params: **params("evaluate")
+    wildcard_constraints: **constraints("evaluate")
+    log: log_of("evaluate")
+    benchmark: benchmark_of("evaluate")
+    conda: CONDA
+    shell: SHELL
