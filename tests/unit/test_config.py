@@ -56,13 +56,14 @@ def refused(tmp_path: Path, text: str) -> str:
 def test_repo_params_load_and_resolve_every_method():
     cfg = load(REPO / "params.yaml")
     assert cfg.profile == "tiny"
-    assert set(cfg.methods) == set(cfg.grpo.methods) | set(cfg.rebrl_ablation.methods)
+    assert set(cfg.grpo.methods) | set(cfg.rebrl_ablation.methods) <= set(cfg.methods)  # sections may sit unused
     for m in cfg.methods.values():
         assert isinstance(m, GRPOConfig) and m.method in METHODS
         assert isinstance(m.sampler, SamplerConfig)
     runs = cfg.run_names()
     text = len(cfg.grpo.methods) * len(cfg.tasks) * len(cfg.grpo.seeds)
-    assert len(runs) == text + len(cfg.image.methods) * len(cfg.image.tasks) * len(cfg.grpo.seeds)
+    image_seeds = cfg.image.seeds or cfg.grpo.seeds
+    assert len(runs) == text + len(cfg.image.methods) * len(cfg.image.tasks) * len(image_seeds)
     hp, task, seed = cfg.run(runs[0])
     assert task in cfg.tasks and seed in cfg.grpo.seeds and hp is cfg.methods[runs[0].split(f"_{task}_")[0]]
     image = dataclasses.replace(cfg, image=dataclasses.replace(cfg.image, tasks=("geneval_mini",)))
@@ -123,7 +124,7 @@ def test_every_profile_loads(tmp_path, profile):
 
 def test_minimal_file_takes_the_defaults(tmp_path):
     cfg = load(write(tmp_path, "seed: 3\n"))
-    assert cfg.seed == 3 and cfg.tasks == ("sudoku4", "arith")
+    assert cfg.seed == 3 and cfg.tasks == ("sudoku4", "chain")
     assert cfg.methods["maskgrpo"].gamma == 0.6 and cfg.methods["rebrl"].rebrl_mode == "token"
     assert cfg.methods["diffu_grpo"].method == "diffu_grpo"
 
@@ -295,6 +296,9 @@ sft: {gradient_checkpointing: true, launch: {launcher: accelerate, num_processes
 DELIBERATE = {
     "rebrl_ablation.methods",
     "grpo.sampler.kv_cache",
+    "grpo.methods",
+    "grpo.seeds",
+    "image.seeds",
     "image.tasks",
     "image.task_params.geneval_mini.partial_credit",
     "image.grpo.max_steps",

@@ -976,7 +976,7 @@ class Config(Section):
         "profiles/<name>.yaml onto it.",
     )  # fmt: skip
     seed: Int = Field(0, description="Global seed; every random draw derives from it and its unit of work.")
-    tasks: tuple[TextTask, ...] = Field(("sudoku4", "arith"), description="Text tasks.")
+    tasks: tuple[TextTask, ...] = Field(("sudoku4", "chain"), description="Text tasks.")
     task_params: Annotated[dict[Str, Any], checked_as(TextTaskParams)] = Field(
         default_factory=dict, description="Generator parameters per text task."
     )
