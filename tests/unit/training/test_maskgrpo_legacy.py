@@ -21,12 +21,12 @@ import copy
 import pytest
 import torch
 
+import ddmrl.objectives.token_clip as token_clip_module
 import ddmrl.training.grpo as grpo_module
 from ddmrl.config import GRPOConfig, SamplerConfig
 from ddmrl.likelihood import token_logps
 from ddmrl.masking.views import apply_view, legacy_mask_seeds
 from ddmrl.models import build_tokenizer
-from ddmrl.objectives.losses import OBJECTIVES
 from ddmrl.rollout import Rollouts
 from ddmrl.tasks import make_task
 from ddmrl.training.grpo import make_views, step_views, train_grpo
@@ -155,7 +155,7 @@ def test_the_loop_computes_the_released_loss(make_model, monkeypatch, ga):
     seen = {}
     before = copy.deepcopy(policy)  # the rollout-time policy, which gives the old log-probs
     real_make_views, real_rewards = grpo_module.make_views, grpo_module.rewards
-    real_objective = OBJECTIVES["token_clip"]
+    real_objective = token_clip_module.token_clip
 
     def spy_views(cfg, batch, seed, pad_id, mask_id):
         seen["batch"], seen["seed"] = batch, seed
@@ -173,7 +173,7 @@ def test_the_loop_computes_the_released_loss(make_model, monkeypatch, ga):
 
     monkeypatch.setattr(grpo_module, "make_views", spy_views)
     monkeypatch.setattr(grpo_module, "rewards", spy_rewards)
-    monkeypatch.setitem(grpo_module.OBJECTIVES, "token_clip", spy_objective)
+    monkeypatch.setattr(token_clip_module, "token_clip", spy_objective)  # OBJECTIVES looks it up
     mu, g, prompts = 3, 4, 2
     sampler = SamplerConfig(block_length=4, steps=10, temperature=1.0)
     cfg = legacy_cfg(
