@@ -7,9 +7,9 @@ step j for most methods, every quadrature view at every step for GDPO, ``views_p
 view is drawn
 from its own seed, derived from the rollout seed, with a dedicated ``torch.Generator``: rebuilding the views
 from the stored seed gives identical masks, so the old, reference and current passes see the same inputs
-(d1 and MaskGRPO's "managed randomness", without touching the global RNG; maskgrpo.md section 3.4).
+(d1 and MaskGRPO's "managed randomness", without touching the global RNG; MaskGRPO's ``remask_*``).
 
-Couplings across the mu views (algorithms.md A.2, ``coupling``):
+Couplings across the mu views (``coupling``):
   independent  a fresh uniform u per view; position k is masked iff u_k < t_j (MaskGRPO / UniGRPO code)
   nested       one u per rollout, shared by all views: masked at t_j implies masked at every larger t
                (the picture behind RebRL's Eq. 10)
@@ -83,7 +83,7 @@ def gauss_legendre(n: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def fading_keep_prob(t: torch.Tensor, length: int) -> torch.Tensor:
     """MaskGRPO's AR-like fading: keep probability min(1, 2 (1 - t) d_k), d = linspace(1, 0, L) over the
-    completion only (the released code spans prompt + completion by mistake; maskgrpo.md section 4).
+    completion only (the released ``remask_ar`` spans prompt + completion by mistake).
     For t >= 0.5 the expected kept fraction is exactly 1 - t. ``t`` [mu, N] -> [mu, N, L]."""
     d = torch.linspace(1, 0, length)  # [L]
     return (2 * (1 - t)[..., None] * d).clamp(max=1.0)
@@ -259,7 +259,7 @@ def legacy_mask_seeds(seed: int, mu: int) -> list[int]:
 def legacy_fading_masks(
     ratios: list[float], seeds: list[int], prompt_length: int, length: int, n: int
 ) -> torch.Tensor:
-    """MaskGRPO's released ``remask_ar`` masks of the completion, [mu, N, L] (maskgrpo.md section 4, its bugs kept).
+    """MaskGRPO's released ``remask_ar`` masks of the completion, [mu, N, L], its bugs kept.
 
     View j draws u ~ U[0, 1) over the whole sequence [N, P + L] right after seeding with ``seeds[j]`` (as
     ``set_seed`` then ``torch.rand`` on the CPU). ``prompt_len`` evaluates to 1 there, so the fading curve

@@ -10,10 +10,10 @@ Per rollout batch (TRL's buffering, as in d1 and MaskGRPO):
 
 Each view is consumed at its own step (the paper intent). d1 indexes views by the micro-step counter
 (``_step % mu`` after the increment), which with gradient accumulation gives each micro-batch only every A-th view
-(baselines.md 1.4); ``legacy_micro_step_views`` reproduces d1's indexing, and ``maskgrpo_legacy`` MaskGRPO's copy,
-shifted by one (``m % mu``, maskgrpo.md section 2), with the rest of its released text objective. Every method takes
-``num_iterations`` optimiser steps per rollout batch (equal budgets), and the curve counts rollout batches and
-samples as well as optimiser steps. Every random draw comes from a generator derived from
+(d1's ``compute_loss``); ``legacy_micro_step_views`` reproduces d1's indexing, and ``maskgrpo_legacy`` MaskGRPO's
+copy, shifted by one (``m % mu``, MaskGRPO's ``compute_loss``), with the rest of its released text objective. Every
+method takes ``num_iterations`` optimiser steps per rollout batch (equal budgets), and the curve counts rollout
+batches and samples as well as optimiser steps. Every random draw comes from a generator derived from
 (seed, purpose, iteration), never from the global RNG, so a run resumed from a checkpoint at a rollout-batch
 boundary continues exactly as the uninterrupted run would have.
 
@@ -150,7 +150,7 @@ def step_views(views: Views, step: int, micro: int, cfg: GRPOConfig) -> tuple[in
     return views.steps[step]
 
 
-#: group-advantage epsilon: TRL's, and MaskGRPO's released code (maskgrpo.md section 3.3)
+#: group-advantage epsilon: TRL's, and MaskGRPO's released code (its ``compute_loss``)
 ADVANTAGE_EPS, MASKGRPO_ADVANTAGE_EPS = 1e-4, 1e-5
 
 

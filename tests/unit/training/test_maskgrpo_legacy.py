@@ -1,7 +1,7 @@
 """``maskgrpo_legacy``: MaskGRPO's released text objective end to end, against a transcription of its math.
 
 The transcription below restates, in our words, what martian422/MaskGRPO ``grpo/mask_grpo_trainer.py`` computes for
-``task=t2t, version=uni, remasking=arlike, mean_method=grpo`` (maskgrpo.md sections 2-4):
+``task=t2t, version=uni, remasking=arlike, mean_method=grpo`` (its ``remask_ar`` and ``compute_loss``):
 
 * the ratio of iteration j (0-based): ``min(gamma + (1 - gamma)(j + 1) / mu, 0.999)``;
 * ``remask_ar``: after ``set_seed(s_j)``, u = ``torch.rand((B, P + L))``; ``prompt_len = prompt_index[0].sum()`` is 1
@@ -116,7 +116,7 @@ def test_legacy_views_are_the_released_remask_ar_masks(seed):
 
 
 def test_the_released_curve_masks_more_than_the_ratio_and_ours_does_not():
-    """maskgrpo.md section 4: with the curve over prompt + completion the masked fraction exceeds r_j (0.633 ->
+    """MaskGRPO's ``remask_ar``: with the curve over prompt + completion the masked fraction exceeds r_j (0.633 ->
     about 0.75 at P = 120, L = 256); over the completion only (the default) it is r_j."""
     n, p, length = 2000, 120, 256
     cfg = legacy_cfg(12, num_generations=2)
