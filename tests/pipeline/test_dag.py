@@ -304,7 +304,7 @@ def test_touching_library_code_reruns_only_the_stages_that_run_it(cfg, stages):
     credit = {f"credit_{m}_{t}" for m in ("diffu_grpo", "unigrpo", "maskgrpo", "rebrl", "tracerl") for t in cfg.tasks}
     assert users(stages, "src/ddmrl/objectives/token_clip.py") == {f"grpo_{r}" for r in clipped} | credit
     task = cfg.tasks[-1]  # a task's module: the stages that build or train on every task, and its own stages
-    assert users(stages, f"src/ddmrl/tasks/{task}.py") == {"download", "sft"} | {
+    assert users(stages, f"src/ddmrl/tasks/{task}.py") == {"download", "sft", "tables"} | {
         s.name for s in stages if dict(s.wildcards).get("task") == task
     }
     for s in stages:  # what every stage runs, and what no stage but the tables does
@@ -330,7 +330,7 @@ def test_dvc_yaml_names_the_same_code(tmp_path):
     assert entries_with("src/ddmrl/tables.py") == {"tables"}
     assert entries_with("src/ddmrl/sandbox.py") == entries_with("src/ddmrl/hub.py") == set()
     assert "src/ddmrl/tasks/${item.task}.py" in entries["grpo_rebrl"]["deps"]
-    assert not entries_with("src/ddmrl/tasks/sudoku4.py") - {"download", "sft"}
+    assert not entries_with("src/ddmrl/tasks/sudoku4.py") - {"download", "sft", "tables"}
 
 
 def test_non_default_profile_makes_the_overlay_a_dep(tmp_path):

@@ -463,6 +463,7 @@ def tables(new: StageFactory) -> Stage:
                 "rebrl_ablation"),
         outs=tuple(f"{out}/{n}" for n in (*names, *TABLES_COMPARISONS, TABLES_CURVES)),
         dir_outs=(f"{out}/{CONTACT_SHEETS}",) if cfg.image.tasks else (), metrics=(f"{out}/{TABLES_METRICS}",),
+        uses=new.uses(cfg.tasks),  # the per-item scores of the intervals come from each text task's scorer
     )  # fmt: skip
 
 
