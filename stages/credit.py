@@ -1,11 +1,12 @@
 """credit: the gradient each token receives as a function of the sampler step that revealed it, for one method.
 
 Measured on a real batch (the SFT model's scored rollouts) through the method's own objective (see
-``ddmrl.diagnostics``): the empirical form of RebRL's Eq. 10. For a RebRL section, its rebalancing modes are also
-measured under trajectory masks (views that follow the sampler's own order), where a token's reveal step decides
-in how many views it is masked, as in Eq. 10. Methods that train on the sampler's stored states (MDPO, CJ-GRPO)
-sample the same rollouts again from their stored seed with the states recorded (and MDPO rewards every step's
-prediction); MDPO's credit of a view is divided by the advantage of its step.
+``ddmrl.diagnostics``): the empirical form of RebRL's Eq. 10. For a RebRL section, every rebalancing mode (none, t1,
+t2, token) is also measured under every coupling of its views (independent, nested, trajectory: views that follow
+the sampler's own order, where a token's reveal step decides in how many views it is masked, as in Eq. 10). Methods
+that train on the sampler's stored states (MDPO, CJ-GRPO) sample the same rollouts again from their stored seed with
+the states recorded (and MDPO rewards every step's prediction); MDPO's credit of a view is divided by the advantage
+of its step.
 
     python stages/credit.py --params params.yaml --tasks data/download/tasks --model data/sft/model \
         --task sudoku4 --method rebrl --rollouts data/reward/sft/sudoku4.jsonl --out data/credit/rebrl/sudoku4.csv
@@ -20,7 +21,7 @@ import torch
 from ddmrl import config
 from ddmrl.cli import run_stage, write_csv
 from ddmrl.config.schema import STATE_VIEWS
-from ddmrl.diagnostics import credit_by_reveal_step, token_credit
+from ddmrl.diagnostics import credit_by_reveal_step, credit_variants, token_credit
 from ddmrl.io import read_jsonl
 from ddmrl.methods import METHODS
 from ddmrl.models.checkpoint import load_checkpoint
@@ -76,12 +77,7 @@ def main() -> None:
         method = METHODS[section.method]
         if method.step_advantage:
             step_adv = STEP_ADVANTAGES[method.step_advantage](step_rewards(tok, task, examples, batch, g), g)
-    variants = {args.method: section}
-    if variants[args.method].method == "rebrl":
-        for mode in ("none", "t1", "t2", "token"):
-            variants[f"{args.method}[{mode}, trajectory]"] = dataclasses.replace(
-                cfg.methods[args.method], rebrl_mode=mode, coupling="trajectory"
-            )
+    variants = credit_variants(args.method, section)
     frames = []
     seed = records[0]["view_seed"]  # the views regenerate from the seed stored with the rollouts
     for name, vcfg in variants.items():

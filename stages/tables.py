@@ -1,9 +1,11 @@
-"""tables: the comparison table (rows base, SFT and every method; per-task held-out accuracy and mean reward,
-RL steps, wall time), the reward, KL, loss and clip-ratio curves, and the per-token credit by reveal step, computed
-only from the runs' own output files. With text-to-image runs also RebRL's GenEval table (per-tag accuracy and
-Overall from each model's GenEval results JSONL, steps to reach UniGRPO's final reward), their curves, and one
-contact sheet per model (the same prompts side by side). Also the headline metrics (``metrics.json``) and every
-curve in one long table (``curves.csv``), which DVC's metrics and plots read.
+"""tables: the comparison tables (rows base, SFT and every method; per task the held-out accuracy with its 95 %
+interval, the paired gain over the starting model, the mean reward; the budget, seeds and wall time), the samples
+each method needed to reach UniGRPO's final reward, RebRL's rows minus UniGRPO, the reward, KL, loss and clip-ratio
+curves against samples seen, and the per-token credit by reveal step with its summary, computed only from the runs'
+own output files. With text-to-image runs also RebRL's GenEval table (per-tag accuracy and Overall from each model's
+GenEval results JSONL, with intervals), their curves, and one contact sheet per model (the same prompts side by
+side). Also the headline metrics (``metrics.json``), every interval (``intervals.csv``) and every curve in one long
+table (``curves.csv``), which DVC's metrics and plots read.
 
     python stages/tables.py --params params.yaml --evaluate data/evaluate --grpo data/grpo \
         --reward data/reward/sft --credit data/credit --out data/tables
@@ -24,17 +26,35 @@ from ddmrl.pipeline.layout import CURVES, tables_inputs
 from ddmrl.tables import (
     contact_prompts,
     contact_sheet,
+    credit_summary,
     curves_frame,
     headline_metrics,
     image_frame,
+    image_scores,
     image_table,
     main_table,
     plot_credit,
     plot_curves,
     results_frame,
     rollout_table,
+    samples_table,
+    text_scores,
     to_html,
     to_markdown,
+    versus_table,
+)
+
+TEXT_NOTE = """
+Accuracy: held-out, percent (Sudoku: d1's cell accuracy pooled over the empty cells), with a 95 % percentile
+bootstrap interval over the held-out items and, for rows with several seeds, over the seeds. Δ vs start: the gain
+over the model the row starts from (RL rows: SFT; SFT: base) on the same items, with a paired 95 % interval;
+* marks an interval that excludes 0. Reward: mean training reward on the held-out items, averaged over seeds.
+Budget: rollout batches, samples (completions sampled) and optimiser steps of each run.
+"""
+IMAGE_NOTE = (
+    "\nEach accuracy with its 95 % bootstrap interval over the image slots (prompt, sample), stratified by tag, and"
+    " over seeds; Δ Overall vs base: paired on the same slots (* excludes 0). UniGRPO's final rollout reward (mean"
+    " of its last 3 rollout batches): {goal:.3f}\n"
 )
 
 
@@ -54,15 +74,21 @@ def main() -> None:
 
     curves = {Path(p).parent.name: pd.read_csv(p) for p in files["curves"]}  # <grpo>/<run>/curve.csv
     write_csv(out / "curves.csv", curves_frame(cfg, curves))
-    frame = images = None
+    intervals, frames, scores = [], [], {}
     if cfg.tasks:
-        frame = results_frame(cfg, [read_json(p) for p in files["evals"]], curves)
-        table = main_table(cfg, frame)
+        evals = [read_json(p) for p in files["evals"]]
+        frame = results_frame(cfg, evals, curves)
+        scores |= {(e["model"], e["task"]): text_scores(p, e["task"])
+                   for p, e in zip(files["generations"], evals, strict=True)}  # fmt: skip
+        table, table_csv, records = main_table(cfg, frame, scores)
+        intervals += records
+        frames.append(frame)
         room = rollout_table([read_json(p) for p in files["rollouts"]])
         write_csv(out / "results_long.csv", frame)
-        write_csv(out / "text_table.csv", table)
-        write_text(out / "text_table.md", "# Held-out accuracy and reward (text tasks)\n\n" + to_markdown(table))
-        write_text(out / "text_table.html", to_html(table, "Held-out accuracy and reward (text tasks)"))
+        write_csv(out / "text_table.csv", table_csv)
+        title = "Held-out accuracy and reward (text tasks)"
+        write_text(out / "text_table.md", f"# {title}\n\n" + to_markdown(table) + TEXT_NOTE)
+        write_text(out / "text_table.html", to_html(table, title))
         write_csv(out / "sft_rollouts.csv", room)
         write_text(out / "sft_rollouts.md", "# SFT samples before RL (room for RL)\n\n" + to_markdown(room))
         for key, label in CURVES.items():
@@ -71,14 +97,20 @@ def main() -> None:
         credit = pd.concat([pd.read_csv(p) for p in files["credit"]])
         write_csv(out / "credit.csv", credit.assign(series=credit["method"] + " " + credit["task"]))
         plot_credit(credit, out / "credit_by_reveal_step.png")
+        summary = credit_summary(credit)
+        write_csv(out / "credit_summary.csv", summary)
+        title = "Gradient credit by reveal step (SFT rollouts; relative to each rollout's mean)"
+        write_text(out / "credit_summary.md", f"# {title}\n\n" + to_markdown(summary))
     if cfg.image.tasks:
-        images = image_frame(cfg, files["image_results"])
-        table, goal = image_table(cfg, images, curves)
+        images = image_frame(cfg, files["image_results"], curves)
+        scores |= {Path(p).parent.name: image_scores(p) for p in files["image_results"]}
+        table, table_csv, records, goal = image_table(cfg, images, scores, curves)
+        intervals += records
+        frames.append(images)
         title = f"{cfg.image.tasks[0]}: GenEval accuracy per tag (%), Overall = unweighted mean of tags"
         write_csv(out / "image_results_long.csv", images)
-        write_csv(out / "image_table.csv", table)
-        note = f"\nUniGRPO's final rollout reward (mean of its last 3 rollout batches): {goal:.3f}\n"
-        write_text(out / "image_table.md", f"# {title}\n\n" + to_markdown(table) + note)
+        write_csv(out / "image_table.csv", table_csv)
+        write_text(out / "image_table.md", f"# {title}\n\n" + to_markdown(table) + IMAGE_NOTE.format(goal=goal))
         write_text(out / "image_table.html", to_html(table, title))
         for key, label in CURVES.items():
             plot_curves(cfg, curves, key, out / f"image_{key}_curves.png", label, image=True)
@@ -88,7 +120,21 @@ def main() -> None:
             for folder in map(Path, files["image_folders"]):
                 model = folder.parent.name
                 contact_sheet(folder, prompts, sheets / f"{model}.png", model)
-    write_json(out / "metrics.json", headline_metrics(frame, images))
+    frame = pd.concat(frames) if frames else pd.DataFrame(columns=["row", "task", "model"])
+    versus, records = versus_table(cfg, frame, scores, (*cfg.tasks, *cfg.image.tasks))
+    intervals += records
+    write_text(
+        out / "rebrl_vs_unigrpo.md",
+        "# RebRL (and its ablation rows) minus UniGRPO: held-out accuracy, paired on the items (image: Overall)\n\n"
+        + to_markdown(versus)
+        + "\n95 % bootstrap intervals; * excludes 0.\n",
+    )
+    reach = samples_table(cfg, curves)
+    write_csv(out / "samples_to_reward.csv", reach)
+    title = "Samples to reach UniGRPO's final rollout reward (smoothed over 3 rollout batches)"
+    write_text(out / "samples_to_reward.md", f"# {title}\n\n" + to_markdown(reach))
+    write_csv(out / "intervals.csv", pd.DataFrame(intervals))
+    write_json(out / "metrics.json", headline_metrics(intervals))
 
 
 if __name__ == "__main__":

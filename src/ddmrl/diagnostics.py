@@ -11,9 +11,14 @@ enter) and grouped by the sampler step at which k was revealed, this is the empi
 late are masked in more views and collect more gradient, and RebRL's token mode makes the credit flat.
 Independent masks (UniGRPO's code) spread it evenly in expectation; MaskGRPO's AR-like fading favours late
 positions, which semi-AR decoding reveals late.
+
+For a RebRL section, :func:`credit_variants` adds every weighting mode under every coupling of the section's views,
+so the plot shows each coupling's imbalance (mode none) and what each mode leaves of it.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import pandas as pd
 import torch
@@ -68,3 +73,20 @@ def credit_by_reveal_step(credit: torch.Tensor, rollouts: Rollouts, advantages: 
         {"reveal_step": rollouts.reveal_step[keep].tolist(), "relative_credit": relative[keep].tolist()}
     )
     return frame.groupby("reveal_step")["relative_credit"].agg(relative_credit="mean", count="count").reset_index()
+
+
+COUPLINGS = ("independent", "nested", "trajectory")
+MODES = ("none", "t1", "t2", "token")
+
+
+def credit_variants(section: str, cfg: GRPOConfig) -> dict[str, GRPOConfig]:
+    """The configurations whose credit is measured for ``section``: the section itself, and for a RebRL section
+    each weighting mode under each coupling of its views, named ``<section>[<mode>, <coupling>]``."""
+    variants = {section: cfg}
+    if cfg.method == "rebrl":
+        for coupling in COUPLINGS:
+            for mode in MODES:
+                variants[f"{section}[{mode}, {coupling}]"] = dataclasses.replace(
+                    cfg, rebrl_mode=mode, coupling=coupling
+                )
+    return variants

@@ -5,7 +5,9 @@ from those PNGs)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -120,22 +122,37 @@ def _deployed(aux_policy: AuxPolicy | None) -> AuxPolicy | None:
     return None if aux_policy is None else aux_policy.eval()
 
 
+def samples_per_item(examples: list[Example], cfg: EvaluateConfig) -> list[int]:
+    """Samples of each held-out prompt: ``cfg.samples_per_prompt``, raised for a GenEval tag (``gold["tag"]``)
+    with few prompts so that every tag gets at least ``cfg.min_images_per_tag`` images."""
+    counts = Counter(ex.gold.get("tag") for ex in examples)
+    return [max(cfg.samples_per_prompt, math.ceil(cfg.min_images_per_tag / counts[ex.gold.get("tag")]))
+            for ex in examples]  # fmt: skip
+
+
 def sample_prompts(
     model, tok, task: Task, examples: list[Example], cfg: EvaluateConfig, seed: int = 0, aux_policy=None
 ) -> tuple[list[list[str]], list[torch.Tensor], dict[str, Any]]:
-    """``cfg.samples_per_prompt`` sampled completions per held-out prompt (GenEval's protocol: several images per
-    prompt from a temperature-1 sampler): their texts, their ids ([K, L] per prompt), NFE and time. Each chunk of
-    ``cfg.batch_size`` samples draws from a generator seeded by (seed, chunk), so a rerun gives the same images."""
-    start, k, nfe, texts, ids = time.time(), cfg.samples_per_prompt, 0, [], []
-    per_chunk = max(1, cfg.batch_size // k)
-    for c, lo in enumerate(range(0, len(examples), per_chunk)):
-        chunk = examples[lo : lo + per_chunk]
-        gen = generator(seed, "evaluate", c)
-        batch = rollout(model, tok, task, chunk, k, cfg.sampler, gen, aux_policy=_deployed(aux_policy))
-        nfe += batch.nfe
-        texts += [batch.texts[i * k : (i + 1) * k] for i in range(len(chunk))]
-        ids += list(batch.completion_ids.cpu().split(k))
-    stats = {"n_prompts": len(examples), "n_samples": len(examples) * k, "nfe": nfe}
+    """Sampled completions per held-out prompt (GenEval's protocol: several images per prompt from a temperature-1
+    sampler; how many: :func:`samples_per_item`): their texts, their ids ([K, L] per prompt), NFE and time. Prompts
+    with the same count are sampled together, in chunks of ``cfg.batch_size`` samples, each chunk from a generator
+    seeded by (seed, chunk), so a rerun gives the same images."""
+    start, nfe, c = time.time(), 0, 0
+    counts = samples_per_item(examples, cfg)
+    texts: list[list[str]] = [[] for _ in examples]
+    ids: list[torch.Tensor] = [torch.empty(0) for _ in examples]
+    for k in dict.fromkeys(counts):  # each count in order of first appearance
+        items = [i for i, n in enumerate(counts) if n == k]
+        per_chunk = max(1, cfg.batch_size // k)
+        for lo in range(0, len(items), per_chunk):
+            chunk = items[lo : lo + per_chunk]
+            gen = generator(seed, "evaluate", c)
+            batch = rollout(model, tok, task, [examples[i] for i in chunk], k, cfg.sampler, gen,
+                            aux_policy=_deployed(aux_policy))  # fmt: skip
+            c, nfe = c + 1, nfe + batch.nfe
+            for j, (i, sample_ids) in enumerate(zip(chunk, batch.completion_ids.cpu().split(k), strict=True)):
+                texts[i], ids[i] = batch.texts[j * k : (j + 1) * k], sample_ids
+    stats = {"n_prompts": len(examples), "n_samples": sum(counts), "nfe": nfe}
     return texts, ids, {**stats, "eval_seconds": time.time() - start}
 
 
@@ -149,9 +166,9 @@ def evaluate_images(
     seed: int = 0,
     aux_policy: AuxPolicy | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
-    """GenEval's protocol on a text-to-image task: ``cfg.samples_per_prompt`` images per held-out prompt, written
-    in GenEval's folder layout under ``folder`` and judged from there (``task.judge_images``: geneval-mini's exact
-    rules on the PNGs, or the official evaluator for real images).
+    """GenEval's protocol on a text-to-image task: several images per held-out prompt (:func:`samples_per_item`),
+    written in GenEval's folder layout under ``folder`` and judged from there (``task.judge_images``: geneval-mini's
+    exact rules on the PNGs, or the official evaluator for real images).
 
     Returns (metrics: GenEval's summary in percent with ``accuracy`` = Overall, the mean reward, NFE and time;
     one generation record per image; the evaluator's results rows). ``aux_policy``: the model's schedule policy
@@ -164,10 +181,10 @@ def evaluate_images(
     per_image = [ex for ex, sample in zip(examples, texts, strict=True) for _ in sample]
     flat = [text for sample in texts for text in sample]
     rewards = task.batch_rewards(flat, torch.cat(ids), per_image)
-    k = cfg.samples_per_prompt
+    sample = [k for sample_texts in texts for k in range(len(sample_texts))]
     records = [
-        {"id": ex.id, "prompt": ex.gold["prompt"], "sample": i % k, "generation": text, "reward": reward}
-        for i, (ex, text, reward) in enumerate(zip(per_image, flat, rewards, strict=True))
+        {"id": ex.id, "prompt": ex.gold["prompt"], "sample": k, "generation": text, "reward": reward}
+        for ex, k, text, reward in zip(per_image, sample, flat, rewards, strict=True)
     ]
     mean_reward = sum(rewards) / len(rewards)
     return {"accuracy": summary["overall"], **summary, "mean_reward": mean_reward, **stats}, records, rows

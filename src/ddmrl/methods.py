@@ -60,10 +60,10 @@ METHODS: dict[str, Method] = {
     ),
     "rebrl": Method(
         name="rebrl",
-        remasking="rebrl_linear",
+        remasking="unigrpo",
         weighting="rebrl",
         paper="Zhang et al. 2026, RebRL: Rebalanced Timestep Credits (CVPR 2026)",
-        # t_j = j / mu, token-level rebalancing lambda(t) = t with 1/F (RebRL Eq. 11, Algorithm 1)
+        # a plug-in on UniGRPO's views: lambda(t) = t with 1/F (RebRL Eq. 11, Algorithm 1); rebrl_linear: t_j = j / mu
     ),
     "tracerl": Method(
         name="tracerl",

@@ -1,13 +1,23 @@
-"""The papers' comparison table and curves, computed only from the runs' own metric files.
+"""The papers' comparison tables and curves, computed only from the runs' own output files.
 
-Rows: base, SFT, then one row per GRPO method section; columns per task: held-out accuracy (percent, d1's
-aggregation) and mean reward, then RL optimiser steps and wall time per run (means over the row's runs). With
-several seeds an accuracy or reward cell is ``mean ± std`` over seeds: the std is the run-to-run spread.
+Text table: rows base, SFT, then one row per GRPO method section (the RebRL ablation rows when they run); per task
+the held-out accuracy (percent, d1's aggregation) with its 95 % interval, the gain over the model the row starts
+from with a paired 95 % interval on the same held-out items, and the mean reward; then the budget every RL row had
+(rollout batches, samples, optimiser steps), the number of seeds and the wall time per run. Image table: GenEval's
+six tags and Overall, each with its interval, Overall's paired gain over the base model, the samples each method
+needed to reach UniGRPO's final rollout reward, the budget and the seeds.
+
+Intervals (``ddmrl.stats``): percentile bootstrap over the held-out items (text: the items; images: the image
+slots <prompt, sample>, stratified by tag, since Overall is a mean of tags), and over the seeds when a row has
+several (two-stage). A paired gain redraws the same items for both models. Machine-readable copies: the CSV tables
+hold each estimate with ``low``/``high`` columns, ``intervals.csv`` every interval with its standard error.
 """
 
 from __future__ import annotations
 
 import math
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +25,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from ddmrl import stats  # noqa: E402
 from ddmrl.config import MAR_TASK, Config, mar_run_name, run_name  # noqa: E402
-from ddmrl.geneval import summarize  # noqa: E402
-from ddmrl.io import read_json  # noqa: E402
+from ddmrl.io import read_json, read_jsonl  # noqa: E402
 
 DISPLAY = {
     "base": "base",
@@ -65,59 +76,229 @@ def run_of(cfg: Config, model: str) -> tuple[str, str, int] | None:
     return next(((label, t, s) for label, t, s, name in labelled_runs(cfg) if name == model), None)
 
 
+def start_of(cfg: Config, label: str, image: bool = False) -> str | None:
+    """The row a row's gain is measured against: RL rows start from the SFT model (text, when there is one) or the
+    base model; SFT starts from base; base has none."""
+    if label == "base":
+        return None
+    if label == "sft" or image or not cfg.sft.max_steps:
+        return "base"
+    return "sft"
+
+
+# ------------------------------------------------------------------------------------------------ per-item scores
+
+
+@dataclass(frozen=True)
+class Scores:
+    """One model's held-out scores on one task: item ids, per-item numerators and denominators of its accuracy
+    (``Task.item_score``: the accuracy is sum(numer) / sum(denom), within each stratum, averaged over strata)."""
+
+    ids: tuple[str, ...]
+    numer: np.ndarray  # [N]
+    denom: np.ndarray  # [N]
+    strata: tuple[str, ...] | None = None  # GenEval's tag of each item (Overall is the mean over tags)
+
+
+def text_scores(path: str | Path, task: str) -> Scores:
+    """Per-item scores from an evaluation's generations (``data/evaluate/<model>/<task>.jsonl``)."""
+    from ddmrl.tasks import TASKS
+
+    records = read_jsonl(path, required=("id",))
+    pairs = [TASKS[task].item_score(r) for r in records]
+    return Scores(tuple(r["id"] for r in records), *map(np.array, zip(*pairs, strict=True)))
+
+
+_SLOT = re.compile(r"(\d+)[/\\]samples[/\\](\d+)\.png$")
+
+
+def image_scores(path: str | Path) -> Scores:
+    """Per-image scores from GenEval results rows; an item is an image slot ``<prompt folder>/<sample>``, the same
+    slot in every model's folder, stratified by tag."""
+    rows = read_jsonl(path, required=("filename", "tag", "correct"))
+    ids = []
+    for row in rows:
+        match = _SLOT.search(row["filename"])
+        if match is None:
+            raise ValueError(
+                f"{path}: filename {row['filename']!r} is not in GenEval's <NNNNN>/samples/<k>.png layout"
+            )
+        ids.append("/".join(match.groups()))
+    numer = np.array([100.0 * bool(r["correct"]) for r in rows])
+    return Scores(tuple(ids), numer, np.ones(len(rows)), tuple(r["tag"] for r in rows))
+
+
+def stacked(scores: list[Scores]) -> tuple[np.ndarray, np.ndarray, tuple[str, ...] | None]:
+    """The seeds of one row on the same items: numer [S, N], denom [N], strata (items in the first one's order)."""
+    first = scores[0]
+    order = {item: i for i, item in enumerate(first.ids)}
+    rows = []
+    for s in scores:
+        if set(s.ids) != set(order) or len(s.ids) != len(order):
+            raise ValueError("the seeds of a row were evaluated on different held-out items")
+        idx = np.argsort([order[i] for i in s.ids])
+        if not np.array_equal(s.denom[idx], first.denom):
+            raise ValueError("the seeds of a row disagree on the items' denominators")
+        rows.append(s.numer[idx])
+    return np.stack(rows), first.denom, first.strata
+
+
+def aligned(a: list[Scores], b: list[Scores]) -> list[Scores]:
+    """``a``'s scores reordered to ``b``'s item order (for a paired comparison); both must hold the same items."""
+    order = {item: i for i, item in enumerate(b[0].ids)}
+    out = []
+    for s in a:
+        if set(s.ids) != set(order):
+            raise ValueError("a paired comparison needs both models on the same held-out items")
+        idx = np.argsort([order[i] for i in s.ids])
+        out.append(Scores(tuple(np.array(s.ids)[idx]), s.numer[idx], s.denom[idx], b[0].strata))
+    return out
+
+
+def row_interval(scores: list[Scores], subset: str | None = None, seed: int = 0) -> stats.Interval:
+    """Accuracy of a row (its seeds) with its 95 % interval; ``subset``: one stratum (a GenEval tag) only."""
+    numer, denom, strata = stacked(_only(scores, subset))
+    return stats.interval(numer, denom, None if subset else strata, seed=seed)
+
+
+def gain_interval(scores: list[Scores], start: list[Scores], seed: int = 0) -> stats.Interval:
+    """A row's accuracy minus its starting model's, with the paired 95 % interval over the same items."""
+    numer, denom, strata = stacked(aligned(scores, start))
+    base, _, _ = stacked(start)
+    return stats.paired_gain(numer, base, denom, strata, seed=seed)
+
+
+def _only(scores: list[Scores], stratum: str | None) -> list[Scores]:
+    if stratum is None:
+        return scores
+    out = []
+    for s in scores:
+        keep = np.array([t == stratum for t in s.strata])
+        out.append(Scores(tuple(np.array(s.ids)[keep]), s.numer[keep], s.denom[keep], None))
+    return out
+
+
+def cell(iv: stats.Interval | None, digits: int = 1, signed: bool = False) -> str:
+    """``59.3 [56.1, 62.4]`` (``signed``: ``+8.1 [5.2, 11.0]``, marked * when the interval excludes 0)."""
+    if iv is None:
+        return "—"
+    if not signed:
+        return iv.fmt(digits)
+    mark = "*" if iv.excludes_zero() else ""
+    return f"{iv.estimate:+.{digits}f} [{iv.low:+.{digits}f}, {iv.high:+.{digits}f}]{mark}"
+
+
+# ------------------------------------------------------------------------------------------------ the runs
+
+
 def results_frame(cfg: Config, evals: list[dict[str, Any]], curves: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """One row per (row label, task, seed): accuracy, mean_reward, steps, seconds."""
+    """One row per (row label, task, seed): accuracy, mean reward, and the run's budget and time."""
     rows = []
     for e in evals:
         run = run_of(cfg, e["model"])
         label, seed = (run[0], run[2]) if run else (e["model"], 0)
-        curve = curves.get(e["model"])
-        rows.append(
-            {
-                "row": label,
-                "task": e["task"],
-                "seed": seed,
-                "accuracy": e["accuracy"],
-                "mean_reward": e["mean_reward"],
-                "steps": int(curve["step"].iloc[-1]) if curve is not None else math.nan,
-                "seconds": float(curve["time"].iloc[-1]) if curve is not None else math.nan,
-            }
-        )
+        rows.append({"row": label, "model": e["model"], "task": e["task"], "seed": seed, "accuracy": e["accuracy"],
+                     "mean_reward": e["mean_reward"], **budget(curves.get(e["model"]))})  # fmt: skip
     return pd.DataFrame(rows)
 
 
-def _cell(values: pd.Series, digits: int) -> str:
-    values = values.dropna()
-    if values.empty:
-        return "—"
-    if len(values) == 1:
-        return f"{values.iloc[0]:.{digits}f}"
-    return f"{values.mean():.{digits}f} ± {values.std():.{digits}f}"
+def budget(curve: pd.DataFrame | None) -> dict[str, float]:
+    """What a run consumed, from its curve's last row: optimiser steps, rollout batches, samples, seconds."""
+    if curve is None:
+        return dict.fromkeys(("steps", "rollout_batches", "samples", "seconds"), math.nan)
+    last = curve.iloc[-1]
+    return {"steps": last["step"], "rollout_batches": last["rollout_batch"], "samples": last["samples"],
+            "seconds": last["time"]}  # fmt: skip
 
 
-def _mean(values: pd.Series) -> str:
-    values = values.dropna()
-    return "—" if values.empty else f"{values.mean():.0f}"
+def _budget_cells(sub: pd.DataFrame) -> dict[str, str]:
+    """The budget columns of a row (the same in every RL row unless the row's name says otherwise)."""
+    out = {}
+    for key, col in (("rollout_batches", "rollout batches"), ("samples", "samples"), ("steps", "optimiser steps")):
+        values = sub[key].dropna()
+        out[col] = "—" if values.empty else "/".join(f"{v:.0f}" for v in sorted(values.unique()))
+    seconds = sub["seconds"].dropna()
+    out["RL wall time per run (s)"] = "—" if seconds.empty else f"{seconds.mean():.0f}"
+    return out
 
 
-def main_table(cfg: Config, frame: pd.DataFrame) -> pd.DataFrame:
-    """The comparison table: rows base, SFT, methods; per-task accuracy and reward, RL steps and wall time."""
-    order = ["base", "sft", *cfg.grpo.methods]
-    out = []
-    for label in order:
+def main_table(
+    cfg: Config, frame: pd.DataFrame, scores: dict[tuple[str, str], Scores]
+) -> tuple[pd.DataFrame, pd.DataFrame, list[dict[str, Any]]]:
+    """The text comparison: (markdown frame, CSV frame with low/high columns, interval records).
+
+    ``scores`` maps (model, task) to its per-item scores; a row's seeds are its models."""
+    labels = ["base", "sft", *cfg.text_methods]
+    md, csv, records = [], [], []
+    for label in labels:
         sub = frame[frame["row"] == label]
         if sub.empty:
             continue
-        row = {"model": display(label)}
+        row_md, row_csv = {"model": display(label)}, {"model": display(label)}
+        start = start_of(cfg, label)
         for t in cfg.tasks:
-            st = sub[sub["task"] == t]
-            row[f"{t} acc (%)"] = _cell(st["accuracy"], 1)
-            row[f"{t} reward"] = _cell(st["mean_reward"], 3)
-        row["RL steps"] = _mean(sub["steps"])
-        row["RL wall time per run (s)"] = _mean(sub["seconds"])
-        row["seeds"] = str(sub["seed"].nunique())
-        out.append(row)
-    return pd.DataFrame(out)
+            models = list(sub[sub["task"] == t]["model"])
+            if not models:
+                continue
+            acc = row_interval([scores[m, t] for m in models])
+            gain = None
+            if start is not None:
+                start_models = list(frame[(frame["row"] == start) & (frame["task"] == t)]["model"])
+                if start_models:
+                    gain = gain_interval([scores[m, t] for m in models], [scores[m, t] for m in start_models])
+            reward = sub[sub["task"] == t]["mean_reward"].mean()
+            row_md |= {f"{t} acc (%)": cell(acc), f"{t} Δ vs start": cell(gain, signed=True),
+                       f"{t} reward": f"{reward:.3f}"}  # fmt: skip
+            row_csv |= _csv_cells(f"{t} acc", acc) | _csv_cells(f"{t} gain", gain) | {f"{t} reward": reward}
+            records += _records(label, t, "accuracy", acc) + _records(label, t, f"gain vs {start}", gain)
+        seeds = sub["seed"].nunique()
+        row_md |= {**_budget_cells(sub), "seeds": str(seeds)}
+        row_csv |= {**_budget_cells(sub), "seeds": seeds}
+        md.append(row_md)
+        csv.append(row_csv)
+    return _fill(pd.DataFrame(md)), pd.DataFrame(csv), records
+
+
+def versus_table(
+    cfg: Config, frame: pd.DataFrame, scores: dict[Any, Scores], tasks: tuple[str, ...], reference: str = "unigrpo"
+) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """RebRL against the method it plugs into: each RebRL row (the default and the ablation rows that ran) minus
+    ``reference``, per task, with a 95 % interval paired on the held-out items (the two rows' seeds drawn
+    independently). ``scores`` is keyed by (model, task) for text and by model for the image task."""
+    rows = [m for m in dict.fromkeys([*cfg.text_methods, *cfg.image.methods]) if m in cfg.methods]
+    rows = [m for m in rows if cfg.methods[m].method == "rebrl"]
+    md, records = [], []
+    for label in rows:
+        row = {"model": display(label)}
+        for t in tasks:
+            mine = list(frame[(frame["row"] == label) & (frame["task"] == t)]["model"])
+            ref = list(frame[(frame["row"] == reference) & (frame["task"] == t)]["model"])
+            if not mine or not ref:
+                continue
+            key = (lambda m: m) if t in cfg.image.tasks else (lambda m, t=t: (m, t))
+            iv = gain_interval([scores[key(m)] for m in mine], [scores[key(m)] for m in ref])
+            row[f"{t}: Δ vs {display(reference)}"] = cell(iv, signed=True)
+            records += _records(label, t, f"difference vs {reference}", iv)
+        md.append(row)
+    return _fill(pd.DataFrame(md)), records
+
+
+def _csv_cells(name: str, iv: stats.Interval | None) -> dict[str, float]:
+    if iv is None:
+        return {name: math.nan, f"{name} low": math.nan, f"{name} high": math.nan}
+    return {name: iv.estimate, f"{name} low": iv.low, f"{name} high": iv.high}
+
+
+def _records(row: str, task: str, metric: str, iv: stats.Interval | None) -> list[dict[str, Any]]:
+    if iv is None:
+        return []
+    return [{"row": row, "task": task, "metric": metric, "estimate": iv.estimate, "low": iv.low, "high": iv.high,
+             "se": iv.se, "n_items": iv.n_items, "n_seeds": iv.n_seeds}]  # fmt: skip
+
+
+def _fill(df: pd.DataFrame) -> pd.DataFrame:
+    """A markdown frame with every missing cell shown as a dash (columns one row lacks)."""
+    return df.astype(object).where(df.notna(), "—")
 
 
 def to_markdown(df: pd.DataFrame) -> str:
@@ -138,15 +319,15 @@ def to_html(df: pd.DataFrame, title: str) -> str:
     )
 
 
-def headline_metrics(frame: pd.DataFrame | None, images: pd.DataFrame | None) -> dict[str, Any]:
-    """The tables' headline numbers (``dvc metrics``, ``dvc exp show``): held-out accuracy per text task and row,
-    GenEval Overall per image task and row, means over seeds (rows: base, sft, method sections)."""
+def headline_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The tables' headline numbers (``dvc metrics``, ``dvc exp show``) from the tables' interval records: held-out
+    accuracy per text task and row, GenEval Overall per image task and row, over the row's seeds (rows: base, sft,
+    method sections)."""
     out: dict[str, Any] = {}
-    for key, df, column in (("accuracy", frame, "accuracy"), ("geneval_overall", images, "Overall")):
-        if df is None or df.empty:
-            continue
-        for (task, row), value in df.groupby(["task", "row"], sort=False)[column].mean().items():
-            out.setdefault(key, {}).setdefault(task, {})[row] = round(float(value), 2)
+    for r in records:
+        key = {"accuracy": "accuracy", "Overall": "geneval_overall"}.get(r["metric"])
+        if key:
+            out.setdefault(key, {}).setdefault(r["task"], {})[r["row"]] = round(float(r["estimate"]), 2)
     return out
 
 
@@ -160,37 +341,92 @@ def curves_frame(cfg: Config, curves: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["series", "step"])
 
 
-def mean_curve(cfg: Config, curves: dict[str, pd.DataFrame], method: str, task: str, key: str) -> pd.Series | None:
-    """``key`` against optimiser step for one row label (a method section, or ``mar_<section>``) and task,
-    averaged over its seeds (None: no run)."""
+# ------------------------------------------------------------------------------------------------ curves
+
+
+def mean_curve(
+    cfg: Config, curves: dict[str, pd.DataFrame], method: str, task: str, key: str, x: str = "samples"
+) -> pd.Series | None:
+    """``key`` against ``x`` (samples, rollout_batch or step) for one row label (a method section, or
+    ``mar_<section>``) and task, averaged over its seeds (None: no run)."""
     runs = [curves.get(name) for label, t, _, name in labelled_runs(cfg) if (label, t) == (method, task)]
     runs = [r for r in runs if r is not None]
     if not runs:
         return None
-    return pd.concat([r.set_index("step")[key] for r in runs], axis=1).mean(axis=1)
+    return pd.concat([r.set_index(x)[key] for r in runs], axis=1).mean(axis=1)
 
 
 def plot_curves(
     cfg: Config, curves: dict[str, pd.DataFrame], key: str, path: str | Path, ylabel: str, image: bool = False
 ) -> None:
-    """One panel per task, one line per method (seeds averaged), ``key`` against optimiser step; text tasks, or
-    with ``image`` the text-to-image tasks."""
-    tasks, methods = (cfg.image.tasks, image_rows(cfg)[1:]) if image else (cfg.tasks, cfg.grpo.methods)
-    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.6), squeeze=False)
+    """One panel per task, one line per method (seeds averaged), ``key`` against the samples seen (completions
+    sampled; a rollout batch is num_prompts x G of them and num_iterations optimiser steps); text tasks, or with
+    ``image`` the text-to-image tasks."""
+    tasks, methods = (cfg.image.tasks, image_rows(cfg)[1:]) if image else (cfg.tasks, cfg.text_methods)
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 3.8), squeeze=False)
     for ax, task in zip(axes[0], tasks, strict=True):
         for m in methods:
             mean = mean_curve(cfg, curves, m, task, key)
             if mean is None:
                 continue
-            ax.plot(mean.index, mean.rolling(3, min_periods=1).mean(), label=display(m))
+            style = ":" if m in cfg.rebrl_ablation.methods and m not in cfg.grpo.methods else "-"
+            ax.plot(mean.index, mean.rolling(3, min_periods=1).mean(), style, label=display(m))
+        runs = (cfg.image_methods if image else cfg.methods).values()
+        per_batch = {r.num_prompts * r.num_generations for r in runs}
+        mu = {r.num_iterations for r in runs}
         ax.set_title(task)
-        ax.set_xlabel("optimiser step")
+        ax.set_xlabel(f"samples seen (a rollout batch: {'/'.join(map(str, sorted(per_batch)))} samples, "
+                      f"{'/'.join(map(str, sorted(mu)))} optimiser steps)", fontsize=8)  # fmt: skip
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8)
+    axes[0][0].legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def samples_to_reach(curve: pd.Series, target: float, window: int = 3) -> float:
+    """The samples seen when the reward, smoothed over ``window`` rollout batches, first reaches ``target`` (nan if
+    it never does); ``curve`` is indexed by samples."""
+    smooth = curve.rolling(window, min_periods=1).mean()
+    hit = smooth[smooth >= target - 1e-12]
+    return float(hit.index[0]) if len(hit) else math.nan
+
+
+def samples_table(cfg: Config, curves: dict[str, pd.DataFrame], target: str = "unigrpo") -> pd.DataFrame:
+    """Per task and method: the samples to reach ``target``'s final rollout reward (the mean of its last 3 rollout
+    batches, seeds averaged), on the seed-averaged curve and per seed (RebRL reports about 40 % fewer steps than
+    UniGRPO to its reward; with equal budgets, samples and steps are proportional)."""
+    out = []
+    for tasks, methods in ((cfg.tasks, cfg.text_methods), (cfg.image.tasks, cfg.image.methods)):
+        for task in tasks:
+            final = mean_curve(cfg, curves, target, task, "reward")
+            if final is None:
+                continue
+            goal = float(final.iloc[-3:].mean())
+            for m in methods:
+                mean = mean_curve(cfg, curves, m, task, "reward")
+                if mean is None:
+                    continue
+                seeds = [curves.get(run_name(*r)) for r in cfg.runs() if r[:2] == (m, task)]
+                per_seed = [samples_to_reach(c.set_index("samples")["reward"], goal) for c in seeds if c is not None]
+                reached = sum(not math.isnan(v) for v in per_seed)
+                out.append(
+                    {
+                        "task": task,
+                        "model": display(m),
+                        f"{display(target)}'s final reward": round(goal, 3),
+                        "samples (mean curve)": samples_to_reach(mean, goal),
+                        "samples per seed": ", ".join("—" if math.isnan(v) else f"{v:.0f}" for v in per_seed),
+                        "seeds reaching it": f"{reached}/{len(per_seed)}",
+                        "budget": float(mean.index[-1]),
+                    }
+                )
+    df = pd.DataFrame(out)
+    if not df.empty:
+        df["samples (mean curve)"] = df["samples (mean curve)"].map(lambda v: "—" if math.isnan(v) else f"{v:.0f}")
+        df["budget"] = df["budget"].map(lambda v: f"{v:.0f}")
+    return df
 
 
 def rollout_table(reward_metrics: list[dict[str, Any]]) -> pd.DataFrame:
@@ -199,9 +435,28 @@ def rollout_table(reward_metrics: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame([{c: m[c] for c in cols} for m in reward_metrics]).round(3)
 
 
+# ------------------------------------------------------------------------------------------------ credit
+
+
+def credit_summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per task and variant: the relative credit of the tokens revealed first and last, their ratio (RebRL's
+    imbalance, Eq. 10: > 1 when late tokens collect more gradient) and the max / min over reveal steps."""
+    rows = []
+    for (task, method), g in frame.groupby(["task", "method"], sort=False):
+        g = g.sort_values("reveal_step")
+        first, last = g["relative_credit"].iloc[0], g["relative_credit"].iloc[-1]
+        lo = g["relative_credit"].min()
+        rows.append({"task": task, "variant": display(method), "first revealed": round(first, 2),
+                     "last revealed": round(last, 2), "last / first": round(last / first, 2) if first else math.inf,
+                     "max / min": round(g["relative_credit"].max() / lo, 2) if lo else math.inf})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
 def plot_credit(frame: pd.DataFrame, path: str | Path) -> None:
-    """Relative per-token credit against the sampler step that revealed the token: one panel per task for the
-    configured methods, one for RebRL's modes under trajectory masks (RebRL Eq. 10 and its rebalancing)."""
+    """Relative per-token credit against the sampler step that revealed the token: per task, one panel for the
+    methods as configured, then one per coupling of the training views (independent, nested, trajectory) with
+    RebRL's weighting modes on it: each coupling's imbalance (mode none, RebRL's Eq. 10) and what each mode leaves
+    of it (token: flat)."""
     tasks = sorted(frame["task"].unique())
     if not tasks:  # no rollout had a non-zero advantage: nothing to measure
         fig, ax = plt.subplots(figsize=(5, 2))
@@ -210,16 +465,20 @@ def plot_credit(frame: pd.DataFrame, path: str | Path) -> None:
         fig.savefig(path, dpi=120)
         plt.close(fig)
         return
-    fig, axes = plt.subplots(2, len(tasks), figsize=(5 * len(tasks), 7), squeeze=False)
+    panels = [None, "independent", "nested", "trajectory"]  # ddmrl.diagnostics.COUPLINGS
+    fig, axes = plt.subplots(len(panels), len(tasks), figsize=(5 * len(tasks), 3.2 * len(panels)), squeeze=False)
     for col, task in enumerate(tasks):
         sub = frame[frame["task"] == task]
-        for row, variants in enumerate((False, True)):
+        for row, coupling in enumerate(panels):
             ax = axes[row][col]
             for name, g in sub.groupby("method", sort=False):
-                if ("[" in name) == variants:
-                    ax.plot(g["reveal_step"], g["relative_credit"], marker="o", ms=3, label=display(name))
+                variant = re.fullmatch(r".*\[(\w+), (\w+)\]", name)
+                if (variant is None) if coupling is None else (variant is not None and variant[2] == coupling):
+                    ax.plot(g["reveal_step"], g["relative_credit"], marker="o", ms=3,
+                            label=display(name) if variant is None else f"mode {variant[1]}")  # fmt: skip
             ax.axhline(1.0, color="grey", lw=0.8, ls=":")
-            ax.set_title(f"{task}: " + ("RebRL modes, trajectory masks" if variants else "methods as configured"))
+            title = "methods as configured" if coupling is None else f"RebRL's modes, {coupling} masks"
+            ax.set_title(f"{task}: {title}", fontsize=9)
             ax.set_xlabel("sampler step that revealed the token")
             ax.set_ylabel("gradient credit / mean")
             ax.grid(alpha=0.3)
@@ -248,49 +507,55 @@ def image_rows(cfg: Config) -> list[str]:
     return ["base", *cfg.image_methods, *mar]
 
 
-def image_frame(cfg: Config, results: list[str | Path]) -> pd.DataFrame:
-    """One row per (row label, task, seed): per-tag accuracy and Overall (percent), GenEval's summary of each
-    results JSONL ``data/evaluate/<model>/<task>_results.jsonl``."""
+def image_frame(cfg: Config, results: list[str | Path], curves: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """One row per (row label, task, seed) of the image runs: the model name, its results file and its budget."""
     rows = []
     for path in map(Path, results):
         model, task = path.parent.name, path.name.removesuffix("_results.jsonl")
-        summary = summarize(path)
         run = run_of(cfg, model)
         label, seed = (run[0], run[2]) if run else (model, 0)
-        tags = {col: summary["tags"].get(t, {}).get("accuracy", math.nan) for t, col in IMAGE_COLUMNS.items()}
-        rows.append({"row": label, "task": task, "seed": seed, **tags, "Overall": summary["overall"]})
+        rows.append({"row": label, "model": model, "task": task, "seed": seed, **budget(curves.get(model))})
     return pd.DataFrame(rows)
 
 
-def steps_to_reach(curve: pd.Series, target: float, window: int = 3) -> float:
-    """The first optimiser step at which the reward, smoothed over ``window`` rollout batches, reaches ``target``
-    (nan if it never does)."""
-    smooth = curve.rolling(window, min_periods=1).mean()
-    hit = smooth[smooth >= target - 1e-12]
-    return float(hit.index[0]) if len(hit) else math.nan
-
-
-def image_table(cfg: Config, frame: pd.DataFrame, curves: dict[str, pd.DataFrame], target: str = "unigrpo"):
-    """RebRL's GenEval table: rows base, the image methods, the MAR base model and runs (:func:`image_rows`);
-    columns the six tags and Overall (GenEval's unweighted mean of tag accuracies), mean ± std over seeds; plus the
-    optimiser steps each method needed to reach ``target``'s final rollout reward (its last 3 rollout batches, seeds
-    averaged; RebRL reports ~40 % fewer)."""
+def image_table(
+    cfg: Config, frame: pd.DataFrame, scores: dict[str, Scores], curves: dict[str, pd.DataFrame]
+) -> tuple[pd.DataFrame, pd.DataFrame, list[dict[str, Any]], float]:
+    """RebRL's GenEval table: rows base, the image methods, the MAR base model and runs (:func:`image_rows`; a MAR
+    row's gain is over the MAR base model); columns the six tags and Overall (GenEval's
+    unweighted mean of tag accuracies) with their intervals, Overall's paired gain over the base model, the samples
+    each method needed to reach UniGRPO's final rollout reward, the budget and the seeds. Returns (markdown frame,
+    CSV frame, interval records, UniGRPO's final reward)."""
     task = cfg.image.tasks[0]
-    final = mean_curve(cfg, curves, target, task, "reward")
+    final = mean_curve(cfg, curves, "unigrpo", task, "reward")
     goal = float(final.iloc[-3:].mean()) if final is not None else math.nan
-    out = []
+    md, csv, records = [], [], []
     for label in image_rows(cfg):
         sub = frame[frame["row"] == label]
         if sub.empty:
             continue
-        row = {"model": display(label)}
-        row |= {col: _cell(sub[col], 1) for col in [*IMAGE_COLUMNS.values(), "Overall"]}
+        rows = [scores[m] for m in sub["model"]]
+        row_md, row_csv = {"model": display(label)}, {"model": display(label)}
+        for tag, col in IMAGE_COLUMNS.items():
+            iv = row_interval(rows, tag) if tag in rows[0].strata else None
+            row_md[col], row_csv = cell(iv), row_csv | _csv_cells(col, iv)
+            records += _records(label, task, col, iv)
+        overall = row_interval(rows)
+        base = "mar_base" if label.startswith("mar_") else "base"
+        base_models = list(frame[frame["row"] == base]["model"])
+        gain = gain_interval(rows, [scores[m] for m in base_models]) if label != base and base_models else None
+        row_md |= {"Overall": cell(overall), "Δ Overall vs base": cell(gain, signed=True)}
+        row_csv |= _csv_cells("Overall", overall) | _csv_cells("gain", gain)
+        records += _records(label, task, "Overall", overall) + _records(label, task, "Overall gain vs base", gain)
         curve = mean_curve(cfg, curves, label, task, "reward")
-        steps = steps_to_reach(curve, goal) if curve is not None else math.nan
-        row[f"steps to {display(target)}'s final reward"] = "—" if math.isnan(steps) else f"{steps:.0f}"
-        row["seeds"] = str(sub["seed"].nunique())
-        out.append(row)
-    return pd.DataFrame(out), goal
+        reach = samples_to_reach(curve, goal) if curve is not None else math.nan
+        row_md["samples to UniGRPO's final reward"] = "—" if math.isnan(reach) else f"{reach:.0f}"
+        seeds = sub["seed"].nunique()
+        row_md |= {**_budget_cells(sub), "seeds": str(seeds)}
+        row_csv |= {"samples to UniGRPO's final reward": reach, **_budget_cells(sub), "seeds": seeds}
+        md.append(row_md)
+        csv.append(row_csv)
+    return _fill(pd.DataFrame(md)), pd.DataFrame(csv), records, goal
 
 
 def contact_sheet(folder: str | Path, prompts: list[str], path: str | Path, title: str) -> None:
@@ -300,10 +565,10 @@ def contact_sheet(folder: str | Path, prompts: list[str], path: str | Path, titl
 
     folder = Path(folder)
     samples = len(list((folder / prompts[0] / "samples").glob("*.png")))
-    size = (max(4.0, 1.3 * samples), 1.45 * len(prompts) + 0.4)
+    size = (max(4.0, 1.3 * min(samples, 8)), 1.45 * len(prompts) + 0.4)
     fig, axes = plt.subplots(len(prompts), 1, figsize=size, squeeze=False)
     for ax, name in zip(axes[:, 0], prompts, strict=True):
-        samples = sorted((folder / name / "samples").glob("*.png"))
+        samples = sorted((folder / name / "samples").glob("*.png"))[:8]
         images = [Image.open(p).convert("RGB") for p in samples]
         strip = Image.new("RGB", (sum(i.width + 4 for i in images), max(i.height for i in images)), "white")
         x = 0

@@ -39,12 +39,22 @@ def copy_repo(dst: Path, profile: str | None = None, git: bool = False) -> Path:
             shutil.copy2(src, dst / name)
     shutil.copy2(REPO / "params.yaml", dst / "params.yaml")
     shutil.copy2(REPO / ".gitignore", dst / ".gitignore")
+    edit_params(dst, one_seed_every_method)
     if profile is not None:
         edit_params(dst, lambda raw: raw.update(profile=profile))
     if git:
         run(["git", "init", "-q"], dst)
         commit(dst, "workspace")
     return dst
+
+
+def one_seed_every_method(raw: dict) -> None:
+    """The sweep the pipeline tests assume, in params.yaml itself (so DVC interpolates it): every method, one seed,
+    image runs following grpo.seeds; the main job runs the four core methods with three seeds."""
+    raw["grpo"].update(
+        methods=["diffu_grpo", "unigrpo", "maskgrpo", "rebrl", "tracerl", "gdpo", "spg", "wd1"], seeds=[0]
+    )
+    raw["image"].pop("seeds", None)
 
 
 def commit(root: Path, message: str) -> None:

@@ -17,9 +17,17 @@ REPO = Path(__file__).resolve().parents[2]
 PARAMS = REPO / "params.yaml"
 
 
+ALL_METHODS = ["diffu_grpo", "unigrpo", "maskgrpo", "rebrl", "tracerl", "gdpo", "spg", "wd1"]
+
+
+def with_all_methods(raw: dict) -> None:
+    """Every method section runs (the code default of grpo.methods; the main job runs the four core methods)."""
+    raw["grpo"]["methods"] = ALL_METHODS
+
+
 @pytest.fixture(scope="module")
-def cfg() -> Config:
-    return load(PARAMS)
+def cfg(tmp_path_factory) -> Config:
+    return edited_config(tmp_path_factory.mktemp("params"), lambda raw: None)
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +36,10 @@ def stages(cfg: Config) -> list[dag.Stage]:
 
 
 def edited_config(tmp_path: Path, edit) -> Config:
-    """Load a copy of the repo's params.yaml after ``edit(raw_dict)`` (the profile overlay copied along)."""
+    """Load a copy of the repo's params.yaml with every method section running, after ``edit(raw_dict)`` (the
+    profile overlay copied along)."""
     raw = yaml.safe_load(PARAMS.read_text())
+    with_all_methods(raw)
     edit(raw)
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -146,9 +156,10 @@ def test_stages_are_their_kinds_expanded_over_the_sweep(cfg, stages):
 def test_build_expands_runs_and_tasks(cfg, stages):
     names = [s.name for s in stages]
     runs, tasks, images = cfg.run_names(), cfg.tasks, cfg.image.tasks
-    assert len(runs) == (len(cfg.grpo.methods) * len(tasks) + len(cfg.image.methods) * len(images)) * len(
-        cfg.grpo.seeds
-    )
+    image_seeds = cfg.image.seeds or cfg.grpo.seeds
+    assert len(runs) == len(cfg.grpo.methods) * len(tasks) * len(cfg.grpo.seeds) + len(cfg.image.methods) * len(
+        images
+    ) * len(image_seeds)
     assert names[:2] == ["download", "sft"] and names[-1] == "tables"
     assert ("download_image" in names) == bool(images)
     assert [n for n in names if n.startswith("grpo_")] == [f"grpo_{r}" for r in runs]
@@ -345,8 +356,10 @@ def test_touching_library_code_reruns_only_the_stages_that_run_it(cfg, stages):
     clipped = {r for r in cfg.run_names() if r.split("_")[0] in ("diffu", "unigrpo", "maskgrpo", "rebrl", "tracerl")}
     credit = {f"credit_{m}_{t}" for m in ("diffu_grpo", "unigrpo", "maskgrpo", "rebrl", "tracerl") for t in cfg.tasks}
     assert users(stages, "src/ddmrl/objectives/token_clip.py") == {f"grpo_{r}" for r in clipped} | credit
-    countdown = users(stages, "src/ddmrl/tasks/countdown3.py")
-    assert countdown == {"download", "sft"} | {s.name for s in stages if dict(s.wildcards).get("task") == "countdown3"}
+    task = cfg.tasks[-1]  # a task's module: the stages that build or train on every task, and its own stages
+    assert users(stages, f"src/ddmrl/tasks/{task}.py") == {"download", "sft", "tables"} | {
+        s.name for s in stages if dict(s.wildcards).get("task") == task
+    }
     for s in stages:  # what every stage runs, and what no stage but the tables does
         files = dag.code(s, REPO)
         assert "src/ddmrl/config/__init__.py" in files
@@ -360,15 +373,17 @@ def test_dvc_yaml_names_the_same_code(tmp_path):
     from ddmrl.pipeline import export
 
     entries = yaml.safe_load(export.render(PARAMS))["stages"]
+    methods = load(PARAMS).grpo.methods
 
     def entries_with(path):
         return {name for name, e in entries.items() if path in e["deps"]}
 
-    assert entries_with("src/ddmrl/objectives/spg.py") == {"credit_spg", "grpo_spg"}
+    assert entries_with("src/ddmrl/objectives/spg.py") == ({"credit_spg", "grpo_spg"} if "spg" in methods else set())
+    assert entries_with("src/ddmrl/objectives/token_clip.py") >= {"credit_rebrl", "grpo_rebrl", "grpo_unigrpo"}
     assert entries_with("src/ddmrl/tables.py") == {"tables"}
     assert entries_with("src/ddmrl/sandbox.py") == entries_with("src/ddmrl/hub.py") == set()
     assert "src/ddmrl/tasks/${item.task}.py" in entries["grpo_rebrl"]["deps"]
-    assert not entries_with("src/ddmrl/tasks/sudoku4.py") - {"download", "sft"}
+    assert not entries_with("src/ddmrl/tasks/sudoku4.py") - {"download", "sft", "tables"}
 
 
 def test_non_default_profile_makes_the_overlay_a_dep(tmp_path):

@@ -141,8 +141,7 @@ def small_profile(root: Path, paths: dict[str, Path], reward_url: str) -> None:
         "grpo": {"max_steps": 2, "num_prompts": 2, "num_generations": 3, "num_iterations": 1, "save_steps": 0,
                  "mixed_precision": "no", "learning_rate": 0.05, "lora": {"r": 4, "alpha": 8.0, "dropout": 0.0},
                  "launch": {"launcher": "python", "num_processes": 1}, "sampler": sampler},
-        "method_overrides": {"rebrl": {"num_iterations": 2}},
-        "evaluate": {"samples_per_prompt": 2, "batch_size": 4, "sampler": sampler},
+        "evaluate": {"samples_per_prompt": 2, "min_images_per_tag": 0, "batch_size": 4, "sampler": sampler},
     }}  # fmt: skip
     (root / "repo" / "profiles").mkdir(parents=True)
     overlay = deep_merge(paper, small)

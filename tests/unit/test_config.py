@@ -56,13 +56,14 @@ def refused(tmp_path: Path, text: str) -> str:
 def test_repo_params_load_and_resolve_every_method():
     cfg = load(REPO / "params.yaml")
     assert cfg.profile == "tiny"
-    assert set(cfg.methods) == set(cfg.grpo.methods)
+    assert set(cfg.grpo.methods) | set(cfg.rebrl_ablation.methods) <= set(cfg.methods)  # sections may sit unused
     for m in cfg.methods.values():
         assert isinstance(m, GRPOConfig) and m.method in METHODS
         assert isinstance(m.sampler, SamplerConfig)
     runs = cfg.run_names()
     text = len(cfg.grpo.methods) * len(cfg.tasks) * len(cfg.grpo.seeds)
-    assert len(runs) == text + len(cfg.image.methods) * len(cfg.image.tasks) * len(cfg.grpo.seeds)
+    image_seeds = cfg.image.seeds or cfg.grpo.seeds
+    assert len(runs) == text + len(cfg.image.methods) * len(cfg.image.tasks) * len(image_seeds)
     hp, task, seed = cfg.run(runs[0])
     assert task in cfg.tasks and seed in cfg.grpo.seeds and hp is cfg.methods[runs[0].split(f"_{task}_")[0]]
     image = dataclasses.replace(cfg, image=dataclasses.replace(cfg.image, tasks=("geneval_mini",)))
@@ -79,7 +80,8 @@ def test_image_runs_layer_image_keys_over_the_text_sections():
     assert (mask_text.remasking, mask_text.gamma) == ("maskgrpo_fading", 0.6)  # the method's own views
     assert (mask_image.remasking, mask_image.gamma) == ("maskgrpo_random", 0.8)
     assert mask_image.sampler.name == "maskgit" and mask_text.sampler.name == "llada"
-    assert cfg.image_methods["rebrl"].num_iterations == 8 and cfg.methods["rebrl"].num_iterations == 4
+    assert cfg.image_methods["rebrl"].num_iterations == cfg.methods["rebrl"].num_iterations == 4  # equal budgets
+    assert cfg.image_methods["rebrl"].remasking == cfg.methods["rebrl"].remasking == "unigrpo"  # a plug-in
     assert cfg.image_methods["diffu_grpo"].p_mask_prompt == cfg.methods["diffu_grpo"].p_mask_prompt
     assert cfg.image_methods["unigrpo"].learning_rate == cfg.grpo.defaults.learning_rate
 
@@ -122,7 +124,7 @@ def test_every_profile_loads(tmp_path, profile):
 
 def test_minimal_file_takes_the_defaults(tmp_path):
     cfg = load(write(tmp_path, "seed: 3\n"))
-    assert cfg.seed == 3 and cfg.tasks == ("sudoku4", "countdown3")
+    assert cfg.seed == 3 and cfg.tasks == ("sudoku4", "chain")
     assert cfg.methods["maskgrpo"].gamma == 0.6 and cfg.methods["rebrl"].rebrl_mode == "token"
     assert cfg.methods["diffu_grpo"].method == "diffu_grpo"
 
@@ -304,9 +306,11 @@ sft: {gradient_checkpointing: true, launch: {launcher: accelerate, num_processes
 # params.yaml keys whose value differs from the code default on purpose; a comment at the key (or at a section
 # holding it) says so with the word "default"
 DELIBERATE = {
-    "task_params.countdown3.max_number",
-    "task_params.countdown3.max_target",
+    "rebrl_ablation.methods",
     "grpo.sampler.kv_cache",
+    "grpo.methods",
+    "grpo.seeds",
+    "image.seeds",
     "image.tasks",
     "image.task_params.geneval_mini.partial_credit",
     "image.grpo.max_steps",
@@ -314,9 +318,9 @@ DELIBERATE = {
     "image.grpo.sampler.steps",
     "image.grpo.sampler.cfg_scale",
     "image.methods",
+    "image.evaluate.min_images_per_tag",
     "image.method_overrides.maskgrpo.remasking",
     "image.method_overrides.maskgrpo.gamma",
-    "image.method_overrides.rebrl.num_iterations",
 }
 
 
@@ -333,6 +337,8 @@ def code_default(defaults, path):
         node, path = GRPOConfig(), path[2:]
     elif path[:2] == ("image", "method_overrides"):
         node, path = METHOD_CONFIGS[path[2]](), path[3:]
+    elif path[0] == "methods" and path[1] not in defaults.methods:  # a section named for its row (rebrl_t1)
+        node, path = METHOD_CONFIGS[load(REPO / "params.yaml").methods[path[1]].method](), path[2:]
     elif "task_params" in path[:2]:
         at = path.index("task_params") + 1
         node, path = TASK_PARAMS[path[at]](), path[at + 1 :]
@@ -361,7 +367,12 @@ def test_code_defaults_agree_with_params_yaml_or_the_difference_is_commented(tmp
     or says why not."""
     text = (REPO / "params.yaml").read_text()
     defaults = load(write(tmp_path, "{}\n"))
-    differ = {".".join(p) for p, v in leaves(yaml.safe_load(text)) if code_default(defaults, p) != v}
+    rows = {m for m in yaml.safe_load(text)["methods"] if m not in defaults.methods}  # sections named for a change
+    differ = {
+        ".".join(p)
+        for p, v in leaves(yaml.safe_load(text))
+        if code_default(defaults, p) != v and not (p[0] == "methods" and p[1] in rows)
+    }
     assert differ == DELIBERATE
     for key in DELIBERATE:
         assert "default" in comments_at(text, key.split(".")).lower(), key
@@ -503,3 +514,60 @@ def test_model_spec_and_hub_item_are_validated_by_the_schema_when_built_directly
     with pytest.raises(ConfigError, match=r"^repo_type = 'space': unknown value; choose one of model, dataset$"):
         HubItem("m", "a/b", None, "space")
     assert HubItem("m", "a/b", allow_patterns=["*.json"]).allow_patterns == ("*.json",)
+
+
+# ------------------------------------------------------------------------------------------------ equal budgets
+
+
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [
+        ("rebrl: {num_iterations: 8}", "methods.rebrl.num_iterations = 8"),
+        ("unigrpo: {max_steps: 480}", "methods.unigrpo.max_steps = 480"),
+        ("maskgrpo: {num_generations: 4}", "methods.maskgrpo.num_generations = 4"),
+        ("diffu_grpo: {num_prompts: 16}", "methods.diffu_grpo.num_prompts = 16"),
+    ],
+)
+def test_a_row_with_another_budget_is_refused_unless_its_name_says_so(tmp_path, section, key):
+    """Equal budgets by default: a section differing in prompts, generations, mu or steps is refused, naming the key
+    and the name that would flag it; the same keys under a name carrying them are accepted."""
+    msg = refused(tmp_path, f"grpo: {{methods: [diffu_grpo, unigrpo, maskgrpo, rebrl]}}\nmethods: {{{section}}}\n")
+    assert msg.startswith(f"params.yaml: {key}: differs from the comparison's") and "name the row" in msg
+    name, keys = section.split(": ", 1)
+    token = {"num_iterations": "mu", "max_steps": "steps", "num_generations": "g", "num_prompts": "p"}
+    row = f"{name}_{token[key.split('.')[-1].split(' ')[0]]}{key.split(' = ')[1]}"
+    text = f"grpo: {{methods: [unigrpo, {row}]}}\nmethods: {{{row}: {keys[:-1]}, method: {name}}}}}\n"
+    cfg = load(write(tmp_path, text))
+    assert row in cfg.text_methods
+
+
+def test_image_rows_share_the_image_budget(tmp_path):
+    text = "image: {tasks: [geneval_mini], methods: [unigrpo, rebrl], grpo: {max_steps: 8}, %s}\n"
+    cfg = load(write(tmp_path, text % "method_overrides: {}"))
+    assert {m.max_steps for m in cfg.image_methods.values()} == {8}
+    msg = refused(tmp_path, text % "method_overrides: {rebrl: {num_iterations: 8}}")
+    assert msg.startswith("params.yaml: image.method_overrides.rebrl.num_iterations = 8: differs")
+
+
+def test_the_repo_comparisons_have_equal_budgets():
+    cfg = load(REPO / "params.yaml")
+    for runs in ({m: cfg.methods[m] for m in cfg.text_methods}, cfg.image_methods):
+        budgets = {(r.max_steps, r.num_prompts, r.num_generations, r.num_iterations) for r in runs.values()}
+        assert len(budgets) == 1, budgets
+
+
+def test_the_rebrl_ablation_switch_adds_its_rows(tmp_path):
+    text = (REPO / "params.yaml").read_text()
+    off = load(write(tmp_path, text))
+    assert off.text_methods == off.grpo.methods
+    on = load(write(tmp_path, text.replace("rebrl_ablation:\n  enabled: false", "rebrl_ablation:\n  enabled: true")))
+    rows = on.rebrl_ablation.methods
+    assert on.text_methods == (*on.grpo.methods, *rows) and len(rows) == 8
+    assert {r for r, *_ in on.runs()} == set(on.text_methods) | set(on.image.methods)
+    views = {r: (on.methods[r].remasking, on.methods[r].coupling, on.methods[r].rebrl_mode) for r in ("rebrl", *rows)}
+    assert views["rebrl"] == ("unigrpo", "independent", "token")  # RebRL: a plug-in on UniGRPO's views
+    # every row changes one or two choices of `rebrl`, never the budget
+    changed = {r: sum(a != b for a, b in zip(v, views["rebrl"], strict=True)) for r, v in views.items()}
+    assert changed.pop("rebrl") == 0 and set(changed.values()) <= {1, 2}
+    msg = refused(tmp_path, "rebrl_ablation: {enabled: true, methods: [nope]}\n")
+    assert "rebrl_ablation.methods = 'nope': not a section of methods:" in msg

@@ -83,7 +83,7 @@ def test_rebrl_token_mode_gives_every_token_of_a_rollout_the_same_credit(tok, ma
 def test_rebrl_none_mode_trajectory_credit_grows_with_the_reveal_step(tok, make_model):
     """Module docstring: relative credit H(s) = sum_{j = mu - s}^{mu} 1/j = 1/4, 7/12, 13/12, 25/12."""
     batch = rollouts()
-    cfg = config("rebrl", rebrl_mode="none", coupling="trajectory")
+    cfg = config("rebrl", rebrl_mode="none", coupling="trajectory", remasking="rebrl_linear")  # t_j = j / mu
     views, _, _, _ = make_views(cfg, batch, 7, tok.pad_token_id, tok.mask_token_id)
     assert views.masks.sum(-1)[:, 0].tolist() == [2, 4, 6, 8]  # c j latest-revealed tokens per view
     credit = credit_for(tok, make_model, cfg, batch)

@@ -47,3 +47,29 @@ def test_images_are_written_in_geneval_layout_and_judged_from_the_pngs(task, mak
     assert [p.read_bytes() for p in sorted((tmp_path / "again").rglob("*.png"))] == [
         p.read_bytes() for p in sorted((tmp_path / "images").rglob("*.png"))
     ]  # seeded: a rerun draws the same images
+
+
+def test_min_images_per_tag_raises_the_samples_of_small_tags(task, make_model, tmp_path):
+    """A tag with 1 held-out prompt gets 6 samples, a tag with 3 gets 2 (ceil(6 / 3)), never fewer than
+    samples_per_prompt; the folders, records and results follow, and every tag reaches the minimum."""
+    from collections import Counter
+
+    from ddmrl.evaluation import samples_per_item
+
+    tok = build_tokenizer([task.alphabet], task.special_tokens)
+    model = for_task(make_model(max_positions=prompt_length(task) + 65, tokenizer=tok), tok, task)
+    held_out = task.held_out(12, seed=0)
+    held_out = [ex for ex in held_out if ex.gold["tag"] != "single_object"] + task.held_out(18, seed=1)[:1]
+    tags = Counter(ex.gold["tag"] for ex in held_out)
+    cfg = EvaluateConfig(
+        samples_per_prompt=2, min_images_per_tag=5, batch_size=6, sampler=SamplerConfig(name="maskgit", steps=2)
+    )
+    counts = samples_per_item(held_out, cfg)
+    assert counts == [max(2, -(-5 // tags[ex.gold["tag"]])) for ex in held_out] and 5 in counts
+    metrics, records, rows = evaluate_images(model, tok, task, held_out, cfg, tmp_path / "images", seed=3)
+    assert metrics["n_samples"] == len(records) == len(rows) == sum(counts)
+    for n, k in enumerate(counts):
+        assert len(list((tmp_path / "images" / f"{n:05d}" / "samples").glob("*.png"))) == k
+    per_tag = Counter(r["tag"] for r in rows)
+    assert all(v >= 5 for v in per_tag.values())
+    assert [r["sample"] for r in records] == [k for c in counts for k in range(c)]

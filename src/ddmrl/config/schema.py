@@ -22,7 +22,7 @@ DEFAULT_PROFILE = "tiny"
 
 # ------------------------------------------------------------------------------------------------ names
 
-TextTask = Literal["sudoku4", "countdown3", "gsm8k", "math500"]
+TextTask = Literal["sudoku4", "chain", "arith", "countdown3", "gsm8k", "math500"]
 ImageTask = Literal["geneval_mini", "geneval"]
 MethodName = Literal[
     "diffu_grpo", "unigrpo", "maskgrpo", "rebrl", "tracerl", "gdpo", "spg", "wd1", "mdpo", "cj_grpo", "cogrpo",
@@ -450,6 +450,13 @@ class EvaluateConfig(Section):
 
     batch_size: Int = Field(128, ge=1, description="Prompts decoded together.")
     samples_per_prompt: Int = Field(1, ge=1, description="Generations per held-out prompt (GenEval: 4 images).")
+    min_images_per_tag: Int = Field(
+        0,
+        ge=0,
+        description="Images: at least this many per GenEval tag; a tag with few held-out prompts gets more samples "
+        "per prompt (Overall is a mean of tags: its standard error is set by the smallest ones). 0: "
+        "samples_per_prompt for every prompt.",
+    )
     sampler: SamplerConfig = Field(default_factory=SamplerConfig, description="The evaluation sampler.")
 
 
@@ -602,6 +609,17 @@ class GRPOConfig(Section):
     legacy_micro_step_views: Bool = Field(
         False, description="Reproduce d1's view index taken from the micro-step counter (with gradient accumulation)."
     )
+    maskgrpo_legacy: Bool = Field(
+        False,
+        description="MaskGRPO only: reproduce its released text objective end to end (the fading curve over prompt + "
+        "completion, view index m % mu of the micro-step m, the broadcast loss mask with masked tokens after the "
+        "first EOS, advantage epsilon 1e-5, no forced masked token; docs/reproduction.md).",
+    )
+    old_logp_mode: Literal["eval", "train"] = Field(
+        "eval",
+        description="The model's mode for old and reference log-probs: eval (dropout off) or train (TRL's and the "
+        "reference codes': LoRA and model dropout active, as in the update's forward pass).",
+    )
     on_nonfinite: Literal["skip", "stop"] = Field(
         "skip", description="A non-finite reward, advantage or loss: skip the step (counted in metrics) or stop."
     )
@@ -655,6 +673,16 @@ class GRPOConfig(Section):
                     )
         if views == "mdpo_topk" and self.method != "mdpo":
             raise refuse("remasking", views, "ranks the steps by MDPO's per-step advantages: method mdpo only")
+        if self.maskgrpo_legacy and self.method not in ("maskgrpo", ""):
+            raise refuse(
+                "maskgrpo_legacy", True, f"reproduces MaskGRPO's released code; not a switch of {self.method}"
+            )
+        if self.maskgrpo_legacy and views not in ("maskgrpo_fading", ""):
+            raise refuse("maskgrpo_legacy", True, f"reproduces MaskGRPO's text views (maskgrpo_fading), not {views}")
+        if self.maskgrpo_legacy and self.legacy_micro_step_views:
+            raise refuse(
+                "legacy_micro_step_views", True, "maskgrpo_legacy has its own view index (m % mu); choose one"
+            )
         if views == "maskgrpo_fading" and self.gamma < 0.5:
             raise refuse(
                 "gamma",
@@ -707,11 +735,15 @@ class GRPOSection(GRPOConfig):
         ("diffu_grpo", "unigrpo", "maskgrpo", "rebrl", "tracerl", "gdpo", "spg", "wd1"),
         description="Runs to train: sections of methods: (a section's method defaults to its name).",
     )
-    seeds: Seeds = Field((0,), description="Seeds per run (several give the run-to-run spread: mean ± std).")
+    seeds: Seeds = Field(
+        (0,), description="Seeds per run (the tables' 95 % intervals are then over seeds as well as held-out items)."
+    )
 
     def _check_method(self) -> None:
         if self.method:
             raise refuse("method", self.method, "each section of methods: chooses its method (methods.<name>.method)")
+        if self.maskgrpo_legacy:
+            raise refuse("maskgrpo_legacy", True, "a MaskGRPO switch: set it in its section (methods.<name>)")
         twice = sorted({m for m in self.methods if self.methods.count(m) > 1})
         if twice:
             raise refuse("methods", list(self.methods), f"lists {', '.join(twice)} more than once")
@@ -754,11 +786,12 @@ class MaskGRPOConfig(GRPOConfig):
 
 @section
 class RebRLConfig(GRPOConfig):
-    """RebRL (Zhang et al. 2026, CVPR, Rebalanced Timestep Credits): views at t_j = j / mu, token-level
-    rebalancing lambda(t) = t with the 1/F token factor (rebrl_mode: token)."""
+    """RebRL (Zhang et al. 2026, CVPR, Rebalanced Timestep Credits): a plug-in reweighting of UniGRPO's objective,
+    lambda(t) = t and the token factor 1/F (rebrl_mode: token) on UniGRPO's own views (remasking: unigrpo);
+    rebrl_linear gives its t_j = j / mu schedule instead."""
 
     method: Literal["rebrl"] = "rebrl"
-    remasking: ViewSampler = "rebrl_linear"
+    remasking: ViewSampler = "unigrpo"
 
     def _check_method(self) -> None:
         if self.remasking == "full_completion":
@@ -773,8 +806,9 @@ class RebRLConfig(GRPOConfig):
 @section
 class TraceRLConfig(GRPOConfig):
     """TraceRL / TraDo (Wang et al. 2026, ICLR, arXiv 2509.06949): views rebuilt from the sampler's own order,
-    consecutive steps merged by shrink, every token a target exactly once; per-row mean, KL against the old policy
-    (dLLM-RL's train/rl_llada.py)."""
+    consecutive steps merged by shrink, every token a target exactly once per rollout batch, the trace steps spread
+    over the num_iterations optimiser steps (so that every method takes the same steps per rollout batch); per-row
+    mean, KL against the old policy (dLLM-RL's train/rl_llada.py)."""
 
     method: Literal["tracerl"] = "tracerl"
     remasking: ViewSampler = "tracerl"
@@ -924,6 +958,39 @@ class Countdown3Params(Section):
 
 
 @section
+class ChainParams(Section):
+    """Multi-step variable tracking with a reasoning trace in d1's GSM8K format (``ddmrl.tasks.chain``)."""
+
+    hops: Int = Field(3, ge=1, description="Lookups from the query to its digit (trace lines).")
+    distractors: Int = Field(3, ge=0, description="Assignments of a second chain in the same prompt.")
+    num_names: Int = Field(10, ge=1, le=26, description="Variable names to draw from (a, b, ...).")
+
+    @model_validator(mode="after")
+    def _check(self) -> ChainParams:
+        if self.hops + self.distractors > self.num_names:
+            raise refuse(
+                "num_names", self.num_names, f"must be >= hops + distractors = {self.hops + self.distractors}"
+            )
+        return self
+
+
+@section
+class ArithParams(Section):
+    """Multi-step arithmetic with a reasoning trace in d1's GSM8K format (``ddmrl.tasks.arith``)."""
+
+    num_operands: Int = Field(3, ge=2, description="Numbers in the expression (num_operands - 1 trace steps).")
+    max_number: Int = Field(9, ge=1, description="The numbers are drawn from [1, max_number].")
+    ops: Str = Field("+-*", pattern=r"^[+*-]+$", description="Operators to draw from (a subset of + - *).")
+    max_value: Int = Field(99, ge=1, description="Every intermediate and final value lies in [0, max_value].")
+
+    @model_validator(mode="after")
+    def _check(self) -> ArithParams:
+        if self.max_number > self.max_value:
+            raise refuse("max_number", self.max_number, f"must be <= max_value = {self.max_value}")
+        return self
+
+
+@section
 class MathParams(Section):
     """GSM8K and MATH500 (``ddmrl.tasks.math_reasoning``): d1's prompts, rewards and answer parsers."""
 
@@ -1001,6 +1068,8 @@ class TextTaskParams(Section):
     """Generator parameters per text task (``ddmrl.tasks``); a task left out takes its generator's defaults."""
 
     sudoku4: Sudoku4Params | None = Field(None, description="4x4 Sudoku.")
+    chain: ChainParams | None = Field(None, description="Multi-step variable tracking with a reasoning trace.")
+    arith: ArithParams | None = Field(None, description="Multi-step arithmetic with a reasoning trace.")
     countdown3: Countdown3Params | None = Field(None, description="Three-number Countdown.")
     gsm8k: MathParams | None = Field(None, description="GSM8K (paper profiles).")
     math500: MathParams | None = Field(None, description="MATH500 (paper profiles).")
@@ -1247,6 +1316,42 @@ class ImageConfig(Section):
     )
 
 
+@section
+class RebRLAblation(Section):
+    """RebRL's ablation (issue 16): rows that vary one choice of the default ``rebrl`` row at a time, on the same
+    budget: its weighting mode (none, t1, t2 against token) on UniGRPO's views, the coupling of the views
+    (independent, nested, trajectory; with and without 1/F), and its own t_j = j / mu schedule. Each row is a section
+    of ``methods:``; with ``enabled`` they join the text runs (every task and seed of ``grpo:``)."""
+
+    enabled: Bool = Field(False, description="Add the ablation rows to the text runs, the tables and the plots.")
+    methods: tuple[SectionName, ...] = Field(
+        (), description="The ablation rows: sections of methods: (run on every text task and seed)."
+    )
+
+
+#: the budget of a GRPO run: key -> the token that names a row differing in it (``rebrl_mu8``: num_iterations 8)
+BUDGET_KEYS = {"max_steps": "steps", "num_prompts": "p", "num_generations": "g", "num_iterations": "mu"}
+
+
+def check_budget(sections: dict[str, GRPOConfig], shared: dict[str, Any], where: str) -> None:
+    """Every row of a comparison has the comparison's budget (prompts per rollout batch, generations, mu, optimiser
+    steps, hence rollout batches and samples) unless its name says otherwise: a section differing in a budget key
+    must carry the key's token and value as a ``_``-separated part of its name (``rebrl_mu8``, ``unigrpo_steps480``).
+    """
+    for name, run in sections.items():
+        parts = name.split("_")
+        for key, token in BUDGET_KEYS.items():
+            value, want = getattr(run, key), shared[key]
+            if value != want and f"{token}{value}" not in parts:
+                raise refuse(
+                    f"{where}.{name}.{run.method}.{key}",  # the method: the union's tag on the way to the key
+                    value,
+                    f"differs from the comparison's {key} = {want}: every row gets the same budget (prompts per "
+                    f"rollout batch, generations, mu, optimiser steps); set it in grpo:, or name the row for it "
+                    f"(e.g. {name}_{token}{value})",
+                )
+
+
 _INTERNAL = {"internal": True}
 
 
@@ -1260,7 +1365,7 @@ class Config(Section):
         "profiles/<name>.yaml onto it.",
     )  # fmt: skip
     seed: Int = Field(0, description="Global seed; every random draw derives from it and its unit of work.")
-    tasks: tuple[TextTask, ...] = Field(("sudoku4", "countdown3"), description="Text tasks.")
+    tasks: tuple[TextTask, ...] = Field(("sudoku4", "chain"), description="Text tasks.")
     task_params: Annotated[dict[Str, Any], checked_as(TextTaskParams)] = Field(
         default_factory=dict, description="Generator parameters per text task."
     )
@@ -1277,6 +1382,9 @@ class Config(Section):
     )
     image: ImageConfig = Field(default_factory=ImageConfig, description="The text-to-image branch.")
     mar: MarConfig = Field(default_factory=MarConfig, description="A MAR image model and its GRPO runs (ddmrl.mar).")
+    rebrl_ablation: RebRLAblation = Field(
+        default_factory=RebRLAblation, description="RebRL's ablation rows (off by default; docs/results.md)."
+    )
     image_sections: dict[SectionName, MethodConfig] = Field(
         default_factory=dict, json_schema_extra={**_INTERNAL, "key": "image.method_overrides"}
     )  # the image runs' sections, resolved (every section named by image.methods or image.method_overrides)
@@ -1290,7 +1398,20 @@ class Config(Section):
             raise refuse("tasks", [], "must name at least one task (or image.tasks)")
         if self.mar.methods and MAR_TASK not in self.image.tasks:
             raise refuse("mar.methods", list(self.mar.methods), "the MAR branch needs image.tasks: [geneval_mini]")
+        for name in self.rebrl_ablation.methods:
+            if name not in self.methods:
+                raise refuse("rebrl_ablation.methods", name, f"not a section of methods: ({', '.join(self.methods)})")
+        shared = {k: getattr(self.grpo, k) for k in BUDGET_KEYS}
+        check_budget({m: self.methods[m] for m in self.text_methods if m in self.methods}, shared, "methods")
+        image_shared = {k: self.image.grpo.get(k, v) for k, v in shared.items()}
+        check_budget(self.image_methods, image_shared, "image_sections")  # named image.method_overrides
         return self
+
+    @property
+    def text_methods(self) -> tuple[str, ...]:
+        """Text run sections: grpo.methods, then the RebRL ablation rows when they are enabled."""
+        extra = self.rebrl_ablation.methods if self.rebrl_ablation.enabled else ()
+        return tuple(dict.fromkeys([*self.grpo.methods, *extra]))
 
     @property
     def image_methods(self) -> dict[str, GRPOConfig]:
@@ -1299,7 +1420,7 @@ class Config(Section):
 
     def runs(self) -> list[tuple[str, str, int]]:
         """(method section, task, seed) of every GRPO run: text runs, then image runs."""
-        text = [(m, t, s) for m in self.grpo.methods for t in self.tasks for s in self.grpo.seeds]
+        text = [(m, t, s) for m in self.text_methods for t in self.tasks for s in self.grpo.seeds]
         seeds = self.image.seeds or self.grpo.seeds
         return text + [(m, t, s) for m in self.image.methods for t in self.image.tasks for s in seeds]
 

@@ -168,6 +168,7 @@ class ViewRequest(NamedTuple):
     trajectory: Trajectory | None = None
     step_advantages: torch.Tensor | None = None
     train_steps: int = 1
+    legacy: bool = False
 
 
 def build_views(
@@ -190,6 +191,7 @@ def build_views(
     trajectory: Trajectory | None = None,
     step_advantages: torch.Tensor | None = None,
     train_steps: int = 1,
+    legacy: bool = False,
 ) -> Views:
     """Build the training views of a rollout batch with the view sampler ``VIEWS[remasking]``.
 
@@ -215,12 +217,15 @@ def build_views(
             rebuilt from ``reveal_step``, which is exact for a sampler that never re-masks (cj_grpo).
         step_advantages: [N, S] per-step advantages (mdpo_topk ranks the steps by their magnitude).
         train_steps: the steps mdpo_topk keeps per rollout (MDPO's sample_train_steps).
+        legacy: maskgrpo_fading only, MaskGRPO's released masks (:func:`legacy_fading_masks`).
     """
     if remasking not in VIEWS:
         raise ValueError(f"unknown remasking '{remasking}'; choose one of {', '.join(VIEWS)}")
+    if legacy and remasking != "maskgrpo_fading":
+        raise ValueError(f"legacy views reproduce MaskGRPO's maskgrpo_fading, not {remasking}")
     request = ViewRequest(mu, seed, completion_mask, prompt_ids, pad_id, reveal_step, coupling, gamma,
                           p_mask_prompt, shrink, views_per_step, block_length, completion_ids, mask_id, trajectory,
-                          step_advantages, train_steps)  # fmt: skip
+                          step_advantages, train_steps, legacy)  # fmt: skip
     return VIEWS[remasking](request)
 
 
@@ -261,9 +266,14 @@ def maskgrpo_random_views(r: ViewRequest) -> Views:
 
 
 def maskgrpo_fading_views(r: ViewRequest) -> Views:
-    """MaskGRPO (text): truncated ratios with the AR-like fading curve over completion positions."""
+    """MaskGRPO (text): truncated ratios with the AR-like fading curve over completion positions (``legacy``: the
+    released code's masks, :func:`legacy_fading_masks`)."""
     n, length = r.completion_mask.shape
     t = linear_ratios(r.mu, n, r.gamma)
+    if r.legacy:  # the ratios in Python floats, as the released code computes them
+        ratios = [min(r.gamma + (1 - r.gamma) * (j + 1) / r.mu, MAX_RATIO) for j in range(r.mu)]
+        masks = legacy_fading_masks(ratios, legacy_mask_seeds(r.seed, r.mu), r.prompt_ids.shape[1], length, n)
+        return Views(masks, torch.zeros(r.mu, *r.prompt_ids.shape, dtype=torch.bool), t, r.seed)
     if r.coupling == "trajectory":
         raise ValueError("maskgrpo_fading has its own position-wise curve; use coupling independent or nested")
     u = _uniforms((r.mu, n, length), r.seed, r.coupling)
@@ -274,6 +284,35 @@ def maskgrpo_fading_views(r: ViewRequest) -> Views:
     )
     no_prompt = torch.zeros(r.mu, *r.prompt_ids.shape, dtype=torch.bool)
     return Views(_ensure_one(masks, r.completion_mask, priority), no_prompt, t, r.seed)
+
+
+MASKGRPO_SEEDS = 2**12  # MaskGRPO draws its mask seeds from [0, 4096)
+
+
+def legacy_mask_seeds(seed: int, mu: int) -> list[int]:
+    """MaskGRPO's mu mask seeds of a rollout batch, drawn from [0, 4096) (here from the rollout seed's generator)."""
+    return torch.randint(0, MASKGRPO_SEEDS, (mu,), generator=generator(seed, "maskgrpo_seeds")).tolist()
+
+
+def legacy_fading_masks(
+    ratios: list[float], seeds: list[int], prompt_length: int, length: int, n: int
+) -> torch.Tensor:
+    """MaskGRPO's released ``remask_ar`` masks of the completion, [mu, N, L], its bugs kept.
+
+    View j draws u ~ U[0, 1) over the whole sequence [N, P + L] right after seeding with ``seeds[j]`` (as
+    ``set_seed`` then ``torch.rand`` on the CPU). ``prompt_len`` evaluates to 1 there, so the fading curve
+    d = linspace(1, 0, P + L - 1) spans prompt and completion: position p >= 1 keeps with probability
+    min(1, d[p - 1] (1 - r_j)(P + L - 1) / sum d), and a completion position is masked iff u > that. No view is
+    forced to mask a token, and positions after the first EOS are masked like any other.
+    """
+    total = prompt_length + length
+    d = torch.linspace(1, 0, total - 1)  # [P + L - 1]
+    masks = []
+    for r, s in zip(ratios, seeds, strict=True):
+        keep = torch.cat([torch.zeros(1), (d * ((1 - r) * (total - 1)) / d.sum()).clamp(max=1.0)])  # [P + L]
+        u = torch.rand(n, total, generator=torch.Generator().manual_seed(s))  # [N, P + L]
+        masks.append((u > keep)[:, prompt_length:])
+    return torch.stack(masks)
 
 
 def gdpo_views(r: ViewRequest) -> Views:
@@ -289,7 +328,10 @@ def gdpo_views(r: ViewRequest) -> Views:
 
 def tracerl_views(r: ViewRequest) -> Views:
     """TraceRL (Wang et al. 2026): trace step tau = sampler step // shrink; view tau masks every token of trace
-    step >= tau and trains on the tokens of step tau only, so every token is a target exactly once (F = 1)."""
+    step >= tau and trains on the tokens of step tau only, so every token is a target exactly once (F = 1).
+
+    The K trace steps are spread over the mu optimiser steps (:func:`spread`), so that TraceRL takes as many
+    optimiser steps per rollout batch as every other method (equal budgets)."""
     if r.reveal_step is None:
         raise ValueError("tracerl views need the rollout's reveal_step")
     trace = r.reveal_step.long() // r.shrink  # [N, L]
@@ -297,7 +339,21 @@ def tracerl_views(r: ViewRequest) -> Views:
     tau = torch.arange(k)[:, None, None]  # [K, 1, 1]
     masks, targets = trace[None] >= tau, trace[None] == tau  # [K, N, L]
     t = masks.float().mean(-1)  # [K, N]
-    return Views(masks, torch.zeros(k, *r.prompt_ids.shape, dtype=torch.bool), t, r.seed, targets=targets)
+    no_prompt = torch.zeros(k, *r.prompt_ids.shape, dtype=torch.bool)
+    return Views(masks, no_prompt, t, r.seed, targets=targets, schedule=spread(k, r.mu))
+
+
+def spread(views: int, steps: int) -> tuple[tuple[int, ...], ...]:
+    """``views`` views over ``steps`` optimiser steps, in order: contiguous chunks whose sizes differ by at most one
+    (every view used once) when there are at least as many views as steps, else one view per step, cycling.
+
+    >>> spread(5, 2), spread(2, 4)
+    (((0, 1), (2, 3, 4)), ((0,), (1,), (0,), (1,)))
+    """
+    if views < steps:
+        return tuple((s % views,) for s in range(steps))
+    bounds = [s * views // steps for s in range(steps + 1)]
+    return tuple(tuple(range(bounds[s], bounds[s + 1])) for s in range(steps))
 
 
 def _states(r: ViewRequest) -> tuple[torch.Tensor, torch.Tensor]:
@@ -350,19 +406,6 @@ def mdpo_views(r: ViewRequest) -> Views:
     stored = StepStates(inputs, r.trajectory.predictions[sel, rows], sel, r.trajectory.confidence[sel, rows])
     no_prompt = torch.zeros(sel.shape[0], *r.prompt_ids.shape, dtype=torch.bool)
     return Views(masks, no_prompt, masks.float().mean(-1), r.seed, schedule=spread(sel.shape[0], r.mu), states=stored)
-
-
-def spread(views: int, steps: int) -> tuple[tuple[int, ...], ...]:
-    """``views`` views over ``steps`` optimiser steps, in order: contiguous chunks whose sizes differ by at most one
-    (every view used once) when there are at least as many views as steps, else one view per step, cycling.
-
-    >>> spread(5, 2), spread(2, 4)
-    (((0, 1), (2, 3, 4)), ((0,), (1,), (0,), (1,)))
-    """
-    if views < steps:
-        return tuple((s % views,) for s in range(steps))
-    bounds = [s * views // steps for s in range(steps + 1)]
-    return tuple(tuple(range(bounds[s], bounds[s + 1])) for s in range(steps))
 
 
 def block_random_views(r: ViewRequest) -> Views:

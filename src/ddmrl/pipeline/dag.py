@@ -178,7 +178,7 @@ def values(cfg: Config, dim: Dim) -> tuple[str, ...]:
     """The sweep's values of ``dim`` (as the strings that fill the wildcard)."""
     lists = {
         "tasks": cfg.tasks,
-        "grpo.methods": cfg.grpo.methods,
+        "grpo.methods": cfg.text_methods,  # with the RebRL ablation rows when rebrl_ablation.enabled
         "grpo.seeds": cfg.grpo.seeds,
         "image.tasks": cfg.image.tasks,
         "image.methods": tuple(cfg.image_methods),
@@ -523,11 +523,13 @@ TABLES_TEXT = (
     "text_table.md", "text_table.csv", "text_table.html", "results_long.csv", "sft_rollouts.md", "sft_rollouts.csv",
     "reward_curves.png", "kl_curves.png", "loss_curves.png", "clip_ratio_curves.png",
 )  # fmt: skip
-TABLES_CREDIT = ("credit.csv", "credit_by_reveal_step.png")
+TABLES_CREDIT = ("credit.csv", "credit_by_reveal_step.png", "credit_summary.csv", "credit_summary.md")
 TABLES_IMAGE = (
     "image_table.md", "image_table.csv", "image_table.html", "image_results_long.csv", "image_reward_curves.png",
     "image_kl_curves.png", "image_loss_curves.png", "image_clip_ratio_curves.png",
 )  # fmt: skip
+#: written whatever the branches: intervals of every table cell, RebRL minus UniGRPO, samples to UniGRPO's reward
+TABLES_COMPARISONS = ("intervals.csv", "rebrl_vs_unigrpo.md", "samples_to_reward.csv", "samples_to_reward.md")
 TABLES_METRICS, TABLES_CURVES, CONTACT_SHEETS = "metrics.json", "curves.csv", "contact_sheets"
 
 
@@ -549,9 +551,10 @@ def tables(new: StageFactory) -> Stage:
         "tables", "tables", {**args, "--out": out}, deps=tuple(p for v in reads.values() for p in v),
         dvc_deps=tuple(args.values()),
         params=("profile", "grpo.methods", "grpo.seeds", "tasks", "image.tasks", "image.methods", "image.seeds",
-                "mar.methods", "mar.seeds"),
-        outs=tuple(f"{out}/{n}" for n in (*names, TABLES_CURVES)),
+                "mar.methods", "mar.seeds", "rebrl_ablation"),
+        outs=tuple(f"{out}/{n}" for n in (*names, *TABLES_COMPARISONS, TABLES_CURVES)),
         dir_outs=(f"{out}/{CONTACT_SHEETS}",) if cfg.image.tasks else (), metrics=(f"{out}/{TABLES_METRICS}",),
+        uses=new.uses(cfg.tasks),  # the per-item scores of the intervals come from each text task's scorer
     )  # fmt: skip
 
 

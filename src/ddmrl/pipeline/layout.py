@@ -81,6 +81,11 @@ def evaluation(root: str, model: str, task: str) -> str:
     return f"{root}/{model}/{task}.json"
 
 
+def generations(root: str, model: str, task: str) -> str:
+    """Held-out generations of ``model`` on ``task``, one scored item a line (the tables' intervals)."""
+    return f"{root}/{model}/{task}.jsonl"
+
+
 def image_results(root: str, model: str, task: str) -> str:
     """GenEval's results JSONL of the images in :func:`image_folder`."""
     return f"{root}/{model}/{task}_results.jsonl"
@@ -116,9 +121,10 @@ def tables_inputs(
     runs += mar
     return {
         "evals": [evaluation(evaluate, m, t) for m, t in models],
+        "generations": [generations(evaluate, m, t) for m, t in models],
         "curves": [curve(grpo, r) for r, _ in runs],
         "rollouts": [reward_metrics(reward, t) for t in cfg.tasks],
-        "credit": [credit(credits, m, t) for t in cfg.tasks for m in cfg.grpo.methods] if has_credit(cfg) else [],
+        "credit": [credit(credits, m, t) for t in cfg.tasks for m in cfg.text_methods] if has_credit(cfg) else [],
         "image_results": [image_results(evaluate, m, t) for m, t in image_models],
         "image_folders": [image_folder(evaluate, m, t) for m, t in image_models],
     }

@@ -16,6 +16,8 @@ TASKS = Registry(
     {
         "sudoku4": "ddmrl.tasks.sudoku4:Sudoku4",
         "countdown3": "ddmrl.tasks.countdown3:Countdown3",
+        "arith": "ddmrl.tasks.arith:Arith",
+        "chain": "ddmrl.tasks.chain:Chain",
         "geneval_mini": "ddmrl.tasks.geneval_mini:GenEvalMini",
         "geneval": "ddmrl.tasks.geneval:GenEval",
         "gsm8k": "ddmrl.tasks.math_reasoning:Gsm8k",
@@ -24,6 +26,8 @@ TASKS = Registry(
 )
 
 _LAZY = {
+    "Arith": "ddmrl.tasks.arith",
+    "Chain": "ddmrl.tasks.chain",
     "Countdown3": "ddmrl.tasks.countdown3",
     "GenEval": "ddmrl.tasks.geneval",
     "GenEvalMini": "ddmrl.tasks.geneval_mini",

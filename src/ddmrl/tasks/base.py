@@ -112,3 +112,9 @@ class Task(ABC):
     def accuracy(self, scores: list[dict[str, Any]]) -> float:
         """Held-out accuracy in percent from per-example ``score`` dicts (d1's aggregation)."""
         return 100.0 * sum(bool(s["correct"]) for s in scores) / max(len(scores), 1)
+
+    @staticmethod
+    def item_score(score: dict[str, Any]) -> tuple[float, float]:
+        """One held-out item's (numerator, denominator) of :meth:`accuracy`: the accuracy is sum(numerators) /
+        sum(denominators) over the items (``ddmrl.stats`` bootstraps it from these)."""
+        return 100.0 * bool(score["correct"]), 1.0

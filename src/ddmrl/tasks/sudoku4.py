@@ -105,3 +105,8 @@ class Sudoku4(Task):
     def accuracy(self, scores: list[dict[str, Any]]) -> float:
         """d1's Sudoku metric: 100 * (correct empty cells) / (empty cells), pooled over all puzzles."""
         return 100.0 * sum(s["cells_correct"] for s in scores) / max(sum(s["cells_empty"] for s in scores), 1)
+
+    @staticmethod
+    def item_score(score: dict[str, Any]) -> tuple[float, float]:
+        """A puzzle's share of d1's pooled cell accuracy: (100 * correct empty cells, empty cells)."""
+        return 100.0 * score["cells_correct"], float(score["cells_empty"])

@@ -10,8 +10,10 @@ Per rollout batch (TRL's buffering, as in d1 and MaskGRPO):
 
 Each view is consumed at its own step (the paper intent). d1 indexes views by the micro-step counter
 (``_step % mu`` after the increment), which with gradient accumulation gives each micro-batch only every A-th view
-(d1's ``compute_loss``); ``legacy_micro_step_views`` reproduces d1's indexing. MaskGRPO's copy is shifted by one
-(``m % mu``, MaskGRPO's ``compute_loss``) and is not reproduced. Every random draw comes from a generator derived from
+(d1's ``compute_loss``); ``legacy_micro_step_views`` reproduces d1's indexing, and ``maskgrpo_legacy`` MaskGRPO's
+copy, shifted by one (``m % mu``, MaskGRPO's ``compute_loss``), with the rest of its released text objective. Every
+method takes ``num_iterations`` optimiser steps per rollout batch (equal budgets), and the curve counts rollout
+batches and samples as well as optimiser steps. Every random draw comes from a generator derived from
 (seed, purpose, iteration), never from the global RNG, so a run resumed from a checkpoint at a rollout-batch
 boundary continues exactly as the uninterrupted run would have.
 
@@ -114,10 +116,10 @@ def make_views(
         trajectory=batch.trajectory,
         step_advantages=step_advantages,
         train_steps=cfg.sample_train_steps,
+        legacy=cfg.maskgrpo_legacy,
     )
-    weights, z = token_weights(
-        method.weighting, views, batch.completion_mask, cfg.rebrl_mode, cfg.legacy_broadcast_weighting
-    )
+    broadcast = cfg.legacy_broadcast_weighting or cfg.maskgrpo_legacy
+    weights, z = token_weights(method.weighting, views, batch.completion_mask, cfg.rebrl_mode, broadcast)
     inputs = torch.stack(
         [apply_view(batch.prompt_ids, batch.completion_ids, views, v, mask_id) for v in range(views.masks.shape[0])]
     )
@@ -178,12 +180,19 @@ def step_views(views: Views, step: int, micro: int, cfg: GRPOConfig) -> tuple[in
     """View indices of inner step ``step`` for micro-batch ``micro``.
 
     Paper intent: the schedule's entry for the step, whatever the micro-batch. ``legacy_micro_step_views``: d1's
-    ``(_step % mu)`` after the increment, with one count per micro-batch.
+    ``(_step % mu)`` after the increment, with one count per micro-batch; ``maskgrpo_legacy``: MaskGRPO's
+    ``_step % mu - 1`` (-1 read as mu - 1) after the increment, that is ``m % mu`` for micro-step m.
     """
+    mu, m = views.masks.shape[0], step * cfg.gradient_accumulation_steps + micro
     if cfg.legacy_micro_step_views:
-        mu = views.masks.shape[0]
-        return ((step * cfg.gradient_accumulation_steps + micro + 1) % mu,)
+        return ((m + 1) % mu,)
+    if cfg.maskgrpo_legacy:
+        return (m % mu,)
     return views.steps[step]
+
+
+#: group-advantage epsilon: TRL's, and MaskGRPO's released code (its ``compute_loss``)
+ADVANTAGE_EPS, MASKGRPO_ADVANTAGE_EPS = 1e-4, 1e-5
 
 
 def objective_inputs(b: Batch, old, ref, logps, ids: tuple[int, ...], rows: slice, g: int) -> ObjectiveInputs:
@@ -298,7 +307,8 @@ def train_grpo(
         if cfg.aux_policy.speed_alpha:
             steps_taken = batch.aux.active.sum(1)  # [N] the model evaluations (steps) of every sample
             r = speed_reward(r, steps_taken, task.completion_length, cfg.aux_policy.speed_alpha)
-        adv, zero_std = group_advantages(r, g, cfg.scale_rewards)
+        eps = MASKGRPO_ADVANTAGE_EPS if cfg.maskgrpo_legacy else ADVANTAGE_EPS
+        adv, zero_std = group_advantages(r, g, cfg.scale_rewards, eps)
         step_r = step_adv = None
         if method.step_advantage:  # MDPO: the task reward of every step's prediction, per-step advantages
             step_r = step_rewards(tok, task, examples, batch, g)  # [N, S]
@@ -322,7 +332,9 @@ def train_grpo(
         schedule = ((),) * cfg.num_iterations if frozen else views.steps  # the views of every optimiser step
         _same_schedule(acc, len(schedule))
         t1 = time.time()
-        # 4. old and KL-target log-probs on identical views, once per rollout batch
+        # 4. old and KL-target log-probs on identical views, once per rollout batch (eval mode, or TRL's train mode:
+        # dropout active as in the update's forward pass)
+        policy.train(cfg.old_logp_mode == "train")
         old = kl_ref = None
         with torch.no_grad():
             if not frozen:
@@ -393,6 +405,8 @@ def train_grpo(
         lengths = dist.gather(acc, batch.completion_mask.sum(1).float())
         row = {
             "step": step,
+            "rollout_batch": it + 1,
+            "samples": (it + 1) * cfg.num_prompts * g,  # completions sampled so far (skipped batches included)
             "reward": r_all.mean().item(),
             "reward_std": r_all.view(-1, g).std(1).mean().item(),
             "frac_reward_zero_std": zero_all.mean().item(),

@@ -45,13 +45,19 @@ def tracerl(shrink: int, reveal: torch.Tensor = REVEAL, valid: torch.Tensor = VA
 @pytest.mark.parametrize("shrink", [1, 2, 3, 4, 7, 10])
 def test_tracerl_view_count_is_ceil_of_steps_over_shrink(shrink):
     """Trace step tau = step // s; steps run 0..6 (max 6), so the trace steps are 0..6 // s and there are
-    6 // s + 1 = ceil(7 / s) views, whatever ``mu`` says (mu = 3 is passed and ignored)."""
+    6 // s + 1 = ceil(7 / s) views, whatever ``mu`` says; they are spread over mu = 3 optimiser steps (equal
+    budgets): contiguous chunks using every view once, or (fewer views than steps) one view per step, cycling."""
     v = tracerl(shrink)
     want = math.ceil((int(REVEAL.max()) + 1) / shrink)
     assert v.masks.shape == (want, 2, 7)
     assert v.targets is not None and v.targets.shape == v.masks.shape
     assert v.prompt_masks.shape == (want, 2, 2) and not bool(v.prompt_masks.any())
-    assert v.steps == tuple((j,) for j in range(want))  # no schedule: view j at step j
+    assert len(v.steps) == 3
+    if want >= 3:
+        assert [j for step in v.steps for j in step] == list(range(want))
+        assert max(map(len, v.steps)) - min(map(len, v.steps)) <= 1
+    else:
+        assert v.steps == tuple((s % want,) for s in range(3))
 
 
 @pytest.mark.parametrize("shrink", [1, 2, 3])

@@ -210,3 +210,35 @@ def test_make_views_applies_the_broadcast_switch():
     views2, w2, _, _ = make_views(GRPOConfig(**base), batch, 3, 1, 0)
     assert torch.equal(views2.masks, views.masks)
     assert torch.equal(w2, (views.masks & valid[None]).float())
+
+
+# ------------------------------------------------------------------------------------------ old_logp_mode
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_old_and_reference_log_probs_take_the_configured_mode(make_model, monkeypatch, mode):
+    """old_logp_mode: the old and reference passes run with the model in eval mode (dropout off) or, as TRL, in
+    train mode; the current policy's pass is always in train mode."""
+    task = make_task("sudoku4")
+    monkeypatch.setattr(task, "reward", varied_reward)
+    tok = build_tokenizer(task.alphabet, task.special_tokens)
+    policy = make_model(max_positions=task.prompt_length + 1 + task.completion_length, tokenizer=tok)
+    seen = {"view_logps": [], "token_logps": []}
+    real_views, real_tokens = grpo_module.view_logps, grpo_module.token_logps
+
+    def spy_views(model, *args, **kw):
+        seen["view_logps"].append(model.training)
+        return real_views(model, *args, **kw)
+
+    def spy_tokens(model, *args, **kw):
+        seen["token_logps"].append(model.training)
+        return real_tokens(model, *args, **kw)
+
+    monkeypatch.setattr(grpo_module, "view_logps", spy_views)
+    monkeypatch.setattr(grpo_module, "token_logps", spy_tokens)
+    cfg = GRPOConfig(method="unigrpo", remasking="unigrpo", max_steps=2, num_prompts=2, num_generations=2,
+                     num_iterations=2, beta=0.04, old_logp_mode=mode,
+                     sampler=SamplerConfig(block_length=4, steps=4, temperature=1.0))  # fmt: skip
+    train_grpo(policy, copy.deepcopy(policy), tok, task, lambda it: task.generate(2, seed=it), cfg, 0)
+    assert seen["view_logps"][0] == (mode == "train")  # the old pass (the frozen reference copy: its own mode)
+    assert seen["token_logps"][-2:] == [True, True]  # the update's forward passes (one view per step)

@@ -1,0 +1,185 @@
+"""The tables' numbers from per-item files: accuracies equal the tasks' own aggregation, intervals come from the
+right items (aligned by id, paired across models, stratified by GenEval tag), and the budget and samples columns
+come from the curves."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ddmrl.config import load
+from ddmrl.geneval import summarize
+from ddmrl.tables import (
+    IMAGE_COLUMNS,
+    Scores,
+    credit_summary,
+    gain_interval,
+    image_scores,
+    image_table,
+    main_table,
+    results_frame,
+    row_interval,
+    samples_table,
+    samples_to_reach,
+    stacked,
+    text_scores,
+    versus_table,
+)
+from ddmrl.tasks import make_task
+
+PARAMS = """tasks: [sudoku4, arith]
+grpo: {methods: [unigrpo, rebrl], seeds: [0, 1], max_steps: 8, num_iterations: 2, num_prompts: 2, num_generations: 2}
+image: {tasks: [geneval_mini], methods: [unigrpo, rebrl], seeds: [0]}
+"""
+
+
+@pytest.fixture
+def cfg(tmp_path):
+    (tmp_path / "params.yaml").write_text(PARAMS)
+    return load(tmp_path / "params.yaml")
+
+
+def write_jsonl(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def sudoku_records(rng, n: int, p: float) -> list[dict]:
+    """Evaluation records with d1's Sudoku score fields (8 empty cells, each right with probability p)."""
+    out = []
+    for i in range(n):
+        right = int((rng.random(8) < p).sum())
+        out.append({"id": f"puzzle{i}", "correct": right == 8, "cells_correct": right, "cells_empty": 8})
+    return out
+
+
+def arith_records(rng, n: int, p: float) -> list[dict]:
+    return [{"id": f"expr{i}", "correct": bool(rng.random() < p)} for i in range(n)]
+
+
+def curve(steps: int = 8, mu: int = 2, per_batch: int = 4, rewards=None) -> pd.DataFrame:
+    batches = steps // mu
+    rewards = rewards if rewards is not None else np.linspace(0.1, 0.5, batches)
+    return pd.DataFrame({"step": np.arange(1, batches + 1) * mu, "rollout_batch": np.arange(1, batches + 1),
+                         "samples": np.arange(1, batches + 1) * per_batch, "reward": rewards, "kl": 0.0,
+                         "time": np.arange(1, batches + 1) * 2.0})  # fmt: skip
+
+
+def test_item_scores_reproduce_each_tasks_accuracy(tmp_path):
+    rng = np.random.default_rng(0)
+    for name, records in (("sudoku4", sudoku_records(rng, 50, 0.6)), ("arith", arith_records(rng, 50, 0.4))):
+        s = text_scores(write_jsonl(tmp_path / f"{name}.jsonl", records), name)
+        assert row_interval([s]).estimate == pytest.approx(make_task(name).accuracy(records))
+
+
+def test_seeds_are_aligned_by_item_id():
+    a = Scores(("x", "y", "z"), np.array([1.0, 2.0, 3.0]), np.array([4.0, 5.0, 6.0]))
+    b = Scores(("z", "x", "y"), np.array([30.0, 10.0, 20.0]), np.array([6.0, 4.0, 5.0]))
+    numer, denom, _ = stacked([a, b])
+    assert numer.tolist() == [[1, 2, 3], [10, 20, 30]] and denom.tolist() == [4, 5, 6]
+    with pytest.raises(ValueError, match="different held-out items"):
+        stacked([a, Scores(("x", "y", "w"), np.zeros(3), np.ones(3))])
+
+
+def test_paired_gain_is_narrower_than_the_unpaired_difference():
+    """Two models that agree on most items: the paired interval of their difference is much narrower than what
+    the two separate intervals suggest."""
+    rng = np.random.default_rng(1)
+    base = (rng.random(400) < 0.5).astype(float) * 100
+    better = base.copy()
+    better[rng.choice(np.flatnonzero(base == 0), 30, replace=False)] = 100  # 30 items fixed, none broken
+    ids = tuple(map(str, range(400)))
+    s_base, s_better = Scores(ids, base, np.ones(400)), Scores(ids[::-1], better[::-1], np.ones(400))
+    gain = gain_interval([s_better], [s_base])
+    assert gain.estimate == pytest.approx(7.5) and gain.excludes_zero()
+    widths = [row_interval([s]).high - row_interval([s]).low for s in (s_better, s_base)]
+    assert gain.high - gain.low < 0.5 * math.hypot(*widths)  # the unpaired difference's width
+
+
+def test_main_table_rows_intervals_and_budget(cfg, tmp_path):
+    rng = np.random.default_rng(2)
+    evals, scores, curves = [], {}, {}
+    acc = {"base": 0.3, "sft": 0.5, "unigrpo": 0.6, "rebrl": 0.6}
+    models = [("base", "base", None), ("sft", "sft", None)]
+    models += [(f"{m}_{t}_s{s}", m, s) for m in ("unigrpo", "rebrl") for t in cfg.tasks for s in (0, 1)]
+    for model, label, seed in models:
+        for t in cfg.tasks:
+            if seed is not None and f"_{t}_" not in model:
+                continue
+            records = (sudoku_records if t == "sudoku4" else arith_records)(rng, 60, acc[label])
+            s = text_scores(write_jsonl(tmp_path / model / f"{t}.jsonl", records), t)
+            scores[model, t] = s
+            evals.append({"model": model, "task": t, "accuracy": make_task(t).accuracy(records), "mean_reward": 0.5})
+            if seed is not None:
+                curves[model] = curve()
+    frame = results_frame(cfg, evals, curves)
+    md, csv, records = main_table(cfg, frame, scores)
+    assert list(md["model"]) == ["base", "SFT", "UniGRPO", "RebRL"]
+    row = csv.set_index("model").loc["UniGRPO"]
+    assert row["seeds"] == 2 and row["rollout batches"] == "4" and row["samples"] == "16"
+    assert row["optimiser steps"] == "8"
+    for t in cfg.tasks:
+        assert row[f"{t} acc low"] <= row[f"{t} acc"] <= row[f"{t} acc high"]
+        sft = csv.set_index("model").loc["SFT", f"{t} acc"]
+        assert row[f"{t} gain"] == pytest.approx(row[f"{t} acc"] - sft)  # RL rows: against SFT
+        assert math.isnan(csv.set_index("model").loc["base", f"{t} gain"])
+        assert md.set_index("model").loc["base", f"{t} Δ vs start"] == "—"
+    assert {r["n_seeds"] for r in records if r["row"] == "rebrl"} == {2}
+    versus, vrecords = versus_table(cfg, frame, scores, cfg.tasks)
+    assert list(versus["model"]) == ["RebRL"]
+    for t in cfg.tasks:
+        want = csv.set_index("model").loc["RebRL", f"{t} acc"] - csv.set_index("model").loc["UniGRPO", f"{t} acc"]
+        got = next(r for r in vrecords if r["task"] == t)
+        assert got["estimate"] == pytest.approx(want) and got["low"] <= want <= got["high"]
+
+
+def geneval_rows(rng, p: float) -> list[dict]:
+    rows = []
+    for i, tag in enumerate(list(IMAGE_COLUMNS) * 3):
+        for k in range(4):
+            rows.append({"filename": f"/any/model/geneval_mini/{i:05d}/samples/{k:04d}.png", "tag": tag,
+                         "correct": bool(rng.random() < p), "metadata": json.dumps({"prompt": str(i)})})  # fmt: skip
+    return rows
+
+
+def test_image_table_overall_is_genevals_and_its_interval_is_stratified(cfg, tmp_path):
+    rng = np.random.default_rng(3)
+    paths, curves = {}, {}
+    for model, p in (("base", 0.2), ("unigrpo_geneval_mini_s0", 0.4), ("rebrl_geneval_mini_s0", 0.4)):
+        paths[model] = write_jsonl(tmp_path / model / "geneval_mini_results.jsonl", geneval_rows(rng, p))
+        if model != "base":
+            curves[model] = curve(rewards=np.array([0.1, 0.2, 0.3, 0.4]) if "uni" in model else np.full(4, 0.5))
+    budget = {"steps": 8, "rollout_batches": 4, "samples": 16, "seconds": 1.0}
+    frame = pd.DataFrame(
+        [{"row": m.split("_geneval")[0], "model": m, "task": "geneval_mini", "seed": 0, **budget} for m in paths]
+    )
+    scores = {m: image_scores(p) for m, p in paths.items()}
+    md, csv, records, goal = image_table(cfg, frame, scores, curves)
+    csv = csv.set_index("model")
+    for model, label in (("base", "base"), ("unigrpo_geneval_mini_s0", "UniGRPO")):
+        assert csv.loc[label, "Overall"] == pytest.approx(summarize(paths[model])["overall"])
+    assert goal == pytest.approx(0.3)
+    assert csv.loc["RebRL", "samples to UniGRPO's final reward"] == 4  # reward 0.5 from the first batch
+    # a slot id is <prompt folder>/<sample>, the same in every model's folder
+    assert scores["base"].ids[:2] == ("00000/0000", "00000/0001") and scores["base"].strata[0] == "single_object"
+
+
+def test_samples_to_reach_and_the_samples_table(cfg):
+    c = pd.Series([0.1, 0.3, 0.5, 0.7], index=[4, 8, 12, 16])
+    assert samples_to_reach(c, 0.3, window=1) == 8 and math.isnan(samples_to_reach(c, 0.9, window=1))
+    curves = {f"unigrpo_sudoku4_s{s}": curve() for s in (0, 1)}
+    curves |= {"rebrl_sudoku4_s0": curve(rewards=np.full(4, 0.6)), "rebrl_sudoku4_s1": curve(rewards=np.zeros(4))}
+    table = samples_table(cfg, curves).set_index("model")
+    assert table.loc["RebRL", "samples per seed"] == "4, —" and table.loc["RebRL", "seeds reaching it"] == "1/2"
+
+
+def test_credit_summary_reads_the_imbalance():
+    frame = pd.DataFrame({"task": "t", "method": "rebrl[none, trajectory]", "reveal_step": [0, 1, 2, 3],
+                          "relative_credit": [0.25, 7 / 12, 13 / 12, 25 / 12], "count": 4})  # fmt: skip
+    row = credit_summary(frame).iloc[0]
+    assert row["last / first"] == pytest.approx(25 / 3, abs=0.01) and row["max / min"] == pytest.approx(8.33, abs=0.01)
