@@ -103,14 +103,14 @@ def test_cogrpo_trains_the_model_and_the_schedule_on_geneval_mini(make_model):
     tok = build_tokenizer([task.alphabet], task.special_tokens)
     base = make_model(max_positions=prompt_length(task) + 65, tokenizer=tok)
     policy, ref = for_task(base, tok, task), for_task(copy.deepcopy(base), tok, task)
-    shared = dict(max_steps=4, num_prompts=2, num_generations=4, learning_rate=1e-2, beta=0.04,
+    shared = dict(max_steps=4, num_prompts=2, num_generations=4, num_iterations=2, learning_rate=1e-2, beta=0.04,
                   sampler=SamplerConfig(name="maskgit", steps=6, temperature=1.0, cfg_scale=1.0))  # fmt: skip
     cfg = method_config("cogrpo", shared, aux_policy={"learning_rate": 0.05})
     assert cfg.shrink == 3 and cfg.remasking == "tracerl"
     aux = new_aux_policy(cfg.aux_policy, 6)
     model_before, aux_before = snapshot(base), snapshot(aux)
     curve, _ = train_grpo(policy, ref, tok, task, lambda it: task.generate(2, seed=7 + it), cfg, 0, aux_policy=aux)
-    assert curve[-1]["step"] == 4 and len(curve) == 2  # 6 steps / shrink 3 = 2 trace views per rollout batch
+    assert curve[-1]["step"] == 4 and len(curve) == 2  # 6 steps / shrink 3 = 2 trace views over mu = 2 steps
     assert all(math.isfinite(r["loss"]) for r in curve)
     assert {"aux/ratio", "aux/temperature", "aux/cfg"} <= set(curve[0])
     assert sorted(moved(base, model_before)) == sorted(model_before)

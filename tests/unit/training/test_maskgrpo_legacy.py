@@ -157,9 +157,9 @@ def test_the_loop_computes_the_released_loss(make_model, monkeypatch, ga):
     real_make_views, real_rewards = grpo_module.make_views, grpo_module.rewards
     real_objective = token_clip_module.token_clip
 
-    def spy_views(cfg, batch, seed, pad_id, mask_id):
+    def spy_views(cfg, batch, seed, pad_id, mask_id, step_advantages=None):
         seen["batch"], seen["seed"] = batch, seed
-        seen["views"] = real_make_views(cfg, batch, seed, pad_id, mask_id)
+        seen["views"] = real_make_views(cfg, batch, seed, pad_id, mask_id, step_advantages)
         return seen["views"]
 
     def spy_rewards(*args):
