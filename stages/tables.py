@@ -1,9 +1,10 @@
 """tables: the comparison table (rows base, SFT and every method; per-task held-out accuracy and mean reward,
 RL steps, wall time), the reward, KL, loss and clip-ratio curves, and the per-token credit by reveal step, computed
 only from the runs' own output files. With text-to-image runs also RebRL's GenEval table (per-tag accuracy and
-Overall from each model's GenEval results JSONL, steps to reach UniGRPO's final reward), their curves, and one
-contact sheet per model (the same prompts side by side). Also the headline metrics (``metrics.json``) and every
-curve in one long table (``curves.csv``), which DVC's metrics and plots read.
+Overall from each model's GenEval results JSONL, the HPSv3 and DPG-Bench columns of ``image.eval_tasks``, steps to
+reach UniGRPO's final reward), their curves, and one contact sheet per model (the same prompts side by side). Also
+the headline metrics (``metrics.json``) and every curve in one long table (``curves.csv``), which DVC's metrics and
+plots read.
 
     python stages/tables.py --params params.yaml --evaluate data/evaluate --grpo data/grpo \
         --reward data/reward/sft --credit data/credit --out data/tables
@@ -35,6 +36,7 @@ from ddmrl.tables import (
     rollout_table,
     to_html,
     to_markdown,
+    with_benchmarks,
 )
 
 
@@ -74,6 +76,7 @@ def main() -> None:
     if cfg.image.tasks:
         images = image_frame(cfg, files["image_results"])
         table, goal = image_table(cfg, images, curves)
+        table = with_benchmarks(cfg, table, [read_json(p) for p in files["image_benchmarks"]])
         title = f"{cfg.image.tasks[0]}: GenEval accuracy per tag (%), Overall = unweighted mean of tags"
         write_csv(out / "image_results_long.csv", images)
         write_csv(out / "image_table.csv", table)

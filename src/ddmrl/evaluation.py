@@ -53,10 +53,11 @@ def evaluate(
 def sample_prompts(
     model, tok, task: Task, examples: list[Example], cfg: EvaluateConfig, seed: int = 0
 ) -> tuple[list[list[str]], list[torch.Tensor], dict[str, Any]]:
-    """``cfg.samples_per_prompt`` sampled completions per held-out prompt (GenEval's protocol: several images per
-    prompt from a temperature-1 sampler): their texts, their ids ([K, L] per prompt), NFE and time. Each chunk of
-    ``cfg.batch_size`` samples draws from a generator seeded by (seed, chunk), so a rerun gives the same images."""
-    start, k, nfe, texts, ids = time.time(), cfg.samples_per_prompt, 0, [], []
+    """K sampled completions per held-out prompt (GenEval's protocol: several images per prompt from a
+    temperature-1 sampler; K is ``cfg.samples_per_prompt`` unless the task's protocol fixes it, as DPG-Bench's 2x2
+    grid does): their texts, their ids ([K, L] per prompt), NFE and time. Each chunk of ``cfg.batch_size`` samples
+    draws from a generator seeded by (seed, chunk), so a rerun gives the same images."""
+    start, k, nfe, texts, ids = time.time(), task.samples_per_prompt or cfg.samples_per_prompt, 0, [], []
     per_chunk = max(1, cfg.batch_size // k)
     for c, lo in enumerate(range(0, len(examples), per_chunk)):
         chunk = examples[lo : lo + per_chunk]
@@ -71,24 +72,24 @@ def sample_prompts(
 def evaluate_images(
     model, tok, task: Task, examples: list[Example], cfg: EvaluateConfig, folder: str | Path, seed: int = 0
 ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
-    """GenEval's protocol on a text-to-image task: ``cfg.samples_per_prompt`` images per held-out prompt, written
-    in GenEval's folder layout under ``folder`` and judged from there (``task.judge_images``: geneval-mini's exact
-    rules on the PNGs, or the official evaluator for real images).
+    """A text-to-image task's protocol: several images per held-out prompt (:func:`sample_prompts`), written under
+    ``folder`` and judged from there (``task.judge_images``: geneval-mini's exact rules on the PNGs, the official
+    GenEval evaluator, HPSv3, DPG-Bench's VQA) and summarised by ``task.summarize_images``.
 
-    Returns (metrics: GenEval's summary in percent with ``accuracy`` = Overall, the mean reward, NFE and time;
-    one generation record per image; the evaluator's results rows)."""
-    from ddmrl.geneval import summarize  # image tasks only: text evaluations do not run (or depend on) it
-
+    Returns (metrics: the task's summary (GenEval: per tag in percent, ``accuracy`` = Overall; HPS and DPG-Bench:
+    ``score``), the mean training reward where the task has one, NFE and time; one generation record per image;
+    the judge's rows)."""
     texts, ids, stats = sample_prompts(model, tok, task, examples, cfg, seed)
     rows = task.judge_images(folder, examples, texts, ids)
-    summary = summarize(rows)
     per_image = [ex for ex, sample in zip(examples, texts, strict=True) for _ in sample]
     flat = [text for sample in texts for text in sample]
-    rewards = task.batch_rewards(flat, torch.cat(ids), per_image)
-    k = cfg.samples_per_prompt
+    rewards = [None] * len(flat) if task.evaluation_only else task.batch_rewards(flat, torch.cat(ids), per_image)
+    k = len(texts[0])
     records = [
         {"id": ex.id, "prompt": ex.gold["prompt"], "sample": i % k, "generation": text, "reward": reward}
         for i, (ex, text, reward) in enumerate(zip(per_image, flat, rewards, strict=True))
     ]
-    mean_reward = sum(rewards) / len(rewards)
-    return {"accuracy": summary["overall"], **summary, "mean_reward": mean_reward, **stats}, records, rows
+    metrics = {**task.summarize_images(rows), **stats}
+    if not task.evaluation_only:
+        metrics["mean_reward"] = sum(rewards) / len(rewards)
+    return metrics, records, rows

@@ -264,6 +264,29 @@ def image_table(cfg: Config, frame: pd.DataFrame, curves: dict[str, pd.DataFrame
     return pd.DataFrame(out), goal
 
 
+#: evaluation benchmarks of the image branch (image.eval_tasks): their column in the image table
+BENCHMARK_COLUMNS = {"hps": "HPSv3", "dpg": "DPG"}
+
+
+def with_benchmarks(cfg: Config, table: pd.DataFrame, evals: list[dict[str, Any]]) -> pd.DataFrame:
+    """``table`` (one row per image model) with a column per benchmark of ``image.eval_tasks`` after Overall: each
+    model's ``score`` (HPSv3: the mean of HPSv3's mu over images; DPG: DPG-Bench's score x 100), over seeds as the
+    table's other columns. ``evals`` are the benchmarks' metrics (``data/evaluate/<model>/<benchmark>.json``)."""
+    rows = []
+    for e in evals:
+        run = run_of(cfg, e["model"])
+        rows.append({"model": display(run[0] if run else e["model"]), "bench": BENCHMARK_COLUMNS[e["task"]],
+                     "score": e["score"]})  # fmt: skip
+    if not rows:
+        return table
+    cells = pd.DataFrame(rows).groupby(["model", "bench"])["score"].apply(lambda v: _cell(v, 2)).unstack("bench")
+    out = table.merge(cells, left_on="model", right_index=True, how="left").fillna("—")
+    columns = list(table.columns)
+    at = columns.index("Overall") + 1 if "Overall" in columns else len(columns)
+    names = [BENCHMARK_COLUMNS[b] for b in cfg.image.eval_tasks]
+    return out[columns[:at] + names + columns[at:]]
+
+
 def contact_sheet(folder: str | Path, prompts: list[str], path: str | Path, title: str) -> None:
     """The sample PNGs of the given prompt folders (GenEval layout ``<folder>/<NNNNN>/samples/*.png``) side by side,
     one row per prompt, labelled with its prompt text."""

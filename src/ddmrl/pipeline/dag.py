@@ -123,6 +123,8 @@ def kinds(cfg: Config) -> list[Kind]:
         "evaluate": bool(cfg.tasks),
         "evaluate_image_base": bool(cfg.image.tasks),
         "evaluate_image": bool(cfg.image.tasks),
+        "evaluate_image_bench_base": bool(cfg.image.eval_tasks),
+        "evaluate_image_bench": bool(cfg.image.eval_tasks),
         "tables": True,
     }
     return [k for k in all_kinds(cfg) if present[k.name]]
@@ -134,6 +136,7 @@ def all_kinds(cfg: Config) -> list[Kind]:
     run = (Dim("method", "grpo.methods", code=True), task, Dim("seed", "grpo.seeds"))
     image_seeds = Dim("seed", "image.seeds" if cfg.image.seeds else "grpo.seeds")
     image_run = (Dim("method", "image.methods", code=True), image_task, image_seeds)
+    bench = Dim("bench", "image.eval_tasks")
     return [
         Kind("download", (), download),
         Kind("sft", (), sft),
@@ -148,6 +151,8 @@ def all_kinds(cfg: Config) -> list[Kind]:
         Kind("evaluate", run, evaluate),
         Kind("evaluate_image_base", (image_task,), evaluate_image_base),
         Kind("evaluate_image", image_run, evaluate_image),
+        Kind("evaluate_image_bench_base", (bench,), evaluate_image_bench_base),
+        Kind("evaluate_image_bench", (*image_run, bench), evaluate_image_bench),
         Kind("tables", (), tables),
     ]
 
@@ -161,6 +166,7 @@ def values(cfg: Config, dim: Dim) -> tuple[str, ...]:
         "image.tasks": cfg.image.tasks,
         "image.methods": tuple(cfg.image_methods),
         "image.seeds": cfg.image.seeds,
+        "image.eval_tasks": cfg.image.eval_tasks,
     }
     return tuple(str(v) for v in lists[dim.key])
 
@@ -270,7 +276,8 @@ def _download(new: StageFactory, name: str, root: str, tasks: str, base: str) ->
     image = name == "download_image"
     branch, prefix = (new.cfg.image, "image.") if image else (new.cfg, "")
     params = tuple(f"{prefix}{k}" for k in ("tasks", "task_params", "model", "download"))
-    params += ("image.cond_dropout_prob",) if image else ()
+    params += ("image.cond_dropout_prob", "image.eval_tasks") if image else ()
+    task_names = (*branch.tasks, *new.cfg.image.eval_tasks) if image else branch.tasks
     metrics, curve = f"{root}/metrics.json", f"{root}/curve.csv"
     extra = {"--modality": "image"} if image else {}
     manifests = (f"{root}/manifests",) if branch.model.pretrained else ()  # paper profiles: the downloads' checksums
@@ -285,7 +292,7 @@ def _download(new: StageFactory, name: str, root: str, tasks: str, base: str) ->
          "--checkpoints": checkpoints(name), "--log-dir": log_dir(name), **extra},
         deps=(), params=("profile", "seed", *params), script="stages/download.py",
         outs=(curve, *configs), dir_outs=(tasks, base, *manifests), metrics=(metrics,),
-        threads=1 if image or branch.model.pretrained else PRETRAIN_THREADS, uses=new.uses(branch.tasks, image=image),
+        threads=1 if image or branch.model.pretrained else PRETRAIN_THREADS, uses=new.uses(task_names, image=image),
     )  # fmt: skip
 
 
@@ -403,13 +410,28 @@ def evaluate_image(new: StageFactory, method: str, task: str, seed: str) -> Stag
     return _evaluate(new, "evaluate_image", run, model, {"method": method, "task": task, "seed": seed})
 
 
+def evaluate_image_bench_base(new: StageFactory, bench: str) -> Stage:
+    """The image base model on a benchmark of ``image.eval_tasks`` (HPS, DPG-Bench)."""
+    return _evaluate(new, "evaluate_image_bench_base", "base", IMAGE_BASE_DIR, {"bench": bench})
+
+
+def evaluate_image_bench(new: StageFactory, method: str, task: str, seed: str, bench: str) -> Stage:
+    """A text-to-image run's policy on a benchmark of ``image.eval_tasks``."""
+    run = run_name(method, task, seed)
+    model = layout.run_dir(layout.GRPO_DIR, run) + "/model"
+    wildcards = {"method": method, "task": task, "seed": seed, "bench": bench}
+    return _evaluate(new, "evaluate_image_bench", run, model, wildcards)
+
+
 def _evaluate(new: StageFactory, kind: str, model: str, model_dir: str, wildcards: dict[str, str]) -> Stage:
-    """``model`` is ``base``, ``sft`` or a run name. Image tasks also write GenEval's folder layout
-    (``<task>/<NNNNN>/metadata.jsonl``, ``samples/<k>.png``) and the evaluator's results JSONL judged from it."""
-    task, root = wildcards["task"], layout.EVALUATE_DIR
+    """``model`` is ``base``, ``sft`` or a run name, evaluated on its ``task`` (or on the ``bench`` wildcard's
+    benchmark). Image tasks also write their images (GenEval's folder layout, ``<task>/<NNNNN>/metadata.jsonl``,
+    ``samples/<k>.png``; a benchmark's own) and the judge's results JSONL."""
+    task, root = wildcards.get("bench", wildcards.get("task")), layout.EVALUATE_DIR
     metrics = layout.evaluation(root, model, task)
     generations = metrics.removesuffix(".json") + ".jsonl"
-    name = f"evaluate_{model}_{task}" if model in ("base", "sft") else f"evaluate_{model}"
+    named_by_task = model in ("base", "sft") or "bench" in wildcards
+    name = f"evaluate_{model}_{task}" if named_by_task else f"evaluate_{model}"
     args = {"--tasks": TASKS_DIR, "--model": model_dir, "--task": task, "--name": model,
             "--generations": generations, "--metrics": metrics}  # fmt: skip
     if not kind.startswith("evaluate_image"):
@@ -457,7 +479,8 @@ def tables(new: StageFactory) -> Stage:
     return new(
         "tables", "tables", {**args, "--out": out}, deps=tuple(p for v in reads.values() for p in v),
         dvc_deps=tuple(args.values()),
-        params=("profile", "grpo.methods", "grpo.seeds", "tasks", "image.tasks", "image.methods", "image.seeds"),
+        params=("profile", "grpo.methods", "grpo.seeds", "tasks", "image.tasks", "image.methods", "image.seeds",
+                "image.eval_tasks"),
         outs=tuple(f"{out}/{n}" for n in (*names, TABLES_CURVES)),
         dir_outs=(f"{out}/{CONTACT_SHEETS}",) if cfg.image.tasks else (), metrics=(f"{out}/{TABLES_METRICS}",),
     )  # fmt: skip

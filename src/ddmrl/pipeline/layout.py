@@ -98,7 +98,8 @@ def tables_inputs(
 
     ``evals`` text metrics of base, the start model and every text run; ``curves`` every run's curve; ``rollouts``
     the start model's reward metrics per task; ``credit`` every method section's credit per text task;
-    ``image_results`` and ``image_folders`` GenEval's results and folders of the image base model and runs."""
+    ``image_results`` and ``image_folders`` GenEval's results and folders of the image base model and runs;
+    ``image_benchmarks`` their metrics on every benchmark of ``image.eval_tasks``."""
     start = start_model(cfg)[0]
     reward = reward or reward_dir(start)
     runs = [(run_name(m, t, s), t) for m, t, s in cfg.runs()]
@@ -113,4 +114,5 @@ def tables_inputs(
         "credit": [credit(credits, m, t) for t in cfg.tasks for m in cfg.grpo.methods] if has_credit(cfg) else [],
         "image_results": [image_results(evaluate, m, t) for m, t in image_models],
         "image_folders": [image_folder(evaluate, m, t) for m, t in image_models],
+        "image_benchmarks": [evaluation(evaluate, m, b) for m, _ in image_models for b in cfg.image.eval_tasks],
     }
