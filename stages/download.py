@@ -26,6 +26,7 @@ naming every missing item and the command that downloads it.
 
 import argparse
 import dataclasses
+import sys
 import time
 
 import yaml
@@ -81,6 +82,10 @@ def main() -> None:
         write_task(args.tasks_out, task, params, held_out)
         tasks.append(task)
         draws.append(training_draw(task, held_out, cfg.seed, "pretrain", branch.download.pretrain.batch_size))
+    for name in cfg.image.eval_tasks if args.modality == "image" else ():  # benchmarks: every prompt, held out
+        params = branch.task_params.get(name, {})
+        task = make_task(name, **params)
+        write_task(args.tasks_out, task, params, task.held_out(sys.maxsize, cfg.seed))
 
     if branch.model.pretrained:  # the model is the downloaded checkpoint, pinned by the manifests' digests
         manifests = {name: file_digest(f"{args.manifests}/{name}.manifest.json") for name in fetched}

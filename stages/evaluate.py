@@ -15,7 +15,9 @@ Text-to-image tasks use GenEval's protocol (``image.evaluate``: several sampled 
 to ``--images`` in GenEval's folder layout (``<NNNNN>/metadata.jsonl``, ``<NNNNN>/samples/<kkkk>.png``) and are
 judged from there (geneval-mini: its exact rules; ``geneval``: the official evaluator); the results JSONL in
 GenEval's schema goes to ``--results``, and the metrics are GenEval's summary of it (per-tag accuracy, Overall =
-unweighted mean of tags, in percent).
+unweighted mean of tags, in percent). The benchmarks of ``image.eval_tasks`` follow their own protocols the same
+way: ``hps`` (HPSv3 of each image, the mean as ``score``) and ``dpg`` (DPG-Bench: 4 images tiled 2x2 per prompt,
+VQA answers, DPG's score).
 
     python stages/evaluate.py --params params.yaml --tasks data/download/image/tasks \
         --model data/download/image/base --task geneval_mini --name base \

@@ -3,9 +3,9 @@ interval, the paired gain over the starting model, the mean reward; the budget, 
 each method needed to reach UniGRPO's final reward, RebRL's rows minus UniGRPO, the reward, KL, loss and clip-ratio
 curves against samples seen, and the per-token credit by reveal step with its summary, computed only from the runs'
 own output files. With text-to-image runs also RebRL's GenEval table (per-tag accuracy and Overall from each model's
-GenEval results JSONL, with intervals), their curves, and one contact sheet per model (the same prompts side by
-side). Also the headline metrics (``metrics.json``), every interval (``intervals.csv``) and every curve in one long
-table (``curves.csv``), which DVC's metrics and plots read.
+GenEval results JSONL, with intervals; the HPSv3 and DPG-Bench columns of ``image.eval_tasks``), their curves, and
+one contact sheet per model (the same prompts side by side). Also the headline metrics (``metrics.json``), every
+interval (``intervals.csv``) and every curve in one long table (``curves.csv``), which DVC's metrics and plots read.
 
     python stages/tables.py --params params.yaml --evaluate data/evaluate --grpo data/grpo \
         --reward data/reward/sft --credit data/credit --out data/tables
@@ -42,6 +42,7 @@ from ddmrl.tables import (
     to_html,
     to_markdown,
     versus_table,
+    with_benchmarks,
 )
 
 TEXT_NOTE = """
@@ -105,6 +106,8 @@ def main() -> None:
         images = image_frame(cfg, files["image_results"], curves)
         scores |= {Path(p).parent.name: image_scores(p) for p in files["image_results"]}
         table, table_csv, records, goal = image_table(cfg, images, scores, curves)
+        benchmarks = [read_json(p) for p in files["image_benchmarks"]]
+        table, table_csv = with_benchmarks(cfg, table, benchmarks), with_benchmarks(cfg, table_csv, benchmarks, False)
         intervals += records
         frames.append(images)
         title = f"{cfg.image.tasks[0]}: GenEval accuracy per tag (%), Overall = unweighted mean of tags"

@@ -122,9 +122,12 @@ def _deployed(aux_policy: AuxPolicy | None) -> AuxPolicy | None:
     return None if aux_policy is None else aux_policy.eval()
 
 
-def samples_per_item(examples: list[Example], cfg: EvaluateConfig) -> list[int]:
-    """Samples of each held-out prompt: ``cfg.samples_per_prompt``, raised for a GenEval tag (``gold["tag"]``)
-    with few prompts so that every tag gets at least ``cfg.min_images_per_tag`` images."""
+def samples_per_item(examples: list[Example], cfg: EvaluateConfig, fixed: int | None = None) -> list[int]:
+    """Samples of each held-out prompt: ``fixed`` where the task's protocol sets it (DPG-Bench's 2x2 grid: 4), else
+    ``cfg.samples_per_prompt``, raised for a GenEval tag (``gold["tag"]``) with few prompts so that every tag gets
+    at least ``cfg.min_images_per_tag`` images."""
+    if fixed:
+        return [fixed] * len(examples)
     counts = Counter(ex.gold.get("tag") for ex in examples)
     return [max(cfg.samples_per_prompt, math.ceil(cfg.min_images_per_tag / counts[ex.gold.get("tag")]))
             for ex in examples]  # fmt: skip
@@ -138,7 +141,7 @@ def sample_prompts(
     with the same count are sampled together, in chunks of ``cfg.batch_size`` samples, each chunk from a generator
     seeded by (seed, chunk), so a rerun gives the same images."""
     start, nfe, c = time.time(), 0, 0
-    counts = samples_per_item(examples, cfg)
+    counts = samples_per_item(examples, cfg, task.samples_per_prompt)
     texts: list[list[str]] = [[] for _ in examples]
     ids: list[torch.Tensor] = [torch.empty(0) for _ in examples]
     for k in dict.fromkeys(counts):  # each count in order of first appearance
@@ -166,25 +169,25 @@ def evaluate_images(
     seed: int = 0,
     aux_policy: AuxPolicy | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
-    """GenEval's protocol on a text-to-image task: several images per held-out prompt (:func:`samples_per_item`),
-    written in GenEval's folder layout under ``folder`` and judged from there (``task.judge_images``: geneval-mini's
-    exact rules on the PNGs, or the official evaluator for real images).
+    """A text-to-image task's protocol: several images per held-out prompt (:func:`sample_prompts`), written under
+    ``folder`` and judged from there (``task.judge_images``: geneval-mini's exact rules on the PNGs, the official
+    GenEval evaluator, HPSv3, DPG-Bench's VQA) and summarised by ``task.summarize_images``.
 
-    Returns (metrics: GenEval's summary in percent with ``accuracy`` = Overall, the mean reward, NFE and time;
-    one generation record per image; the evaluator's results rows). ``aux_policy``: the model's schedule policy
-    (Co-GRPO), which sets every step's schedule (its mean)."""
-    from ddmrl.geneval import summarize  # image tasks only: text evaluations do not run (or depend on) it
-
+    Returns (metrics: the task's summary (GenEval: per tag in percent, ``accuracy`` = Overall; HPS and DPG-Bench:
+    ``score``), the mean training reward where the task has one, NFE and time; one generation record per image;
+    the judge's rows). ``aux_policy``: the model's schedule policy (Co-GRPO), which sets every step's schedule (its
+    mean)."""
     texts, ids, stats = sample_prompts(model, tok, task, examples, cfg, seed, aux_policy)
     rows = task.judge_images(folder, examples, texts, ids)
-    summary = summarize(rows)
     per_image = [ex for ex, sample in zip(examples, texts, strict=True) for _ in sample]
     flat = [text for sample in texts for text in sample]
-    rewards = task.batch_rewards(flat, torch.cat(ids), per_image)
+    rewards = [None] * len(flat) if task.evaluation_only else task.batch_rewards(flat, torch.cat(ids), per_image)
     sample = [k for sample_texts in texts for k in range(len(sample_texts))]
     records = [
         {"id": ex.id, "prompt": ex.gold["prompt"], "sample": k, "generation": text, "reward": reward}
         for ex, k, text, reward in zip(per_image, sample, flat, rewards, strict=True)
     ]
-    mean_reward = sum(rewards) / len(rewards)
-    return {"accuracy": summary["overall"], **summary, "mean_reward": mean_reward, **stats}, records, rows
+    metrics = {**task.summarize_images(rows), **stats}
+    if not task.evaluation_only:
+        metrics["mean_reward"] = sum(rewards) / len(rewards)
+    return metrics, records, rows

@@ -558,6 +558,33 @@ def image_table(
     return _fill(pd.DataFrame(md)), pd.DataFrame(csv), records, goal
 
 
+#: evaluation benchmarks of the image branch (image.eval_tasks): their column in the image table
+BENCHMARK_COLUMNS = {"hps": "HPSv3", "dpg": "DPG"}
+
+
+def with_benchmarks(cfg: Config, table: pd.DataFrame, evals: list[dict[str, Any]], text: bool = True) -> pd.DataFrame:
+    """``table`` (one row per image model) with a column per benchmark of ``image.eval_tasks`` after Overall: each
+    model's ``score`` (HPSv3: the mean of HPSv3's mu over images; DPG: DPG-Bench's score x 100), averaged over
+    seeds; ``text``: as the markdown table's cells (two decimals, a dash where missing), else numbers. ``evals`` are
+    the benchmarks' metrics (``data/evaluate/<model>/<benchmark>.json``)."""
+    rows = []
+    for e in evals:
+        run = run_of(cfg, e["model"])
+        rows.append({"model": display(run[0] if run else e["model"]), "bench": BENCHMARK_COLUMNS[e["task"]],
+                     "score": e["score"]})  # fmt: skip
+    if not rows:
+        return table
+    cells = pd.DataFrame(rows).groupby(["model", "bench"])["score"].mean().unstack("bench")
+    out = table.merge(
+        cells.map(lambda v: f"{v:.2f}") if text else cells, left_on="model", right_index=True, how="left"
+    )
+    columns = list(table.columns)
+    at = columns.index("Overall") + 1 if "Overall" in columns else len(columns)
+    names = [BENCHMARK_COLUMNS[b] for b in cfg.image.eval_tasks]
+    out = out[columns[:at] + names + columns[at:]]
+    return _fill(out) if text else out
+
+
 def contact_sheet(folder: str | Path, prompts: list[str], path: str | Path, title: str) -> None:
     """The sample PNGs of the given prompt folders (GenEval layout ``<folder>/<NNNNN>/samples/*.png``) side by side,
     one row per prompt, labelled with its prompt text."""

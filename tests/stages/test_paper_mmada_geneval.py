@@ -2,13 +2,15 @@
 ``MAGVITv2`` (random weights), both from the reference Gen-Verse/MMaDA checkout (shared/reference/mmada, used as
 the profile's ``mmada_code``), GenEval prompts in GenEval's schema, and two stand-ins for what runs outside ddmrl:
 the reward server as a loopback HTTP server speaking reward-server's pickle protocol, and the official evaluator as
-an ``evaluation/evaluate_images.py`` run in its own process. Every stage runs its DAG command line: download_image,
-GRPO for the four methods (the profile's LoRA targets, MMaDA's layout, emerge with guidance), GenEval evaluation,
-tables.
+an ``evaluation/evaluate_images.py`` run in its own process; HPS's prompts scored through the same reward server, and
+DPG-Bench's questions answered by a loopback VQA server. Every stage runs its DAG command line: download_image, GRPO
+for the four methods (the profile's LoRA targets, MMaDA's layout, emerge with guidance), GenEval, HPSv3 and DPG-Bench
+evaluation, tables.
 """
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import json
@@ -73,14 +75,29 @@ TRAIN_PROMPTS = [
 ]  # fmt: skip
 
 
+HPS_PROMPTS = [
+    {"caption": "a red flower", "image_file": "0.jpg", "aspect_ratio": 1, "category": "Plants", "prompt_id": 0},
+    {"caption": "a bridge", "image_file": "1.jpg", "aspect_ratio": 1, "category": "Architecture", "prompt_id": 1},
+]  # fmt: skip
+DPG_PROMPTS = [{"item_id": "cat", "prompt": "a black cat on a mat"}, {"item_id": "dog", "prompt": "a dog"}]
+DPG_QUESTIONS = [
+    "item_id,text,keywords,proposition_id,dependency,category_broad,category_detailed,tuple,question_natural_language",
+    "cat,t,k,1,0,entity,whole,entity - whole (cat),Is there a cat?",
+    'cat,t,k,2,1,attribute,color,"attribute - color (cat, black)",Is the cat black?',
+    "dog,t,k,1,0,entity,whole,entity - whole (dog),Is there a dog?",
+]
+
+
 def mmada_inputs(root: Path) -> dict[str, Path]:
     """The MMaDA checkpoint and MAGVIT-v2 directories (the real classes, random weights); GenEval prompt files; the
     evaluator stand-in's checkout and detector folder."""
     mmada_checkpoint(root / "mmada-8b-base", tokenizer())
     magvit_dir(root / "magvitv2")
-    files = {"eval": root / "evaluation_metadata.jsonl", "train": root / "train_metadata.jsonl"}
-    for key, lines in (("eval", EVAL_PROMPTS), ("train", TRAIN_PROMPTS)):
+    files = {key: root / f"{key}.jsonl" for key in ("eval", "train", "hps", "dpg")}
+    for key, lines in (("eval", EVAL_PROMPTS), ("train", TRAIN_PROMPTS), ("hps", HPS_PROMPTS), ("dpg", DPG_PROMPTS)):
         files[key].write_text("".join(json.dumps(m) + "\n" for m in lines))
+    files["dpg_questions"] = root / "dpg_bench.csv"
+    files["dpg_questions"].write_text("\n".join(DPG_QUESTIONS) + "\n")
     geneval = root / "geneval"
     (geneval / "evaluation").mkdir(parents=True)
     (geneval / "evaluation" / "evaluate_images.py").write_text(FAKE_EVALUATOR)
@@ -97,30 +114,48 @@ def brightness(image: Image.Image) -> float:
     return sum(grey) / len(grey) / 255
 
 
-class RewardServer:
-    """reward-server's protocol on loopback: pickled {"images": [JPEG], "prompts"} in, {"scores"} out; the score is
-    5 x the image's mean brightness (the profile divides by 5)."""
+def serve(handle) -> ThreadingHTTPServer:
+    """A loopback HTTP server answering each POST body with ``handle(body) -> reply`` bytes (its URL: ``.url``)."""
 
-    def __init__(self) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                data = pickle.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                scores = [5 * brightness(Image.open(io.BytesIO(b))) for b in data["images"]]
-                body = pickle.dumps({"scores": scores})
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = handle(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
 
-            def log_message(self, *args):
-                pass
+        def log_message(self, *args):
+            pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd
 
 
-def small_profile(root: Path, paths: dict[str, Path], reward_url: str) -> None:
+def reward_server() -> ThreadingHTTPServer:
+    """reward-server's protocol: pickled {"images": [JPEG], "prompts"} in, {"scores"} out; the score is 5 x the
+    image's mean brightness (the profile divides by 5)."""
+
+    def handle(body: bytes) -> bytes:
+        images = pickle.loads(body)["images"]
+        return pickle.dumps({"scores": [5 * brightness(Image.open(io.BytesIO(b))) for b in images]})
+
+    return serve(handle)
+
+
+def vqa_server() -> ThreadingHTTPServer:
+    """:class:`ddmrl.rewards.dpg.VQAServerClient`'s protocol: "yes" when the tile is brighter than mid-grey."""
+
+    def handle(body: bytes) -> bytes:
+        tile = Image.open(io.BytesIO(base64.b64decode(json.loads(body)["image"])))
+        return json.dumps({"answer": "yes" if brightness(tile) > 0.5 else "no"}).encode()
+
+    return serve(handle)
+
+
+def small_profile(root: Path, paths: dict[str, Path], reward_url: str, vqa_url: str) -> None:
     paper = yaml.safe_load((REPO / "profiles" / "paper_mmada_geneval.yaml").read_text())
     sampler = {"steps": 4}
     small = {"image": {
@@ -129,7 +164,11 @@ def small_profile(root: Path, paths: dict[str, Path], reward_url: str) -> None:
             "reward_models": {"unifiedreward": {"url": reward_url}},
             "evaluator": {"geneval_repo": str(paths["geneval"]), "python": sys.executable,
                           "model_path": str(root / "detector")},
-        }},
+        },
+            "hps": {"eval": str(paths["hps"]), "num_image_tokens": 16, "max_seq_length": 24},
+            "dpg": {"eval": str(paths["dpg"]), "questions": str(paths["dpg_questions"]), "num_image_tokens": 16,
+                    "max_seq_length": 24},
+        },
         "model": {"path_or_id": str(paths["checkpoint"]), "revision": None, "dtype": "float32",
                   "mmada_code": str(paths["code"]), "vq_path_or_id": str(paths["vq"]), "vq_revision": None},
         "download": {"num_eval": 3, "hub": [
@@ -145,6 +184,11 @@ def small_profile(root: Path, paths: dict[str, Path], reward_url: str) -> None:
     }}  # fmt: skip
     (root / "repo" / "profiles").mkdir(parents=True)
     overlay = deep_merge(paper, small)
+    # the stand-ins replace HPSv3 and mPLUG (not merged into the profile's entries)
+    overlay["image"]["task_params"]["hps"]["scorer"] = {
+        "brightness": {"model": "reward_server", "url": reward_url, "scale": 5.0}
+    }
+    overlay["image"]["task_params"]["dpg"]["vqa"] = {"model": "vqa_server", "url": vqa_url}
     (root / "repo" / "profiles" / "small.yaml").write_text(yaml.safe_dump(overlay, sort_keys=False))
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     (root / "repo" / "params.yaml").write_text(yaml.safe_dump({**params, "profile": "small"}, sort_keys=False))
@@ -152,10 +196,14 @@ def small_profile(root: Path, paths: dict[str, Path], reward_url: str) -> None:
         (root / "repo" / d).symlink_to(REPO / d)
 
 
+def hps_of(data: Path, model: str) -> float:
+    return json.loads((data / "evaluate" / model / "hps.json").read_text())["score"]
+
+
 def test_paper_geneval_dag_runs_on_the_real_mmada_classes(tmp_path):
     paths = mmada_inputs(tmp_path)
-    server = RewardServer()
-    small_profile(tmp_path, paths, server.url)
+    servers = reward_server(), vqa_server()
+    small_profile(tmp_path, paths, *(server.url for server in servers))
     root = tmp_path / "repo"
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "HF_MODULES_CACHE": str(tmp_path / "hf_modules"), "OMP_NUM_THREADS": "1"}  # fmt: skip
@@ -167,7 +215,8 @@ def test_paper_geneval_dag_runs_on_the_real_mmada_classes(tmp_path):
             result = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300, check=False)
             assert result.returncode == 0, f"{stage.name}: {result.stderr[-3000:]}"
     finally:
-        server.httpd.shutdown()
+        for server in servers:
+            server.shutdown()
 
     data = root / "data"
     pointer = json.loads((data / "download" / "image" / "base" / "ddmrl_model.json").read_text())
@@ -198,5 +247,18 @@ def test_paper_geneval_dag_runs_on_the_real_mmada_classes(tmp_path):
         json.loads(line) for line in (data / "evaluate" / "base" / "geneval_results.jsonl").read_text().splitlines()
     ]
     assert len(rows) == 6 and {r["tag"] for r in rows} == {"single_object", "colors", "counting"}
+    # HPSv3 and DPG-Bench: every model, its images written and scored; their columns in the table
+    for model in ("base", *(f"{m}_geneval_s0" for m in ("diffu_grpo", "unigrpo", "maskgrpo", "rebrl"))):
+        hps = json.loads((data / "evaluate" / model / "hps.json").read_text())
+        assert hps["n_images"] == 4 and set(hps["per_category"]) == {"Plants", "Architecture"}
+        assert 0.0 <= hps["score"] <= 1.0 and "mean_reward" not in hps  # the server's brightness / 5
+        dpg = json.loads((data / "evaluate" / model / "dpg.json").read_text())
+        assert dpg["n_images"] == 2 and dpg["n_samples"] == 8 and 0.0 <= dpg["score"] <= 100.0
+        assert Image.open(data / "evaluate" / model / "dpg" / "cat.png").size == (128, 128)  # 2x2 tiles of 64 px
     table = (data / "tables" / "image_table.md").read_text()
     assert all(name in table for name in ("base", "diffu-GRPO", "UniGRPO", "MaskGRPO", "RebRL"))
+    header = next(line for line in table.splitlines() if line.startswith("| model"))
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    assert columns[columns.index("Overall") + 1 : columns.index("Overall") + 3] == ["HPSv3", "DPG"]
+    base_row = next(line for line in table.splitlines() if line.startswith("| base"))
+    assert f"{hps_of(data, 'base'):.2f}" in base_row

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import copy
 import dataclasses
 import inspect
 import shutil
@@ -435,7 +436,12 @@ def test_the_code_deps_of_a_config_user_are_configs_own_files(tmp_path):
 
 # ------------------------------------------------------------------------------------------------ registries
 
-REQUIRED = {"train": "train.jsonl", "eval": "eval.jsonl"}  # values for the parameters a task needs
+REQUIRED = {
+    "train": "train.jsonl",
+    "eval": "eval.jsonl",
+    "questions": "q.csv",
+    "vqa": {"model": "mplug", "model_dir": "m"},
+}
 
 
 def constructor_defaults(cls: type) -> dict:
@@ -489,6 +495,26 @@ def test_the_schema_knows_every_task_its_modality_and_its_parameters(name):
         for value in probes(info):
             params = {**required, key: value}
             assert accepted_by_schema(name, params) == accepted_by_task(name, params), (key, value)
+
+
+def test_image_benchmarks_need_mmada_and_a_vqa_models_own_options(tmp_path):
+    """paper_mmada_geneval's image.eval_tasks (HPS, DPG-Bench) on another model kind, or DPG's VQA with another
+    model's option, is refused naming the key."""
+    (tmp_path / "profiles").mkdir()
+    overlay = yaml.safe_load((REPO / "profiles" / "paper_mmada_geneval.yaml").read_text())
+    text = (REPO / "params.yaml").read_text().replace("profile: tiny", "profile: edited")
+    url = "http://127.0.0.1:1"
+    for (*path, key), value, expected in (
+        (("model", "kind"), "tiny", "image.eval_tasks = ['hps', 'dpg']: needs an image task on MMaDA"),
+        (("task_params", "dpg", "vqa", "url"), url, f"vqa.url = '{url}': not an option of vqa model mplug"),
+    ):
+        raw = copy.deepcopy(overlay)
+        node = raw["image"]
+        for part in path:
+            node = node[part]
+        node[key] = value
+        write(tmp_path / "profiles", yaml.safe_dump(raw), "edited.yaml")
+        assert expected in refused(tmp_path, text)
 
 
 def test_the_schema_knows_the_reward_models_and_the_geneval_evaluator():

@@ -1,5 +1,6 @@
 # The text-to-image branch (image.tasks, MMaDA's layout): its own base model, GRPO runs, GenEval's evaluation.
-# Wildcards: {task} (image.tasks), {method} (a section of image.methods), {seed} (image.seeds, else grpo.seeds).
+# Wildcards: {task} (image.tasks), {method} (a section of image.methods), {seed} (image.seeds, else grpo.seeds),
+# {bench} (image.eval_tasks: benchmarks nothing trains on).
 
 
 rule download_image:
@@ -47,5 +48,29 @@ rule evaluate_image:
     wildcard_constraints: **constraints("evaluate_image")
     log: log_of("evaluate_image")
     benchmark: benchmark_of("evaluate_image")
+    conda: CONDA
+    shell: SHELL
+
+
+rule evaluate_image_bench_base:
+    """The image base model on a benchmark of image.eval_tasks ({bench}: HPSv3 on HPS's prompts, DPG-Bench)."""
+    input: inputs("evaluate_image_bench_base")
+    output: outputs("evaluate_image_bench_base")
+    params: **params("evaluate_image_bench_base")
+    wildcard_constraints: **constraints("evaluate_image_bench_base")
+    log: log_of("evaluate_image_bench_base")
+    benchmark: benchmark_of("evaluate_image_bench_base")
+    conda: CONDA
+    shell: SHELL
+
+
+rule evaluate_image_bench:
+    """A text-to-image run's policy on a benchmark of image.eval_tasks."""
+    input: inputs("evaluate_image_bench")
+    output: outputs("evaluate_image_bench")
+    params: **params("evaluate_image_bench")
+    wildcard_constraints: **constraints("evaluate_image_bench")
+    log: log_of("evaluate_image_bench")
+    benchmark: benchmark_of("evaluate_image_bench")
     conda: CONDA
     shell: SHELL

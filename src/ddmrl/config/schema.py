@@ -24,6 +24,7 @@ DEFAULT_PROFILE = "tiny"
 
 TextTask = Literal["sudoku4", "chain", "arith", "countdown3", "gsm8k", "math500"]
 ImageTask = Literal["geneval_mini", "geneval"]
+ImageBenchmark = Literal["hps", "dpg"]  # evaluation only (image.eval_tasks)
 MethodName = Literal[
     "diffu_grpo", "unigrpo", "maskgrpo", "rebrl", "tracerl", "gdpo", "spg", "wd1", "mdpo", "cj_grpo", "cogrpo",
     "unmask_policy",
@@ -1053,14 +1054,71 @@ class GenEvalParams(Section):
 
     @model_validator(mode="after")
     def _check(self) -> GenEvalParams:
-        for entry, term in (self.reward_models or {}).items():
-            if term.model is None and entry not in get_args(RewardModel):
-                raise refuse(
-                    f"reward_models.{entry}.model",
-                    entry,
-                    f"unknown reward model; choose one of {', '.join(get_args(RewardModel))}",
-                )
+        _check_reward_entries(self.reward_models, "reward_models")
         return self
+
+
+def _check_reward_entries(section: dict[str, RewardEntry] | None, key: str) -> None:
+    for entry, term in (section or {}).items():
+        if term.model is None and entry not in get_args(RewardModel):
+            raise refuse(
+                f"{key}.{entry}.model",
+                entry,
+                f"unknown reward model; choose one of {', '.join(get_args(RewardModel))}",
+            )
+
+
+@section
+class HPSParams(Section):
+    """HPSv3 on HPS's evaluation prompts (``ddmrl.tasks.hps``), an evaluation benchmark in MMaDA's layout."""
+
+    eval: Str = Field(min_length=1, description="HPS's evaluation prompts (MaskGRPO's v3_eval_sample.jsonl, 500).")
+    num_image_tokens: Int = Field(1024, ge=1, description="Image tokens (as geneval's).")
+    max_seq_length: Int = Field(256, ge=1, description="Text tokens of the prompt (as geneval's).")
+    scorer: Annotated[dict[Str, RewardEntry], Field(min_length=1)] | None = Field(
+        None, description="The score: reward models as in reward_models (default: HPSv3, {hpsv3: {}})."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> HPSParams:
+        _check_reward_entries(self.scorer, "scorer")
+        return self
+
+
+@section
+class VQAParams(Section):
+    """DPG-Bench's VQA model (``ddmrl.rewards.dpg.vqa_from_params``)."""
+
+    model: Literal["mplug", "vqa_server"] = Field("mplug", description="mPLUG-large in-process, or a VQA server.")
+    model_dir: Str | None = Field(None, description="mplug: the ModelScope model folder.")
+    url: Str | None = Field(None, description="vqa_server: the server's URL.")
+    device: Str | None = Field(None, description="mplug: the device (default: the GPU when there is one).")
+    timeout_s: Float | None = Field(None, gt=0, description="vqa_server: seconds per request.")
+
+    @model_validator(mode="after")
+    def _check(self) -> VQAParams:
+        options = {"mplug": ("model_dir", "device"), "vqa_server": ("url", "timeout_s")}
+        needs = options[self.model][0]
+        if getattr(self, needs) is None:
+            raise refuse(needs, None, f"vqa model {self.model} needs {needs}")
+        for other in options["vqa_server" if self.model == "mplug" else "mplug"]:
+            if getattr(self, other) is not None:
+                raise refuse(other, getattr(self, other), f"not an option of vqa model {self.model}")
+        return self
+
+
+@section
+class DPGParams(Section):
+    """DPG-Bench (``ddmrl.tasks.dpg``), an evaluation benchmark in MMaDA's layout: 4 images per prompt, 2x2."""
+
+    eval: Str = Field(min_length=1, description="DPG-Bench's prompts (MaskGRPO's dpg_bench.jsonl, 1065).")
+    questions: Str = Field(min_length=1, description="DPG-Bench's questions (ELLA's dpg_bench/dpg_bench.csv).")
+    num_image_tokens: Int = Field(1024, ge=1, description="Image tokens (as geneval's).")
+    max_seq_length: Int = Field(256, ge=1, description="Text tokens of the prompt (as geneval's).")
+    vqa: VQAParams = Field(description="The VQA model that answers the questions (ELLA's: mPLUG-large).")
+    legacy_skip_first_question: Bool = Field(
+        False, description="Reproduce ELLA's prepare_dpg_data, which drops the CSV's first question."
+    )
 
 
 @section
@@ -1081,6 +1139,8 @@ class ImageTaskParams(Section):
 
     geneval_mini: GenEvalMiniParams | None = Field(None, description="geneval-mini (embedded).")
     geneval: GenEvalParams | None = Field(None, description="GenEval (paper profiles).")
+    hps: HPSParams | None = Field(None, description="HPSv3 on HPS's prompts (paper profiles; evaluation only).")
+    dpg: DPGParams | None = Field(None, description="DPG-Bench (paper profiles; evaluation only).")
 
 
 TASK_PARAMS: dict[str, type] = {
@@ -1090,7 +1150,7 @@ TASK_PARAMS: dict[str, type] = {
 }
 TASK_MODALITY: dict[str, str] = {
     **dict.fromkeys(get_args(TextTask), "text"),
-    **dict.fromkeys(get_args(ImageTask), "image"),
+    **dict.fromkeys(get_args(ImageTask) + get_args(ImageBenchmark), "image"),
 }
 
 
@@ -1280,6 +1340,9 @@ class ImageConfig(Section):
     off unless ``tasks`` names an image task."""
 
     tasks: tuple[ImageTask, ...] = Field((), description="Image tasks (at most one: one layout per pipeline).")
+    eval_tasks: tuple[ImageBenchmark, ...] = Field(
+        (), description="Benchmarks the base model and every image run are also evaluated on (nothing trains on them)."
+    )
     task_params: Annotated[dict[Str, Any], checked_as(ImageTaskParams)] = Field(
         default_factory=dict, description="Generator parameters per image task."
     )
@@ -1405,6 +1468,12 @@ class Config(Section):
         check_budget({m: self.methods[m] for m in self.text_methods if m in self.methods}, shared, "methods")
         image_shared = {k: self.image.grpo.get(k, v) for k, v in shared.items()}
         check_budget(self.image_methods, image_shared, "image_sections")  # named image.method_overrides
+        if self.image.eval_tasks and (not self.image.tasks or self.image.model.kind != "mmada"):
+            raise refuse(
+                "image.eval_tasks",
+                list(self.image.eval_tasks),
+                "needs an image task on MMaDA (image.model.kind: mmada)",
+            )
         return self
 
     @property

@@ -139,6 +139,8 @@ def kinds(cfg: Config) -> list[Kind]:
         "grpo_mar": bool(cfg.mar.methods),
         "evaluate_mar_base": bool(cfg.mar.methods),
         "evaluate_mar": bool(cfg.mar.methods),
+        "evaluate_image_bench_base": bool(cfg.image.eval_tasks),
+        "evaluate_image_bench": bool(cfg.image.eval_tasks),
         "tables": True,
     }
     return [k for k in all_kinds(cfg) if present[k.name]]
@@ -152,6 +154,7 @@ def all_kinds(cfg: Config) -> list[Kind]:
     image_run = (Dim("method", "image.methods", code=True), image_task, image_seeds)
     # one task; a dvc.yaml entry per section (its params key mar.sections.<section>), DVC expanding the seeds
     mar_run = (Dim("method", "mar.methods", code=True), Dim("seed", "mar.seeds"))
+    bench = Dim("bench", "image.eval_tasks")
     return [
         Kind("download", (), download),
         Kind("sft", (), sft),
@@ -170,6 +173,8 @@ def all_kinds(cfg: Config) -> list[Kind]:
         Kind("grpo_mar", mar_run, grpo_mar),
         Kind("evaluate_mar_base", (), evaluate_mar_base),
         Kind("evaluate_mar", mar_run, evaluate_mar),
+        Kind("evaluate_image_bench_base", (bench,), evaluate_image_bench_base),
+        Kind("evaluate_image_bench", (*image_run, bench), evaluate_image_bench),
         Kind("tables", (), tables),
     ]
 
@@ -185,6 +190,7 @@ def values(cfg: Config, dim: Dim) -> tuple[str, ...]:
         "image.seeds": cfg.image.seeds,
         "mar.methods": cfg.mar.methods,
         "mar.seeds": cfg.mar.seeds,
+        "image.eval_tasks": cfg.image.eval_tasks,
     }
     return tuple(str(v) for v in lists[dim.key])
 
@@ -297,7 +303,8 @@ def _download(new: StageFactory, name: str, root: str, tasks: str, base: str) ->
     image = name == "download_image"
     branch, prefix = (new.cfg.image, "image.") if image else (new.cfg, "")
     params = tuple(f"{prefix}{k}" for k in ("tasks", "task_params", "model", "download"))
-    params += ("image.cond_dropout_prob",) if image else ()
+    params += ("image.cond_dropout_prob", "image.eval_tasks") if image else ()
+    task_names = (*branch.tasks, *new.cfg.image.eval_tasks) if image else branch.tasks
     metrics, curve = f"{root}/metrics.json", f"{root}/curve.csv"
     extra = {"--modality": "image"} if image else {}
     manifests = (f"{root}/manifests",) if branch.model.pretrained else ()  # paper profiles: the downloads' checksums
@@ -312,7 +319,7 @@ def _download(new: StageFactory, name: str, root: str, tasks: str, base: str) ->
          "--checkpoints": checkpoints(name), "--log-dir": log_dir(name), **extra},
         deps=(), params=("profile", "seed", *params), script="stages/download.py",
         outs=(curve, *configs), dir_outs=(tasks, base, *manifests), metrics=(metrics,),
-        threads=1 if image or branch.model.pretrained else PRETRAIN_THREADS, uses=new.uses(branch.tasks, image=image),
+        threads=1 if image or branch.model.pretrained else PRETRAIN_THREADS, uses=new.uses(task_names, image=image),
     )  # fmt: skip
 
 
@@ -435,16 +442,31 @@ def evaluate_image(new: StageFactory, method: str, task: str, seed: str) -> Stag
     return _evaluate(new, "evaluate_image", run, model, {"method": method, "task": task, "seed": seed})
 
 
+def evaluate_image_bench_base(new: StageFactory, bench: str) -> Stage:
+    """The image base model on a benchmark of ``image.eval_tasks`` (HPS, DPG-Bench)."""
+    return _evaluate(new, "evaluate_image_bench_base", "base", IMAGE_BASE_DIR, {"bench": bench})
+
+
+def evaluate_image_bench(new: StageFactory, method: str, task: str, seed: str, bench: str) -> Stage:
+    """A text-to-image run's policy on a benchmark of ``image.eval_tasks``."""
+    run = run_name(method, task, seed)
+    model = layout.run_dir(layout.GRPO_DIR, run) + "/model"
+    wildcards = {"method": method, "task": task, "seed": seed, "bench": bench}
+    return _evaluate(new, "evaluate_image_bench", run, model, wildcards)
+
+
 def _evaluate(new: StageFactory, kind: str, model: str, model_dir: str, wildcards: dict[str, str]) -> Stage:
-    """``model`` is ``base``, ``sft`` or a run name. Image tasks also write GenEval's folder layout
-    (``<task>/<NNNNN>/metadata.jsonl``, ``samples/<k>.png``) and the evaluator's results JSONL judged from it."""
-    task, root = wildcards["task"], layout.EVALUATE_DIR
+    """``model`` is ``base``, ``sft`` or a run name, evaluated on its ``task`` (or on the ``bench`` wildcard's
+    benchmark). Image tasks also write their images (GenEval's folder layout, ``<task>/<NNNNN>/metadata.jsonl``,
+    ``samples/<k>.png``; a benchmark's own) and the judge's results JSONL."""
+    task, root = wildcards.get("bench", wildcards.get("task")), layout.EVALUATE_DIR
     image = kind.startswith("evaluate_image")
     run = (new.cfg.image_methods if image else new.cfg.methods).get(wildcards.get("method", ""))
     aux = run.aux_policy.kind if run is not None else ""  # a policy saved with the model samples with it
     metrics = layout.evaluation(root, model, task)
     generations = metrics.removesuffix(".json") + ".jsonl"
-    name = f"evaluate_{model}_{task}" if model in ("base", "sft") else f"evaluate_{model}"
+    named_by_task = model in ("base", "sft") or "bench" in wildcards
+    name = f"evaluate_{model}_{task}" if named_by_task else f"evaluate_{model}"
     args = {"--tasks": TASKS_DIR, "--model": model_dir, "--task": task, "--name": model,
             "--generations": generations, "--metrics": metrics}  # fmt: skip
     if not image:
@@ -551,7 +573,7 @@ def tables(new: StageFactory) -> Stage:
         "tables", "tables", {**args, "--out": out}, deps=tuple(p for v in reads.values() for p in v),
         dvc_deps=tuple(args.values()),
         params=("profile", "grpo.methods", "grpo.seeds", "tasks", "image.tasks", "image.methods", "image.seeds",
-                "mar.methods", "mar.seeds", "rebrl_ablation"),
+                "mar.methods", "mar.seeds", "rebrl_ablation", "image.eval_tasks"),
         outs=tuple(f"{out}/{n}" for n in (*names, *TABLES_COMPARISONS, TABLES_CURVES)),
         dir_outs=(f"{out}/{CONTACT_SHEETS}",) if cfg.image.tasks else (), metrics=(f"{out}/{TABLES_METRICS}",),
         uses=new.uses(cfg.tasks),  # the per-item scores of the intervals come from each text task's scorer

@@ -108,7 +108,8 @@ def tables_inputs(
     ``evals`` text metrics of base, the start model and every text run; ``curves`` every run's curve; ``rollouts``
     the start model's reward metrics per task; ``credit`` every method section's credit per text task;
     ``image_results`` and ``image_folders`` GenEval's results and folders of the image base model and runs, then
-    of the MAR base model and runs (``mar:``)."""
+    of the MAR base model and runs (``mar:``); ``image_benchmarks`` the image base model's and runs' metrics on every
+    benchmark of ``image.eval_tasks``."""
     start = start_model(cfg)[0]
     reward = reward or reward_dir(start)
     runs = [(run_name(m, t, s), t) for m, t, s in cfg.runs()]
@@ -117,6 +118,7 @@ def tables_inputs(
     image = set(cfg.image.tasks)
     models = [(m, t) for t in cfg.tasks for m in text] + [(r, t) for r, t in runs if t not in image]
     image_models = [("base", t) for t in cfg.image.tasks] + [(r, t) for r, t in runs if t in image]
+    benchmarks = [evaluation(evaluate, m, b) for m, _ in image_models for b in cfg.image.eval_tasks]
     image_models += [(MAR_BASE, MAR_TASK), *mar] if mar else []
     runs += mar
     return {
@@ -127,4 +129,5 @@ def tables_inputs(
         "credit": [credit(credits, m, t) for t in cfg.tasks for m in cfg.text_methods] if has_credit(cfg) else [],
         "image_results": [image_results(evaluate, m, t) for m, t in image_models],
         "image_folders": [image_folder(evaluate, m, t) for m, t in image_models],
+        "image_benchmarks": benchmarks,
     }

@@ -297,3 +297,47 @@ class MPLUGVQA:
         if self.pipeline is None:
             self._load()
         return self.pipeline({"image": image, "question": question})["text"]
+
+
+class VQAServerClient:
+    """A VQA model behind a local HTTP server (mPLUG in its own environment, as ModelScope's pins clash with
+    ddmrl's): POST JSON ``{"image": <base64 PNG>, "question": ...}`` to ``url``, reply JSON ``{"answer": ...}``.
+    Timeouts and retries are bounded (:func:`ddmrl.rewards.remote.http_post`)."""
+
+    def __init__(self, url: str, timeout_s: float = 60.0, max_retries: int = 3, backoff_s: float = 1.0) -> None:
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ValueError(f"url = {url!r}: must be an http(s) URL of the VQA server")
+        self.url, self.timeout_s, self.max_retries, self.backoff_s = url, timeout_s, max_retries, backoff_s
+
+    def __call__(self, image: Image.Image, question: str) -> str:
+        import base64
+        import json
+
+        from ddmrl.rewards.remote import encode_image, http_post
+
+        body = {"image": base64.b64encode(encode_image(image, "PNG")).decode("ascii"), "question": question}
+        raw = http_post(self.url, json.dumps(body).encode(), headers={"Content-Type": "application/json"},
+                        timeout_s=self.timeout_s, max_retries=self.max_retries, backoff_s=self.backoff_s,
+                        scorer="dpg vqa_server", hint="start the VQA server first and set vqa.url")  # fmt: skip
+        try:
+            return str(json.loads(raw)["answer"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise RuntimeError(
+                f"dpg vqa_server: {self.url} did not reply {{'answer': ...}} ({type(e).__name__})"
+            ) from None
+
+
+VQA_MODELS: dict[str, Callable[..., VQA]] = {"mplug": MPLUGVQA, "vqa_server": VQAServerClient}
+
+
+def vqa_from_params(spec: Mapping[str, Any]) -> VQA:
+    """The VQA model of a params entry ``{model: mplug | vqa_server, **options}`` (nothing loaded yet); options set
+    to None are left out."""
+    options = {k: v for k, v in spec.items() if v is not None}
+    model = options.pop("model", None)
+    if model not in VQA_MODELS:
+        raise ValueError(f"vqa.model = {model!r}: choose one of {', '.join(VQA_MODELS)}")
+    try:
+        return VQA_MODELS[model](**options)
+    except TypeError as e:
+        raise ValueError(f"vqa: {e}") from None

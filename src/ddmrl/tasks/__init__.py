@@ -1,5 +1,5 @@
 """Tasks and their registry: embedded (text: d1-style rewards and metrics; image: GenEval-style) and the paper
-profiles' GSM8K and MATH500 (d1's prompts, rewards and parsers) and GenEval (MMaDA's layout).
+profiles' GSM8K and MATH500 (d1's prompts, rewards and parsers), and GenEval, HPS and DPG-Bench (MMaDA's layout).
 
 ``TASKS`` imports a task's module when the task is first looked up, so a stage runs (and depends on) only its own
 task's code; the task classes are importable from here too, each on first use.
@@ -20,6 +20,8 @@ TASKS = Registry(
         "chain": "ddmrl.tasks.chain:Chain",
         "geneval_mini": "ddmrl.tasks.geneval_mini:GenEvalMini",
         "geneval": "ddmrl.tasks.geneval:GenEval",
+        "hps": "ddmrl.tasks.hps:HPSBench",
+        "dpg": "ddmrl.tasks.dpg:DPGBench",
         "gsm8k": "ddmrl.tasks.math_reasoning:Gsm8k",
         "math500": "ddmrl.tasks.math_reasoning:Math500",
     }
@@ -29,8 +31,10 @@ _LAZY = {
     "Arith": "ddmrl.tasks.arith",
     "Chain": "ddmrl.tasks.chain",
     "Countdown3": "ddmrl.tasks.countdown3",
+    "DPGBench": "ddmrl.tasks.dpg",
     "GenEval": "ddmrl.tasks.geneval",
     "GenEvalMini": "ddmrl.tasks.geneval_mini",
+    "HPSBench": "ddmrl.tasks.hps",
     "Gsm8k": "ddmrl.tasks.math_reasoning",
     "Math500": "ddmrl.tasks.math_reasoning",
     "Sudoku4": "ddmrl.tasks.sudoku4",

@@ -55,6 +55,10 @@ class Task(ABC):
     special_tokens: tuple[str, ...] = ()
     #: every single character this task's prompts and answers may contain
     alphabet: str = ""
+    #: an evaluation benchmark with held-out prompts only (``image.eval_tasks``): no training draw, no reward
+    evaluation_only: bool = False
+    #: image tasks whose protocol fixes the images per prompt (DPG-Bench's 2x2 grid: 4); None: the evaluate section's
+    samples_per_prompt: int | None = None
     #: token budgets (a special token counts as one token, every other character as one)
     prompt_length: int
     completion_length: int
@@ -118,3 +122,11 @@ class Task(ABC):
         """One held-out item's (numerator, denominator) of :meth:`accuracy`: the accuracy is sum(numerators) /
         sum(denominators) over the items (``ddmrl.stats`` bootstraps it from these)."""
         return 100.0 * bool(score["correct"]), 1.0
+
+    def summarize_images(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        """Image tasks: the metrics of ``judge_images``' rows. GenEval's summary by default (per-tag accuracy,
+        Overall = the unweighted mean of tags, in percent), with ``accuracy`` = Overall."""
+        from ddmrl.geneval import summarize  # image tasks only
+
+        summary = summarize(rows)
+        return {"accuracy": summary["overall"], **summary}

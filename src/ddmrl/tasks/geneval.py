@@ -20,23 +20,22 @@ from __future__ import annotations
 
 import random
 import tempfile
-from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import torch
-from PIL import Image
 
 from ddmrl.io import DataError, read_jsonl
-from ddmrl.tasks.base import Example, Task
+from ddmrl.tasks.base import Example
+from ddmrl.tasks.mmada_images import MMaDAImageTask
 
 __all__ = ["GenEval"]
 
 METADATA_KEYS = ("tag", "prompt", "include")
 
 
-class GenEval(Task):
+class GenEval(MMaDAImageTask):
     """GenEval prompts; images scored by reward models (RL) and by the official evaluator (evaluation).
 
     ``eval`` / ``train``: metadata JSONL files. ``num_image_tokens``: image tokens per sample (MMaDA at 512 px: 1024);
@@ -46,8 +45,6 @@ class GenEval(Task):
     """
 
     name = "geneval"
-    modality = "image"
-    image_layout = "mmada"
 
     def __init__(
         self,
@@ -60,19 +57,13 @@ class GenEval(Task):
     ) -> None:
         if not isinstance(eval, str) or not eval:
             raise ValueError(f"eval = {eval!r}: name GenEval's evaluation_metadata.jsonl")
-        for key, value in (("num_image_tokens", num_image_tokens), ("max_seq_length", max_seq_length)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{key} = {value!r}: must be a positive integer")
+        super().__init__(num_image_tokens, max_seq_length)
         from ddmrl.rewards import reward_from_params
         from ddmrl.rewards.geneval_bridge import GenEvalEnv
 
         self.eval, self.train = eval, train
-        self.completion_length, self.max_seq_length = num_image_tokens, max_seq_length
-        self.prompt_length = max_seq_length + 2  # MMaDA's text part (max_seq_length + 1) and <|soi|>
         self.reward_model = reward_from_params(reward_models) if reward_models else None  # nothing loaded yet
         self.evaluator = GenEvalEnv(**evaluator) if evaluator else None
-        self._prompt_ids: Callable[[list[str]], torch.Tensor] | None = None
-        self._decode: Callable[[torch.Tensor], torch.Tensor] | None = None
 
     # ----------------------------------------------------------------------------------------------- prompts
 
@@ -114,30 +105,6 @@ class GenEval(Task):
             raise DataError(f"{self.train}: {len(pool)} training prompts outside the held-out ones, {n} needed")
         return random.Random(seed).sample(pool, n)
 
-    # ----------------------------------------------------------------------------------------------- model
-
-    def bind(self, prompt_ids: Callable[[list[str]], torch.Tensor], decode: Callable[[torch.Tensor], torch.Tensor]):
-        """Attach the model's prompt layout (captions -> [N, P] ids) and image decoder (completion ids [N, L] ->
-        uint8 images [N, H, W, 3]); ``ddmrl.models.layout.for_task`` does this when it wraps the model."""
-        self._prompt_ids, self._decode = prompt_ids, decode
-
-    def _bound(self) -> None:
-        if self._prompt_ids is None or self._decode is None:
-            raise RuntimeError("geneval: the task is not bound to a model; wrap the model with for_task first")
-
-    def encode_prompts(self, tokenizer: Any, examples: list[Example]) -> torch.Tensor:
-        self._bound()
-        return self._prompt_ids([ex.prompt for ex in examples])
-
-    def decode(self, tokenizer: Any, completion_ids: torch.Tensor) -> list[str]:
-        """Image tokens as text: the token ids, space-separated (lossless; MMaDA's codes are not text tokens)."""
-        return [" ".join(map(str, row.tolist())) for row in completion_ids]
-
-    def images(self, completion_ids: torch.Tensor) -> list[Image.Image]:
-        """Completion ids [N, L] -> N PIL images (MAGVIT-v2)."""
-        self._bound()
-        return [Image.fromarray(a.cpu().numpy()) for a in self._decode(completion_ids)]
-
     # ----------------------------------------------------------------------------------------------- scores
 
     def batch_rewards(self, completions: list[str], completion_ids: Any, examples: list[Example]) -> list[float]:
@@ -145,12 +112,6 @@ class GenEval(Task):
         if self.reward_model is None:
             raise DataError("geneval: reward_models is not set (e.g. {unifiedreward: {base_url: ...}})")
         return self.reward_model.score(self.images(completion_ids), [ex.prompt for ex in examples])
-
-    def reward(self, completion: str, example: Example) -> float:
-        raise NotImplementedError("geneval scores decoded images in batches (batch_rewards)")
-
-    def score(self, completion: str, example: Example) -> dict[str, Any]:
-        raise NotImplementedError("geneval is judged by the official evaluator on a folder (judge_images)")
 
     def judge_images(
         self, folder: str | Path, examples: list[Example], texts: list[list[str]], completion_ids: list[torch.Tensor]

@@ -222,3 +222,45 @@ def test_mplug_vqa_backend(monkeypatch, tmp_path):
     assert made == [("visual-question-answering", str(tmp_path), "cpu")]
     with pytest.raises(RewardSetupError, match="model_dir directory .* not found"):
         MPLUGVQA(model_dir=tmp_path / "absent")(Image.new("RGB", (4, 4)), "q?")
+
+
+def test_vqa_server_client_round_trip_and_errors():
+    import base64
+    import io
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from ddmrl.rewards.dpg import VQAServerClient, vqa_from_params
+
+    seen = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            image = Image.open(io.BytesIO(base64.b64decode(body["image"])))
+            seen.append((image.size, image.getpixel((0, 0)), body["question"]))
+            reply = json.dumps({"answer": "yes"} if "cat" in body["question"] else {"wrong": 1}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        vqa = vqa_from_params({"model": "vqa_server", "url": f"http://127.0.0.1:{httpd.server_address[1]}"})
+        assert isinstance(vqa, VQAServerClient)
+        assert vqa(Image.new("RGB", (R, R), RED), "Is there a cat?") == "yes"
+        assert seen == [((R, R), RED, "Is there a cat?")]  # the PNG arrives lossless
+        with pytest.raises(RuntimeError, match="did not reply"):
+            vqa(Image.new("RGB", (R, R), RED), "Is there a dog?")
+    finally:
+        httpd.shutdown()
+    with pytest.raises(ValueError, match="url = 'ftp://x'"):
+        vqa_from_params({"model": "vqa_server", "url": "ftp://x"})
+    with pytest.raises(ValueError, match="vqa: .*unexpected keyword"):
+        vqa_from_params({"model": "mplug", "url": "http://127.0.0.1:1"})
