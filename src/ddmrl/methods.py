@@ -1,6 +1,6 @@
 """One small record per RL method: which view sampler, token weighting and objective it uses.
 
-A method is a choice in each row of algorithms.md Part C (sampler, view sampler, likelihood estimator, token
+A method is a choice for each component (sampler, view sampler, likelihood estimator, token
 weighting, objective, advantage, regulariser). Here the sampler (LLaDA semi-AR), the likelihood (one-step
 token log-probabilities of a view) and the objective (token-level clipped ratio + k3 KL) are shared; the
 records name the rest. Each method's hyperparameters (its defaults, what its definition fixes, its checks) are its
@@ -53,14 +53,14 @@ METHODS: dict[str, Method] = {
         remasking="maskgrpo_fading",
         weighting="masked_mean",
         paper="Ma et al. 2026, MaskGRPO (ICLR 2026, arXiv 2510.02880)",
-        # text runs: gamma 0.6, AR-like fading (paper runs: eps 0.2, beta 0.01, mu 12; maskgrpo.md section 7.1)
+        # text runs: gamma 0.6, AR-like fading (paper runs: eps 0.2, beta 0.01, mu 12; its t2t_grpo_train.sh)
     ),
     "rebrl": Method(
         name="rebrl",
         remasking="rebrl_linear",
         weighting="rebrl",
         paper="Zhang et al. 2026, RebRL: Rebalanced Timestep Credits (CVPR 2026)",
-        # t_j = j / mu, token-level rebalancing lambda(t) = t with 1/F (algorithms.md A.3)
+        # t_j = j / mu, token-level rebalancing lambda(t) = t with 1/F (RebRL Eq. 11, Algorithm 1)
     ),
     "tracerl": Method(
         name="tracerl",

@@ -65,7 +65,7 @@ class SandboxLimits:
     """Limits of one sandboxed run.
 
     Attributes:
-        timeout_s: wall-clock limit in seconds (benchmarks.md §2.5 suggests 5-10 s for MBPP).
+        timeout_s: wall-clock limit in seconds (5-10 s suits MBPP; MaskGRPO's code reward uses 5 s).
         cpu_s: ``RLIMIT_CPU`` in whole seconds; ``None`` = ``ceil(timeout_s)``.
         memory_mb: ``RLIMIT_AS`` in MiB (address space, so it must leave room for the interpreter, ~30 MiB).
         max_processes: ``RLIMIT_NPROC`` (per user; not enforced for root).

@@ -31,7 +31,7 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
 
-LLADA_MASK = "<|mdm_mask|>"  # LLaDA's mask token (id 126336; baselines.md section 0)
+LLADA_MASK = "<|mdm_mask|>"  # LLaDA's mask token (id 126336; LLaDA's generate.py)
 
 
 def varied_reward(completion: str, example) -> float:

@@ -483,7 +483,7 @@ class GRPOConfig(Section):
     coupling: Literal["independent", "nested", "trajectory"] = Field(
         "independent",
         description="How the ratio-based view samplers couple a rollout's views: independent masks, nested masks "
-        "(one uniform per position), or the sampler's own reveal order (RebRL A.2).",
+        "(one uniform per position), or the sampler's own reveal order.",
     )
     rebrl_mode: Literal["none", "t1", "t2", "token", "token_t2"] = Field(
         "token", description="RebRL's rebalancing: none, lambda(t) = t or t^2, with (token) the 1/F token factor."

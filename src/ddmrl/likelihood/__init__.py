@@ -14,12 +14,12 @@ def token_logps(
     """One-step token log-probabilities log p(o_k | x^t) of the completion under one view.
 
     ``input_ids`` [N, P + L] is the masked view, ``completion_ids`` [N, L] the clean completion. One forward
-    pass; the log-softmax is taken in float32 (MaskGRPO's bf16 log-probs quantise the ratio; maskgrpo.md 3.1).
+    pass; the log-softmax is taken in float32 (MaskGRPO's bf16 log-probs quantise the ratio).
     This is d1's mean-field estimator when the whole completion is masked, and UniGRPO / MaskGRPO's masked-token
     estimator otherwise (callers weight only the masked positions). Returns [N, L].
 
     ``cfg_scale > 0``: log-probs under classifier-free guidance, the samplers' ``u + (w + 1)(c - u)`` with every
-    prompt position set to ``mask_id`` in the unconditional branch (two forward passes; maskgrpo.md 7, "guided").
+    prompt position set to ``mask_id`` in the unconditional branch (two forward passes; d1's ``get_logits``).
     """
     length = completion_ids.shape[1]
     if cfg_scale:

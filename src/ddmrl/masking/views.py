@@ -7,9 +7,9 @@ step j for most methods, every quadrature view at every step for GDPO, ``views_p
 view is drawn
 from its own seed, derived from the rollout seed, with a dedicated ``torch.Generator``: rebuilding the views
 from the stored seed gives identical masks, so the old, reference and current passes see the same inputs
-(d1 and MaskGRPO's "managed randomness", without touching the global RNG; maskgrpo.md section 3.4).
+(d1 and MaskGRPO's "managed randomness", without touching the global RNG; MaskGRPO's ``remask_*``).
 
-Couplings across the mu views (algorithms.md A.2, ``coupling``):
+Couplings across the mu views (``coupling``):
   independent  a fresh uniform u per view; position k is masked iff u_k < t_j (MaskGRPO / UniGRPO code)
   nested       one u per rollout, shared by all views: masked at t_j implies masked at every larger t
                (the picture behind RebRL's Eq. 10)
@@ -83,7 +83,7 @@ def gauss_legendre(n: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def fading_keep_prob(t: torch.Tensor, length: int) -> torch.Tensor:
     """MaskGRPO's AR-like fading: keep probability min(1, 2 (1 - t) d_k), d = linspace(1, 0, L) over the
-    completion only (the released code spans prompt + completion by mistake; maskgrpo.md section 4).
+    completion only (the released ``remask_ar`` spans prompt + completion by mistake).
     For t >= 0.5 the expected kept fraction is exactly 1 - t. ``t`` [mu, N] -> [mu, N, L]."""
     d = torch.linspace(1, 0, length)  # [L]
     return (2 * (1 - t)[..., None] * d).clamp(max=1.0)

@@ -53,7 +53,7 @@ __all__ = [
 
 KINDS = ("tiny", "llada", "mmada", "hf_masked_lm")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
-LLADA_MASK_ID = 126336  # <|mdm_mask|> of LLaDA and MMaDA (baselines.md section 0)
+LLADA_MASK_ID = 126336  # <|mdm_mask|> of LLaDA and MMaDA (LLaDA's ``generate.py``)
 REASONING_PREFILL = "<reasoning>"  # d1's assistant prefill (add_reasoning=True)
 
 

@@ -1,6 +1,6 @@
 """MMaDA's text-to-image sequence layout around any masked diffusion model.
 
-MMaDA (Yang et al. 2025; baselines.md section 3.4) writes one bidirectional sequence per image:
+MMaDA (Yang et al. 2025; Gen-Verse/MMaDA ``training/prompting_utils.py``) writes one bidirectional sequence per image:
 prompt tokens, ``<soi>``, the N image tokens, ``<eoi>``. The prompt is never masked, and the image positions'
 logits are sliced to the image codebook's columns both when sampling and when computing log-probs (the 8192
 MAGVIT-v2 codes of MMaDA-8B; the image-code tokens of geneval-mini here).

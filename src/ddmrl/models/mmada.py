@@ -1,6 +1,6 @@
 """MMaDA text-to-image: the token layout, code-column logits, CFG, and MAGVIT-v2 decoding (Yang et al. 2025,
 MMaDA; Gen-Verse/MMaDA ``training/prompting_utils.py`` ``t2i_gen``, ``models/modeling_mmada.py``
-``t2i_generate``, ``inference_t2i.py``), restated from shared/design/baselines.md sections 0 and 3.4.
+``t2i_generate``, ``inference_t2i.py``), restated, not copied.
 
 One T2I sequence, B rows of ``text_len + num_image_tokens + 2`` tokens::
 
@@ -50,7 +50,7 @@ _PKG_NAME = "ddmrl_mmada_models"  # the checkout's models/ package is imported u
 
 @dataclass(frozen=True)
 class T2ILayout:
-    """Token ids and sizes of MMaDA's T2I sequence. Defaults: MMaDA-8B-Base (baselines.md section 0)."""
+    """Token ids and sizes of MMaDA's T2I sequence. Defaults: MMaDA-8B-Base (the module's sources above)."""
 
     max_seq_length: int = 512  # MMaDA config dataset.preprocessing.max_seq_length; text part = this + 1
     num_image_tokens: int = 1024  # 512 px with MAGVIT-v2 f=16 (32 x 32); 256 for 256 px

@@ -64,7 +64,7 @@ class TinyDDMConfig(PretrainedConfig):
         self.position_embedding = position_embedding  # rope: rotary positions in attention (LLaDA's choice)
         self.rope_theta = rope_theta
         self.mask_token_id = mask_token_id
-        # transformers 5 has no default for tie_word_embeddings: say it explicitly (ecosystem.md section 4)
+        # transformers 5 has no default for tie_word_embeddings: say it (else the head is silently untied)
         kwargs.setdefault("tie_word_embeddings", True)
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
 

@@ -1,11 +1,11 @@
-"""Per-(view, token) loss weights omega and per-sample normalisers Z (algorithms.md A.3, C.2 ``TokenWeighting``).
+"""Per-(view, token) loss weights omega and per-sample normalisers Z (RebRL, Zhang et al. 2026: Eq. 11 and 1/F).
 
   completion_mean  every valid completion token (d1, wd1: the whole completion is masked in every view)
   masked_mean      the valid loss targets of the view (UniGRPO, MaskGRPO, TraceRL, SPG)
   rebrl            omega_ij(k) = delta_ij(k) * lambda(t_ij) / t_ij * g(F_i(k)), Z_i = (1/mu) sum_j sum_k omega_ij(k)
   gdpo_elbo        omega_n(k) = delta_n(k) q_n / t_n (t_n the node): GDPO's Gauss-Legendre ELBO, summed
 
-``legacy_broadcast=True`` reproduces the released MaskGRPO code (algorithms.md A.2, maskgrpo.md 3.2): its loss
+``legacy_broadcast=True`` reproduces the released MaskGRPO code (its ``compute_loss``): its loss
 mask is the stack of all mu masks broadcast onto one view, so every completion position (masked in this view or
 not, valid or not) is weighted by how many views mask it. Off by default (the paper's intent: the view's own
 targets).

@@ -1,5 +1,5 @@
 """Weighted sums of image rewards, e.g. UniGRPO's text-to-image reward 0.1 * CLIP + 0.1 * ImageReward (MMaDA,
-Yang et al. 2025, section UniGRPO; baselines.md 3.5)."""
+Yang et al. 2025, section UniGRPO)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """GenEval (Ghosh et al. 2023) through the OFFICIAL evaluator, never a re-implementation of its detector.
 
 ``djghosh13/geneval``'s ``evaluation/evaluate_images.py`` needs its own old environment (python 3.9, torch 1.12 +
-cu113, mmcv-full 1.7.1, mmdet 2.27.0, open-clip-torch 2.20, clip-benchmark; benchmarks.md section 3), a CUDA GPU
+cu113, mmcv-full 1.7.1, mmdet 2.27.0, open-clip-torch 2.20, clip-benchmark; docs/rewards.md), a CUDA GPU
 (it asserts one) and the Mask2Former checkpoint. This module:
 
 - writes generated images in GenEval's folder layout (:func:`write_geneval_layout`);

@@ -1,9 +1,9 @@
 """The image-reward interface: ``score(images, prompts) -> list[float]``, one float per (image, prompt) pair.
 
-Every model-backed scorer of benchmarks.md section 5 (HPSv3, ImageReward, DeQA, CLIP score, UnifiedReward) sits
+Every model-backed scorer of docs/rewards.md (HPSv3, ImageReward, DeQA, CLIP score, UnifiedReward) sits
 behind :class:`ImageRewardModel`. A scorer is built from a config (weights path, device, server URL) without
 touching any heavy package; the package is imported and the weights are loaded on the first ``score`` call, once.
-So a config can name scorers that only exist in another environment (benchmarks.md section 0: no hub, separate
+So a config can name scorers that only exist in another environment (docs/rewards.md: no hub, separate
 envs), and a missing package or weights file is reported, in one line, only when that scorer is actually used.
 """
 

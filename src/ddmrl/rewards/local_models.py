@@ -1,6 +1,6 @@
 """In-process image scorers: ImageReward, HPSv3, CLIP score (open_clip, and MaskGRPO's HF CLIP reward), DeQA-Score.
 
-Each wraps the official package's own inference call (benchmarks.md section 5) and changes nothing in how it
+Each wraps the official package's own inference call (docs/rewards.md) and changes nothing in how it
 scores; what this module adds is lazy loading from a local weights path, batching, and one-line setup errors.
 The packages behind ImageReward, HPSv3, open_clip and DeQA pull their own torch / torchvision / transformers pins,
 so run them in their own environment (docs/rewards.md) or behind a loopback server (:mod:`ddmrl.rewards.remote`).
@@ -88,7 +88,7 @@ class HPSv3Score(ImageRewardModel):
 
     ``hpsv3.HPSv3RewardInferencer(config_path=..., checkpoint_path=weights, device=...)``, then
     ``reward(prompts=..., image_paths=...)`` **by keyword**: the positional order differs between repo versions
-    and MaskGRPO calls it positionally (benchmarks.md section 5). The inferencer wants file paths, so each batch is
+    and MaskGRPO calls it positionally (``grpo/reward_func.py``). The inferencer wants file paths, so each batch is
     written to temporary PNGs. ``config_path`` overrides the packaged ``HPSv3_7B.yaml``, whose
     ``model_name_or_path`` must name a local Qwen2-VL-7B-Instruct copy when there is no hub.
     """

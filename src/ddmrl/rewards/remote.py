@@ -1,6 +1,6 @@
 """Scorers behind a local HTTP server, with bounded timeouts and retries.
 
-Two patterns from the reference code (benchmarks.md section 5, maskgrpo.md section 6):
+Two patterns from the reference code (Flow-GRPO's and MaskGRPO's reward clients):
 
 - :class:`UnifiedRewardClient`: an OpenAI-compatible chat server (``vllm serve`` / ``sglang.launch_server``) with
   a UnifiedReward checkpoint, queried as Flow-GRPO's ``unifiedreward_score_sglang`` does (same prompt text,

@@ -1,4 +1,4 @@
-"""MaskGRPO's "emerge" sampler (Ma et al. 2026, ``t2i_generate_emerge``; maskgrpo.md section 5.2): MDLM-style
+"""MaskGRPO's "emerge" sampler (Ma et al. 2026, ``grpo/mask_grpo_trainer.py`` ``t2i_generate_emerge``): MDLM-style
 ancestral sampling of the reverse process.
 
 The completion starts fully masked; the prompt is never changed. With the mask fraction k(tau) = cos(pi tau / 2)

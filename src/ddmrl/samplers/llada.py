@@ -1,4 +1,4 @@
-"""LLaDA's semi-autoregressive sampler (Nie et al. 2025, ``generate.py``; baselines.md section 2.1).
+"""LLaDA's semi-autoregressive sampler (Nie et al. 2025, ML-GSAI/LLaDA ``generate.py``).
 
 The completion starts fully masked and is filled block by block, left to right. Inside a block, each of
 ``steps_per_block`` steps runs one bidirectional forward pass, proposes a token for every masked position

@@ -1,5 +1,5 @@
-"""MaskGIT's confidence sampler (Chang et al. 2022) as MMaDA's ``t2i_generate`` runs it (baselines.md section 3.4,
-maskgrpo.md section 5.3).
+"""MaskGIT's confidence sampler (Chang et al. 2022) as MMaDA's ``t2i_generate`` runs it (Gen-Verse/MMaDA
+``models/modeling_mmada.py``).
 
 The completion starts fully masked; the prompt is never changed. Each of the ``steps`` steps runs one bidirectional
 forward pass (two with classifier-free guidance), draws a token at **every** still-masked position from

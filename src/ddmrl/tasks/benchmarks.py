@@ -13,7 +13,7 @@ Prompts (``style``):
   ``sudoku.py``): one user turn ``SYSTEM_PROMPT + "\\n\\n" + question``; :meth:`Benchmark.chat_prompt` applies
   the model's chat template and appends the ``<reasoning>`` prefill, as d1 does for every task. The strings are
   reproduced character for character, stray quote in the MATH500 prompt included.
-* ``"train"``: d1's training prompts (``diffu-grpo/data_utils.py``, baselines.md §1.7): the generic
+* ``"train"``: d1's training prompts (``diffu-grpo/data_utils.py``): the generic
   ``<reasoning>``/``<answer>`` system prompt (Sudoku: its own), no ``\\boxed`` request for GSM8K, an
   ``<answer>``-tag instruction for Countdown; no prefill.
 
@@ -22,7 +22,7 @@ MBPP has one prompt in both styles (MaskGRPO's, :mod:`ddmrl.tasks.mbpp`) and no 
 Sources (:func:`load_benchmark`): a local ``.jsonl``, ``.json`` (array), ``.parquet`` or ``.csv`` file, a
 directory written by ``datasets``' ``save_to_disk``, or a Hub id loaded with ``datasets.load_dataset``. With
 ``HF_DATASETS_OFFLINE``/``HF_HUB_OFFLINE`` set (the pipeline's default), a Hub id fails at once with a message
-saying how to download it. Expected schemas (benchmarks.md §1): GSM8K ``question, answer``; MATH-500
+saying how to download it. Expected schemas (the public files'): GSM8K ``question, answer``; MATH-500
 ``problem, answer`` (``solution, subject, level, unique_id`` optional); MBPP full ``task_id, text, code,
 test_list, test_setup_code`` or sanitized ``task_id, prompt, code, test_list, test_imports``; Countdown
 (``countdown_cd3_test.jsonl``) ``input, output``; Sudoku (``4x4_test_sudoku.csv``) ``Puzzle, Solution``, read

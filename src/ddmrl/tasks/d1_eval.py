@@ -3,7 +3,7 @@
 These reproduce the offline scorer that produced the LLaDA numbers in d1 (Zhao et al. 2025, diffu-GRPO):
 ``eval/parse_and_get_acc.py`` (``parse_gsm_answers``, ``parse_math_answers``, ``parse_countdown_answers``,
 ``parse_sudoku_answers``) and its Hendrycks-style helpers in ``eval/parser_helper.py``, as described in
-``shared/design/benchmarks.md`` §2.1-2.4 and checked against forks of d1's ``eval/`` directory. The rules are
+dllm-reasoning/d1 at commit 837888f and checked against forks of d1's ``eval/`` directory. The rules are
 restated here, not copied. Where d1 relied on exceptions (an ``int()`` that fails, an index past the end of a
 string) the same inputs still raise here at the same point, so the verdicts agree.
 

@@ -7,7 +7,7 @@ Two families, kept apart on purpose, as in d1:
 * evaluation parsers (d1 ``eval/parse_and_get_acc.py``): :func:`sudoku_extract` / :func:`sudoku_cells` and
   :func:`countdown_extract` / :func:`countdown_correct`; they are more lenient about where the answer sits.
 
-The rules are restated from ``shared/design/benchmarks.md`` §2.3-2.4 and ``baselines.md`` §1.8; no upstream
+The rules are restated from d1's ``eval/parse_and_get_acc.py`` and ``diffu-grpo/reward_func.py``; no upstream
 code is copied. Arithmetic is evaluated with a small ``ast`` walker (:func:`evaluate_arithmetic`), never with
 ``eval``.
 """
@@ -37,7 +37,7 @@ SUDOKU_CELLS = 16
 _ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _ARITHMETIC_CHARS = re.compile(r"^[\d+\-*/().\s]+$")
 _INTEGERS = re.compile(r"\d+")
-#: d1's Sudoku eval cascade (benchmarks.md §2.4), tried in order; the first non-blank capture wins
+#: d1's Sudoku eval cascade (``parse_sudoku_answers``), tried in order; the first non-blank capture wins
 _SUDOKU_PATTERNS = tuple(
     re.compile(p, re.DOTALL)
     for p in (
@@ -322,7 +322,7 @@ def xml_count(completion: str) -> float:
 
 
 def gsm8k_reward(completion: str, answer: str, legacy_reward_quirks: bool = False) -> float:
-    """d1's GSM8K training reward (baselines.md 1.8), the sum of five functions (at most 4.0):
+    """d1's GSM8K training reward (``diffu-grpo/reward_func.py``), the sum of five functions (at most 4.0):
     xmlcount (<= 0.5), soft format 0.5 (the text starts with a reasoning pair, then an answer pair), strict format
     0.5 (the whole text is exactly that layout), 0.5 if the extracted answer is all digits, and 2.0 if it equals
     ``answer`` (the text after ``####``) as a string.
@@ -346,7 +346,7 @@ def gsm8k_reward(completion: str, answer: str, legacy_reward_quirks: bool = Fals
 
 
 def math_reward(completion: str, answer: str, legacy_reward_quirks: bool = False) -> float:
-    """d1's MATH training reward (baselines.md 1.8; at most 3.0): 2.0 if d1's ``is_equiv`` holds between the last
+    """d1's MATH training reward (``reward_func.py``; at most 3.0): 2.0 if d1's ``is_equiv`` holds between the last
     box of the completion and ``answer``, plus the format term 0.5 x (answer tags present) + 0.5 x (1.0 if a
     ``\\boxed`` appears, else 0.5).
 

@@ -1,4 +1,4 @@
-"""A cleaner math protocol next to d1's: Hugging Face ``math-verify`` (benchmarks.md §2.7).
+"""A cleaner math protocol next to d1's: Hugging Face ``math-verify`` (huggingface/Math-Verify).
 
 How it is called (the order matters, ``verify`` is asymmetric):
 

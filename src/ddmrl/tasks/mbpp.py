@@ -1,7 +1,7 @@
-"""MBPP: prompt, code extraction and pass@1 in the sandbox (benchmarks.md §2.5).
+"""MBPP: prompt, code extraction and pass@1 in the sandbox (Austin et al. 2021).
 
 d1's public code has no MBPP evaluation, so the protocol is pinned here, following MaskGRPO's
-``eval/test_code_reward.py`` where it has one and benchmarks.md's recommendation elsewhere:
+``eval/test_code_reward.py`` where it has one and our own choices elsewhere:
 
 * prompt: one user turn, ``"You are an expert Python programmer, and here is your task: " + prompt +
   " Your code should pass these tests:\\n\\n" + "\\n".join(test_list)`` (MaskGRPO), zero-shot;

@@ -2,7 +2,7 @@
 and gradient checkpointing, shared by the ``sft`` and ``grpo`` stages.
 
 How a run is split over ``W`` processes (TRL's GRPOTrainer, which d1 and MaskGRPO launch with ``accelerate launch``,
-maskgrpo.md 1.2-1.3; baselines.md 1.6):
+d1's ``diffu-grpo/run.sh``, MaskGRPO's ``scripts/train/*.sh``):
 
 * ``num_prompts`` (GRPO) and ``batch_size`` (SFT) stay the global batch. Every process draws the same batch from the
   run's seed and keeps its own contiguous share (:func:`shard`), so which prompts a step trains on does not depend
@@ -18,7 +18,7 @@ maskgrpo.md 1.2-1.3; baselines.md 1.6):
 
 LoRA (``lora.r > 0``): the policy is a peft model; with ``mixed_precision: bf16`` the frozen base is stored in bf16
 and the adapters in fp32 (peft's default). The GRPO reference is the same network with its adapters disabled (TRL's
-PEFT path, no second copy; maskgrpo.md 8). Saved models have the adapters merged in, so ``evaluate`` loads a plain
+PEFT path, no second copy; d1 and MaskGRPO). Saved models have the adapters merged in, so ``evaluate`` loads a plain
 model. Gradient checkpointing uses the transformers API where the model supports it (TinyDDM does; LLaDA's remote
 code does not, LLaDA issue #51) and is otherwise skipped with a printed note.
 """

@@ -10,8 +10,8 @@ Per rollout batch (TRL's buffering, as in d1 and MaskGRPO):
 
 Each view is consumed at its own step (the paper intent). d1 indexes views by the micro-step counter
 (``_step % mu`` after the increment), which with gradient accumulation gives each micro-batch only every A-th view
-(baselines.md 1.4); ``legacy_micro_step_views`` reproduces d1's indexing. MaskGRPO's copy is shifted by one
-(``m % mu``, maskgrpo.md section 2) and is not reproduced. Every random draw comes from a generator derived from
+(d1's ``compute_loss``); ``legacy_micro_step_views`` reproduces d1's indexing. MaskGRPO's copy is shifted by one
+(``m % mu``, MaskGRPO's ``compute_loss``) and is not reproduced. Every random draw comes from a generator derived from
 (seed, purpose, iteration), never from the global RNG, so a run resumed from a checkpoint at a rollout-batch
 boundary continues exactly as the uninterrupted run would have.
 

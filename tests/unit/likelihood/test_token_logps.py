@@ -8,7 +8,7 @@ from ddmrl.likelihood import token_logps
 
 
 class Half(torch.nn.Module):
-    """Returns bf16 logits; token_logps must take the log-softmax in float32 (maskgrpo.md 3.1)."""
+    """Returns bf16 logits; token_logps must take the log-softmax in float32 (not MaskGRPO's bf16)."""
 
     def __init__(self, logits: torch.Tensor) -> None:
         super().__init__()

@@ -1,6 +1,6 @@
 """Training views (ddmrl.masking.views): schedules, couplings, seeding and the forward-process statistics.
 
-References: algorithms.md A.2 (couplings), A.3 (t_j = j / mu), maskgrpo.md sections 3.4 and 4 (truncated ratios,
+References: RebRL Eq. 10 (couplings, t_j = j / mu), MaskGRPO's ``grpo/mask_grpo_trainer.py`` (truncated ratios,
 AR-like fading), MMaDA Algorithm 1 (UniGRPO ratios).
 """
 
@@ -116,7 +116,7 @@ def test_rebrl_linear_ratios_are_j_over_mu_with_the_last_capped(mu):
 
 @pytest.mark.parametrize(("gamma", "mu"), [(0.6, 4), (0.8, 12), (0.5, 3)])
 def test_maskgrpo_ratios_are_truncated_linear(gamma, mu):
-    """MaskGRPO: t_j = gamma + (1 - gamma) j / mu, j = 1..mu, capped at 0.999 (maskgrpo.md 3.4 table: gamma 0.6,
+    """MaskGRPO: t_j = gamma + (1 - gamma) j / mu, j = 1..mu, capped at 0.999 (MaskGRPO's code: gamma 0.6,
     mu 12 gives 0.633 ... 0.967, 0.999)."""
     t = views("maskgrpo_fading", n=2, mu=mu, gamma=gamma).t
     want = torch.tensor([min(gamma + (1 - gamma) * j / mu, 0.999) for j in range(1, mu + 1)])
@@ -185,7 +185,7 @@ def test_nested_coupling_gives_monotone_masks(remasking):
 
 def test_nested_coupling_stays_monotone_when_a_view_is_empty():
     """Short completions: with L = 3 valid tokens and t_1 = 1/4, view 1 is often empty and gets one forced token.
-    Nestedness requires that token to be masked at every larger ratio too; in algorithms.md A.2 terms, F(k) must
+    Nestedness requires that token to be masked at every larger ratio too; for nested masks, F(k) must
     equal #{j : t_j > u_k} with a well-defined reveal index j_k."""
     violations = 0
     for seed in range(20):

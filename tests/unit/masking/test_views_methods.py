@@ -2,8 +2,8 @@
 block_random and maskgrpo_random, plus the ``Views`` properties ``targets``, ``target_masks``, ``schedule``
 and ``steps``.
 
-References: algorithms.md A.3 test (d) (TraceRL: F = 1), B.3 (GDPO's Gauss-Legendre time grid), B.7 (SPG's
-block_random masks), B.8 (TraceRL trace steps); maskgrpo.md 3.4 (truncated ratios).
+References: the papers of TraceRL (F = 1, trace steps), GDPO (Gauss-Legendre time grid), SPG (block_random
+masks) and MaskGRPO (truncated ratios).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def test_tracerl_hand_example_shrink_two():
 
 @pytest.mark.parametrize("shrink", [1, 2, 3, 5])
 def test_a3_d_tracerl_every_token_is_a_target_exactly_once(shrink):
-    """algorithms.md A.3 (d): TraceRL views train each token once, so F(k) = 1 for every valid token (and 0 after
+    """TraceRL views train each token once, so F(k) = 1 for every valid token (and 0 after
     EOS: ``mask_frequency`` only counts valid targets)."""
     v = tracerl(shrink)
     assert torch.equal(v.targets.sum(0), torch.ones(2, 7, dtype=torch.long))

@@ -31,7 +31,7 @@ from ddmrl.models.checkpoint import save_checkpoint
 LLADA_REV = PINNED_REVISIONS["GSAI-ML/LLaDA-8B-Instruct"]
 SPECIALS = ["<|mdm_mask|>", "<|startoftext|>", "<|endoftext|>", "<|start_header_id|>", "<|end_header_id|>",
             "<|eot_id|>", "<reasoning>"]  # fmt: skip
-#: LLaDA-8B-Instruct's chat template as baselines.md section 0 describes it: BOS, then per message the role header,
+#: LLaDA-8B-Instruct's chat template as ZHZisZZ/dllm's models.py writes it: BOS, then per message the role header,
 #: a blank line, the trimmed content and <|eot_id|>; the generation prompt adds the assistant header + blank line
 LLADA_TEMPLATE = (
     "{% for message in messages %}"

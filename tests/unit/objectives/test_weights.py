@@ -1,6 +1,6 @@
-"""Token weights omega and normalisers Z (ddmrl.objectives.weights) against algorithms.md A.3.
+"""Token weights omega and normalisers Z (ddmrl.objectives.weights) against RebRL's Eq. 10-11.
 
-The acceptance tests (a)-(c) of A.3 need no model: masks are built by hand or by the view builder on [N, L] tensors.
+The checks (a)-(c) below need no model: masks are built by hand or by the view builder on [N, L] tensors.
 Notation: delta_j(k) = 1[k masked and valid in view j], t_j = realised ratio |M_j| / L_i, F(k) = sum_j delta_j(k),
 credit C(k) = sum_j omega_j(k).
 """
@@ -71,7 +71,7 @@ def test_hand_nested_masks_have_realised_ratio_j_over_mu():
 
 @pytest.mark.parametrize(("mu", "c"), [(4, 2), (4, 4), (8, 2)])
 def test_a3_a_none_mode_credit_is_harmonic_eq10(mu, c):
-    """A.3 (a): nested masks, t_j = j/mu realised exactly, mode none (lambda = 1, no 1/F):
+    """(a): nested masks, t_j = j/mu realised exactly, mode none (lambda = 1, no 1/F):
     C(k) = sum_{j >= j_k} 1/t_j = mu sum_{j' >= j_k} 1/j' (RebRL Eq. 10); post-EOS tokens get 0."""
     views, valid, first = nested_batch(mu, c)
     w, z = token_weights("rebrl", views, valid, "none")
@@ -84,7 +84,7 @@ def test_a3_a_none_mode_credit_is_harmonic_eq10(mu, c):
 
 
 def test_a3_table_t1_t2_token_token_t2_credits_under_nested_masks():
-    """A.3 table, nested masks, t = j/mu: t1 gives mu - j_k + 1; t2 gives sum_{j >= j_k} j/mu; token gives 1;
+    """Eq. 10-11, nested masks, t = j/mu: t1 gives mu - j_k + 1; t2 gives sum_{j >= j_k} j/mu; token gives 1;
     token_t2 gives the mean of t_j over the F = mu - j_k + 1 views masking k."""
     mu, c = 4, 2
     views, valid, first = nested_batch(mu, c)
@@ -152,7 +152,7 @@ def rollouts_for(coupling: str, remasking: str, seed: int):
 )
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a3_b_token_mode_gives_every_token_credit_one(coupling, remasking, seed):
-    """A.3 (b): lambda = t and 1/F: C(k) = (1/F(k)) sum_{j: delta_j(k)} t_j / t_j = 1 for every valid k with
+    """(b): lambda = t and 1/F: C(k) = (1/F(k)) sum_{j: delta_j(k)} t_j / t_j = 1 for every valid k with
     F(k) > 0, whatever the coupling; 0 for tokens never masked and for post-EOS tokens."""
     views, valid = rollouts_for(coupling, remasking, seed)
     w, _ = token_weights("rebrl", views, valid, "token")
@@ -166,7 +166,7 @@ def test_a3_b_token_mode_gives_every_token_credit_one(coupling, remasking, seed)
 
 @pytest.mark.parametrize("coupling", ["independent", "nested", "trajectory"])
 def test_token_t2_credit_is_mean_ratio_over_masking_views(coupling):
-    """token_t2: C(k) = (1/F(k)) sum_{j: delta_j(k)} t_j (A.3 table), each t_j the realised ratio."""
+    """token_t2: C(k) = (1/F(k)) sum_{j: delta_j(k)} t_j, each t_j the realised ratio."""
     views, valid = rollouts_for(coupling, "rebrl_linear", 0)
     w, _ = token_weights("rebrl", views, valid, "token_t2")
     delta = (views.masks & valid[None]).float()
@@ -178,7 +178,7 @@ def test_token_t2_credit_is_mean_ratio_over_masking_views(coupling):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a3_c_full_completion_views_reduce_every_mode_to_a_constant(mode):
-    """A.3 (c): d1's views mask the whole completion: F = mu on every valid token and t_j = 1, so every mode's
+    """(c): d1's views mask the whole completion: F = mu on every valid token and t_j = 1, so every mode's
     weight is one constant (1, or 1/mu with the token factor) on valid tokens, 0 elsewhere."""
     mu = 3
     valid = torch.tensor([[True, True, True, False], [True, False, False, False]])

@@ -1,6 +1,6 @@
-"""d1's evaluation parsers, rule by rule (benchmarks.md §2.1-2.4).
+"""d1's evaluation parsers, rule by rule (Zhao et al. 2025).
 
-Every expected value below was worked out by hand from d1's rules as written in benchmarks.md and
+Every expected value below was worked out by hand from d1's rules as written in d1's
 ``eval/parse_and_get_acc.py``; the comment next to a case says which rule decides it.
 """
 

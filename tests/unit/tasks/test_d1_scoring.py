@@ -1,4 +1,4 @@
-"""d1 scoring rules (benchmarks.md §2.3-2.4, baselines.md §1.8) on hand-made completions."""
+"""d1 scoring rules (d1's ``eval/parse_and_get_acc.py``, ``reward_func.py``) on hand-made completions."""
 
 import doctest
 

@@ -1,4 +1,4 @@
-"""The math-verify protocol (benchmarks.md §2.7): where it and d1 disagree, and its missing-package error."""
+"""The math-verify protocol (huggingface/Math-Verify): where it and d1 disagree, and its missing-package error."""
 
 import sys
 

@@ -1,13 +1,13 @@
 """The two reproduction switches of the GRPO loop: ``legacy_micro_step_views`` (ddmrl.training.grpo.step_views) and
-``legacy_broadcast_weighting`` (ddmrl.objectives.weights.token_weights), against maskgrpo.md sections 2 and 3.2.
+``legacy_broadcast_weighting`` (ddmrl.objectives.weights.token_weights), against d1's and MaskGRPO's trainers.
 
-Micro-step view index (maskgrpo.md section 2, from d1's ``compute_loss``): the trainer keeps one counter ``_step``
+Micro-step view index (d1's ``compute_loss``): the trainer keeps one counter ``_step``
 over micro-batches, incremented before the loss, and picks view ``_step % mu``. With A micro-batches per optimiser
 step, micro-batch a of inner step s is micro-step m = s A + a, so it uses view (s A + a + 1) mod mu. With A = 2 and
 mu = 12, slot 0 gets (2s + 1) mod 12 = 1, 3, 5, 7, 9, 11, 1, 3, ... : only the mu / A = 6 odd views, each twice;
 slot 1 gets 2, 4, ..., 10, 0, 2, ...: the even views, each twice.
 
-Broadcast weighting (maskgrpo.md 3.2): the loss mask is the stack of all mu masks, broadcast against one view's
+Broadcast weighting (MaskGRPO's code): the loss mask is the stack of all mu masks, broadcast against one view's
 per-token loss, so each position k (masked in this view or not, valid or after EOS) has weight F(k) = number of views
 masking it, and the token_mean loss is sum_k F(k) l(k) / sum_k F(k).
 """
