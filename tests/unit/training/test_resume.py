@@ -1,7 +1,7 @@
 """ddmrl.training.resume in one process: checkpoints are accelerate's save_state plus meta and a SHA-256 manifest,
 renamed into place whole; a corrupt, stale-layout or foreign checkpoint is skipped; a run resumed from a checkpoint
 ends exactly where the uninterrupted run ends, curve file included. Kills of real processes (one, and two over
-gloo) are tested in tests/stages/test_resume.py and tests/stages/test_accelerate_launch.py."""
+gloo) are tested in tests/stages/test_kill_and_resume.py and tests/stages/test_accelerate_launch.py."""
 
 from __future__ import annotations
 
