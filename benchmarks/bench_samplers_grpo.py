@@ -47,6 +47,7 @@ from common import flops, interleaved, machine_info, matmul_peak  # noqa: E402
 
 from ddmrl import config  # noqa: E402
 from ddmrl.config import METHOD_CONFIGS, GRPOConfig, SamplerConfig  # noqa: E402
+from ddmrl.config.schema import STATE_VIEWS  # noqa: E402
 from ddmrl.likelihood import token_logps  # noqa: E402
 from ddmrl.methods import METHODS  # noqa: E402
 from ddmrl.models import build_tokenizer, new_tiny_model  # noqa: E402
@@ -172,7 +173,10 @@ def bench_samplers(model, tok, task, plan: Plan) -> list[dict]:
 def grpo_config(cfg: config.Config, method: str, num_prompts: int, g: int, mu: int) -> GRPOConfig:
     """params.yaml's run config of ``method`` (its grpo: defaults plus the method's own) at the given sizes,
     with ``max_steps = mu`` so that one rollout batch is trained on."""
-    base = cfg.methods.get(method) or config.method_config(method, cfg.raw.get("grpo"))
+    shared = dict(cfg.raw.get("grpo") or {})
+    if METHOD_CONFIGS[method]().remasking in STATE_VIEWS:  # views of the sampler's stored states: the plain sampler
+        shared["sampler"] = {**shared.get("sampler", {}), "kv_cache": "none", "parallel": "none"}
+    base = cfg.methods.get(method) or config.method_config(method, shared)
     return replace(base, num_prompts=num_prompts, num_generations=g, num_iterations=mu, max_steps=mu)
 
 

@@ -22,7 +22,7 @@ import yaml
 from ddmrl import config
 from ddmrl.mar.model import load_mar
 from ddmrl.pipeline import dag, layout
-from ddmrl.tables import curves_frame, image_frame, image_table
+from ddmrl.tables import curves_frame, image_frame, image_scores, image_table
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -116,12 +116,13 @@ def test_the_evaluations_are_genevals_layout_and_the_image_tables_rows(workspace
         assert len(prompts) >= NUM_EVAL and prompts == [f"{i:05d}" for i in range(len(prompts))]
         assert len(rows) == len(prompts) * SAMPLES and all(isinstance(r["correct"], bool) for r in rows)
         assert len(list(folder.glob("*/samples/*.png"))) == len(prompts) * SAMPLES
-    frame = image_frame(cfg, results)
-    assert frame["row"].tolist() == ["mar_base", "mar_grpo_plain", "mar_mar_grpo"]
     curves = {
         f"mar_{s}_geneval_mini_s0": pd.read_csv(workspace / layout.GRPO_DIR / f"mar_{s}_geneval_mini_s0/curve.csv")
         for s in ("grpo_plain", "mar_grpo")
     }
-    table, _ = image_table(cfg, frame, curves)
+    frame = image_frame(cfg, results, curves)
+    assert frame["row"].tolist() == ["mar_base", "mar_grpo_plain", "mar_mar_grpo"]
+    scores = {path.parent.name: image_scores(path) for path in results}
+    table, _, _, _ = image_table(cfg, frame, scores, curves)
     assert table["model"].tolist() == ["MAR base", "MAR + GRPO (no stabilisers)", "MAR + MAR-GRPO"]
     assert set(curves_frame(cfg, curves)["method"]) == {"mar_grpo_plain", "mar_mar_grpo"}
