@@ -11,6 +11,7 @@ import pytest
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
+from fake_rewards import varied_reward
 
 import ddmrl.objectives.token_clip as losses_module
 from ddmrl.config import ConfigError, GRPOConfig, LoraConfig, SamplerConfig
@@ -21,10 +22,6 @@ from ddmrl.seeding import derive_seed, generator
 from ddmrl.tasks import make_task
 from ddmrl.training import distributed as dist
 from ddmrl.training.grpo import train_grpo
-
-
-def varied_reward(completion: str, example) -> float:
-    return (sum(ord(c) * (i + 1) for i, c in enumerate(completion)) % 101) / 100
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import math
 
 import pytest
 import torch
+from fake_rewards import varied_reward
 
 import ddmrl.objectives.token_clip as losses_module
 import ddmrl.training.grpo as grpo_module
@@ -20,11 +21,6 @@ from ddmrl.methods import METHODS
 from ddmrl.models import build_tokenizer
 from ddmrl.tasks import make_task
 from ddmrl.training.grpo import train_grpo
-
-
-def varied_reward(completion: str, example) -> float:
-    """Deterministic, spread-out reward of the completion text."""
-    return (sum(ord(c) * (i + 1) for i, c in enumerate(completion)) % 101) / 100
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from fake_rewards import varied_reward
 
 import ddmrl.training.grpo as grpo_module
 from ddmrl.aux_policies import new_aux_policy
@@ -20,10 +21,6 @@ from ddmrl.training.data import prompt_length
 from ddmrl.training.grpo import train_grpo
 from ddmrl.training.resume import Checkpointer
 from ddmrl.training.tracking import RunLog
-
-
-def varied_reward(completion: str, example) -> float:
-    return (sum(ord(c) * (i + 1) for i, c in enumerate(completion)) % 101) / 100
 
 
 @pytest.fixture

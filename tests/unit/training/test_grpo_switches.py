@@ -19,6 +19,7 @@ from collections import Counter
 
 import pytest
 import torch
+from fake_rewards import varied_reward
 
 import ddmrl.training.grpo as grpo_module
 from ddmrl.config import GRPOConfig, SamplerConfig
@@ -100,10 +101,6 @@ def test_without_the_switch_the_schedule_is_followed():
     cfg = cfg_for(2, 3, False)
     assert [step_views(gdpo, s, a, cfg) for s in range(3) for a in range(2)] == [(0, 1, 2)] * 6
     assert [step_views(spg, s, 1, cfg) for s in range(3)] == [(0, 1), (2, 3), (4, 5)]
-
-
-def varied_reward(completion: str, example) -> float:
-    return (sum(ord(c) * (i + 1) for i, c in enumerate(completion)) % 101) / 100
 
 
 @pytest.mark.parametrize("legacy", [False, True])

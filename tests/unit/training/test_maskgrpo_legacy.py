@@ -20,6 +20,7 @@ import copy
 
 import pytest
 import torch
+from fake_rewards import varied_reward
 
 import ddmrl.objectives.token_clip as token_clip_module
 import ddmrl.training.grpo as grpo_module
@@ -137,10 +138,6 @@ def test_legacy_view_index_is_m_mod_mu(ga):
 
 
 # ------------------------------------------------------------------------------------------ the loop, end to end
-
-
-def varied_reward(completion: str, example) -> float:
-    return (sum(ord(c) * (i + 1) for i, c in enumerate(completion)) % 101) / 100
 
 
 @pytest.mark.parametrize("ga", [1, 2])

@@ -12,6 +12,7 @@ import json
 import pytest
 import torch
 from accelerate import Accelerator
+from fake_rewards import varied_reward
 
 from ddmrl.config import GRPOConfig, SamplerConfig, TrainConfig
 from ddmrl.models.tokenizer import build_tokenizer
@@ -21,10 +22,6 @@ from ddmrl.training.grpo import train_grpo
 from ddmrl.training.mdm import train_mdm
 from ddmrl.training.resume import FORMAT, Checkpointer, tree_digests
 from ddmrl.training.tracking import RunLog
-
-
-def varied_reward(completion: str, example) -> float:
-    return (sum(ord(c) * (i + 1) for i, c in enumerate(completion)) % 101) / 100
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from accelerate.state import AcceleratorState, GradientState
+from fake_rewards import varied_reward
 
 import ddmrl.training.grpo as grpo_module
 from ddmrl.config import DEFAULT_TRACKERS, ConfigError, GRPOConfig, SamplerConfig
@@ -29,10 +30,6 @@ from ddmrl.training.grpo import train_grpo
 from ddmrl.training.tracking import RunLog
 
 BIN = Path(sys.executable).parent
-
-
-def varied_reward(completion: str, example) -> float:
-    return (sum(ord(c) * (i + 1) for i, c in enumerate(completion)) % 101) / 100
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import math
 
 import pytest
 import torch
+from fake_rewards import varied_reward
 
 from ddmrl.config import SamplerConfig, method_config
 from ddmrl.masking.views import top_steps
@@ -146,10 +147,6 @@ def test_mdpo_batch_trains_the_top_steps_predictions_with_their_confidences_and_
     assert torch.equal(weights, (traj.states[sel, rows] == MASK) * traj.confidence[sel, rows])
     assert torch.equal(view_advantages(views, step_adv), step_adv.gather(1, sel.T).T)
     assert view_advantages(views, None) is None
-
-
-def varied_reward(completion: str, example) -> float:
-    return (sum(ord(c) * (i + 1) for i, c in enumerate(completion)) % 101) / 100
 
 
 def test_step_rewards_score_each_steps_prediction_and_the_last_is_the_completions(monkeypatch, make_model):
