@@ -236,5 +236,11 @@ def test_each_snakemake_job_runs_its_own_command(tmp_path):
         assert (root / "logs" / f"{s.name}.log").read_text().strip() == s.cmd, s.name
         assert (root / "logs" / f"{s.name}.benchmark.tsv").exists()
     assert "Nothing to be done" in snakemake(root, "-n").stdout
+    # a --config run passes the override's copy as --params: it reruns only what its values change
+    assert "Nothing to be done" in snakemake(root, "-n", "--config", "seed=0").stdout
+    (root / "more_seeds.yaml").write_text(yaml.safe_dump({"grpo": {"seeds": [0, 1]}}))
+    assert snakemake(root, "-n", "--configfile", "more_seeds.yaml").returncode == 0  # writes the override's copy
+    added = {s.name for s in dag.build(load(root / ".snakemake/ddmrl/params.yaml"))} - {s.name for s in stages}
+    assert added and planned_names(root, "--configfile", "more_seeds.yaml") == added | {"tables"}
     runs = {s.name for s in stages if s.kind == "grpo"}
     assert planned_names(root, "--forcerun", "grpo") == runs | {f"evaluate_{r[5:]}" for r in runs} | {"tables"}

@@ -63,15 +63,20 @@ def outputs(kind, reports=None):
 
 
 def params(kind):
-    """The command line, and the params.yaml values the stage reads (a change reruns it: the params trigger)."""
+    """The command line, and the params.yaml values the stage reads (a change reruns it: the params trigger). The
+    trigger sees the command with params.yaml as its params file, so that a `--config` run (which passes the
+    override's copy) reruns only the jobs whose values it changes."""
 
-    def cmd(wildcards):
+    def cmd(wildcards, threads):  # a function of threads: Snakemake runs it but leaves it out of the params trigger
         return job(kind, wildcards).cmd
+
+    def command(wildcards):
+        return job(kind, wildcards).cmd.replace(f"--params {PARAMS} ", "--params params.yaml ")
 
     def values(wildcards):
         return json.dumps(dag.param_values(CFG, job(kind, wildcards)), sort_keys=True)
 
-    return {"cmd": cmd, "values": values}
+    return {"cmd": cmd, "command": command, "values": values}
 
 
 def threads(kind):
