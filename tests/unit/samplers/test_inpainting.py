@@ -47,7 +47,9 @@ def test_no_hint_is_the_plain_sampler_bit_for_bit(make_model):
     """An all-mask canvas changes nothing: the same completions and reveal steps as without ``clamp``."""
     model, kw = make_model(max_positions=16), dict(mask_id=MASK, block_length=4, steps=6, temperature=1.0)
     plain = generate(model, prompts(), L, generator=torch.Generator().manual_seed(2), **kw)
-    clamped = generate(model, prompts(), L, generator=torch.Generator().manual_seed(2), clamp=torch.full((3, L), 0), **kw)
+    clamped = generate(
+        model, prompts(), L, generator=torch.Generator().manual_seed(2), clamp=torch.full((3, L), 0), **kw
+    )
     assert torch.equal(plain.completion_ids, clamped.completion_ids)
     assert torch.equal(plain.reveal_step, clamped.reveal_step)
 
@@ -68,4 +70,6 @@ def test_a_clamped_block_takes_no_step_and_the_others_keep_their_schedule(make_m
 @pytest.mark.parametrize("option", [{"kv_cache": "prefix"}, {"parallel": "threshold"}, {"remasking": "rcr"}])
 def test_clamp_is_refused_outside_the_plain_sampler(make_model, option):
     with pytest.raises(ValueError, match="clamp"):
-        generate(make_model(max_positions=16), prompts(), L, mask_id=MASK, block_length=4, steps=6, clamp=canvas(), **option)
+        generate(
+            make_model(max_positions=16), prompts(), L, mask_id=MASK, block_length=4, steps=6, clamp=canvas(), **option
+        )
