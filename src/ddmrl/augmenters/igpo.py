@@ -6,7 +6,8 @@ the prompt (final answer excluded; ``Task.trace_tokens``) is cut into consecutiv
 max_chunk_size] tokens; each of G new samples draws an injection ratio eta ~ U[inpaint_ratio_low,
 inpaint_ratio_high], and ceil(eta n) of the n chunks (the released code's n - int(n (1 - eta))), chosen at random,
 are clamped as hints at their positions in the reference completion while the model inpaints the rest with the
-rollout sampler. Each inpainted sample is verified with the task's verdict; up to ``max_replacements`` wrong samples
+rollout sampler (its plain loop: a KV cache or parallel decoding, speed approximations, is switched off for these
+draws). Each inpainted sample is verified with the task's verdict; up to ``max_replacements`` wrong samples
 of the group are replaced by verified-correct inpainted ones, which keep their hint mask for the entropy filter
 (:func:`ddmrl.objectives.weights.hint_entropy_filter`). Other groups are left untouched.
 
@@ -18,6 +19,7 @@ positions); the last chunk is not always revealed (the released sampler's ``inpa
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import torch
@@ -95,7 +97,8 @@ def augment(x: AugmentInputs) -> Augmented:
     if not groups:
         return Augmented(batch._replace(hints=hints), x.rewards, stats)
     examples = [x.examples[i] for i in groups]
-    inp = rollout(x.policy, x.tok, x.task, examples, g, cfg.sampler, x.gen, clamp=torch.stack(canvases))
+    plain = dataclasses.replace(cfg.sampler, kv_cache="none", parallel="none")  # the clamp's sampler
+    inp = rollout(x.policy, x.tok, x.task, examples, g, plain, x.gen, clamp=torch.stack(canvases))
     on_cpu = ("completion_ids", "completion_mask", "reveal_step", "hints")
     inp = inp._replace(**{k: getattr(inp, k).cpu() for k in on_cpu})
     inp_rewards, inp_correct = rewards(x.task, examples, inp, g), correct(x.task, inp.texts, examples, g)

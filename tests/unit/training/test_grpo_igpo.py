@@ -24,7 +24,7 @@ G = 4
 def config(**kw):
     base = dict(
         method="igpo", max_steps=2, num_prompts=2, num_generations=G, num_iterations=2, learning_rate=1e-2, beta=0.04,
-        sampler=SamplerConfig(block_length=8, steps=12, temperature=1.0, kv_cache="none"),
+        sampler=SamplerConfig(block_length=8, steps=12, temperature=1.0, kv_cache="prefix"),
     )  # fmt: skip
     return method_config("igpo", base, **kw)
 
@@ -38,7 +38,8 @@ def setup(make_model):
 
 
 def test_all_wrong_groups_get_inpainted_samples_and_only_top_tau_hints_carry_weight(setup, monkeypatch):
-    """Verdicts under the test's control: every rollout wrong, every inpainted sample right. Each group then gets
+    """Rollouts with the prefix KV cache (the inpainted samples are drawn without it). Verdicts under the test's
+    control: every rollout wrong, every inpainted sample right. Each group then gets
     max_replacements = 2 inpainted samples; the objective's weights keep, per view and replaced row, exactly
     max(1, int(0.2 n)) of its n valid hint positions (a hint after the sample's first EOS is no target) and every
     other completion token; the advantages are those of the augmented rewards."""
@@ -89,7 +90,7 @@ def test_the_loop_refuses_a_task_without_traces_in_one_line(setup, make_model):
 @pytest.mark.parametrize(
     "kw, key",
     [
-        ({"sampler": SamplerConfig(kv_cache="prefix")}, "sampler.kv_cache"),
+        ({"sampler": SamplerConfig(name="maskgit")}, "sampler.name"),
         ({"sampler": SamplerConfig(kv_cache="none", remasking="rcr")}, "sampler.remasking"),
         ({"inpaint_ratio_low": 0.7}, "inpaint_ratio_low"),
         ({"min_chunk_size": 9}, "min_chunk_size"),
