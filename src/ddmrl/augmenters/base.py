@@ -36,7 +36,7 @@ class AugmentInputs(NamedTuple):
 
 
 class Augmented(NamedTuple):
-    """The edited batch (``hints`` set), its rewards [N], and counts for the curve (``Augmenter.columns``)."""
+    """The edited batch (``hints`` set), its rewards [N], and counts for the curve (the same keys every batch)."""
 
     batch: Rollouts
     rewards: torch.Tensor
@@ -46,8 +46,7 @@ class Augmented(NamedTuple):
 @dataclass(frozen=True)
 class Augmenter:
     """A rollout augmenter: ``check(task)`` refuses a task it cannot work on (a one-line ``ConfigError``), ``augment``
-    edits a batch; ``columns`` are the curve columns of its ``stats``, summed over processes."""
+    edits a batch (its ``stats`` become curve columns, summed over processes)."""
 
     check: Callable[[Task], None]
     augment: Callable[[AugmentInputs], Augmented]
-    columns: tuple[str, ...]

@@ -114,12 +114,7 @@ def augment(x: AugmentInputs) -> Augmented:
             replaced += 1
     stats |= {"augment/inpainted_correct": float(inp_correct.sum()), "augment/replaced": float(replaced)}
     edited = batch._replace(completion_ids=ids, completion_mask=valid, reveal_step=reveal, texts=texts, hints=hints)
-    edited = edited._replace(nfe=batch.nfe + inp.nfe)
-    return Augmented(edited, r, stats)
+    return Augmented(edited._replace(nfe=batch.nfe + inp.nfe), r, stats)
 
 
-IGPO = Augmenter(
-    check=check,
-    augment=augment,
-    columns=("augment/all_wrong_groups", "augment/groups", "augment/inpainted_correct", "augment/replaced"),
-)
+IGPO = Augmenter(check=check, augment=augment)

@@ -957,9 +957,9 @@ class IGPOConfig(GRPOConfig):
     to max_replacements wrong samples are replaced by verified-correct inpainted ones; only the hint_entropy_top
     highest-entropy hint positions get gradient; clip-higher (epsilon 0.2, epsilon_high 0.28). Needs a task with
     reasoning traces and the llada sampler (the inpainted samples are drawn without its KV cache or parallel
-    decoding). Paper (LLaDA-8B-Instruct): eta U[0.2, 0.6], chunks U[4, 8],
-    tau 0.2, temperature 1.2, lr 5e-7, mu 4, G 6 (released config: eta U[0.1, 0.5], max_replacements 1; its run
-    script: max_replacement 4 and GSPO's sequence ratio)."""
+    decoding). Paper (LLaDA-8B-Instruct): eta U[0.2, 0.6], chunks U[4, 8], tau 0.2, clip-higher 0.28, temperature
+    1.2. Released run script: lr 5e-7, mu 4, G 8, beta 0.01, chunks U[5, 10], max_replacement 4, epsilon_high 0.2
+    and GSPO's sequence ratio; released config defaults: eta U[0.1, 0.5], max_replacements 1."""
 
     method: Literal["igpo"] = "igpo"
     remasking: ViewSampler = "full_completion"

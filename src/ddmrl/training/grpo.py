@@ -34,7 +34,7 @@ then adds its clipped per-step loss to the method's (one backward pass, its own 
 (``aux_policy.speed_alpha``: the unmasking paper's multiplicative reward).
 
 A method's rollout augmenter (``ddmrl.augmenters``: IGPO's inpainting of all-wrong groups) edits the scored batch
-between steps 2's rewards and advantages, and its counts join the curve. A weighting that needs the old policy's
+between step 2's rewards and advantages, and its counts join the curve. A weighting that needs the old policy's
 entropy (IGPO's hint filter, ``ENTROPY_WEIGHTINGS``) gets it from the old pass of step 4.
 """
 

@@ -55,7 +55,7 @@ def test_all_wrong_groups_get_inpainted_samples_and_only_top_tau_hints_carry_wei
     monkeypatch.setattr(
         igpo,
         "IGPO",
-        Augmenter(igpo.check, lambda x: (seen_aug.append(out := igpo.augment(x)), out)[1], igpo.IGPO.columns),
+        Augmenter(igpo.check, lambda x: (seen_aug.append(out := igpo.augment(x)), out)[1]),
     )
     real = token_clip_module.token_clip
     monkeypatch.setattr(token_clip_module, "token_clip", lambda x, cfg: (seen_obj.append(x), real(x, cfg))[1])
