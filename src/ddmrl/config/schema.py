@@ -518,6 +518,11 @@ class GRPOConfig(Section):
     changes the defaults its paper chooses and fixes what its definition requires."""
 
     method: Str = Field("", description="The method (ddmrl.methods.METHODS); a section's defaults to its name.")
+    tasks: tuple[Str, ...] = Field(
+        (),
+        description="Text tasks a method section runs on, a subset of tasks: (empty: every one; IGPO needs a task "
+        "with reasoning traces).",
+    )
     max_steps: Int = Field(
         240, ge=0, description="Optimiser steps in all (a rollout batch every num_iterations steps)."
     )
@@ -1520,6 +1525,11 @@ class Config(Section):
         for name in self.rebrl_ablation.methods:
             if name not in self.methods:
                 raise refuse("rebrl_ablation.methods", name, f"not a section of methods: ({', '.join(self.methods)})")
+        for name in (m for m in self.text_methods if m in self.methods):
+            if unknown := [t for t in self.methods[name].tasks if t not in self.tasks]:
+                raise refuse(
+                    f"methods.{name}.tasks", unknown, f"its tasks must be among tasks: ({', '.join(self.tasks)})"
+                )
         shared = {k: getattr(self.grpo, k) for k in BUDGET_KEYS}
         check_budget({m: self.methods[m] for m in self.text_methods if m in self.methods}, shared, "methods")
         image_shared = {k: self.image.grpo.get(k, v) for k, v in shared.items()}
@@ -1543,9 +1553,16 @@ class Config(Section):
         """Image run section -> hyperparameters, in image.methods order."""
         return {m: self.image_sections[m] for m in self.image.methods}
 
+    def runs_on(self, section: str, task: str) -> bool:
+        """Whether text run section ``section`` runs on ``task`` (its ``tasks``, empty: every text task)."""
+        run = self.methods.get(section)
+        return run is None or not run.tasks or task in run.tasks
+
     def runs(self) -> list[tuple[str, str, int]]:
         """(method section, task, seed) of every GRPO run: text runs, then image runs."""
-        text = [(m, t, s) for m in self.text_methods for t in self.tasks for s in self.grpo.seeds]
+        text = [
+            (m, t, s) for m in self.text_methods for t in self.tasks if self.runs_on(m, t) for s in self.grpo.seeds
+        ]
         seeds = self.image.seeds or self.grpo.seeds
         return text + [(m, t, s) for m in self.image.methods for t in self.image.tasks for s in seeds]
 
