@@ -80,8 +80,9 @@ class Plan:
 FULL = Plan(3, 64, (16, 32, 64), 8, (8, 4), (4, 8, 16), (1, 2, 4, 8), (20, 40, 80))
 QUICK = Plan(1, 8, (8, 16), 2, (4, 2), (4, 8), (1, 2), (20, 40))
 SCALING_METHODS = ("diffu_grpo", "rebrl")
-#: the methods of part b: those that train the model alone (Co-GRPO and the unmasking policy add an auxiliary policy)
-TEXT_METHODS = tuple(m for m in METHODS if METHOD_CONFIGS[m]().aux_policy.kind == "none")
+#: the methods of part b: those that train the model alone (Co-GRPO and the unmasking policy add an auxiliary policy;
+#: IGPO's rollout augmenter needs a task with reasoning traces, which sudoku4 has not)
+TEXT_METHODS = tuple(m for m in METHODS if METHOD_CONFIGS[m]().aux_policy.kind == "none" and not METHODS[m].augmenter)
 
 # part a: label -> sampler settings (steps 0 = L / 2); temperature 1 as in GRPO rollouts
 SAMPLER_CASES = {

@@ -27,6 +27,8 @@ class Method:
         paper: citation for the docs and tables.
         step_advantage: key in ``ddmrl.objectives.advantages.STEP_ADVANTAGES``: per-step advantages from the task
             reward of each step's prediction (MDPO), or "" (one advantage per rollout).
+        augmenter: key in ``ddmrl.augmenters.AUGMENTERS``: edits the scored groups before the advantages (IGPO's
+            inpainting of all-wrong groups), or "" (none).
     """
 
     name: str
@@ -35,6 +37,7 @@ class Method:
     paper: str
     objective: str = "token_clip"
     step_advantage: str = ""
+    augmenter: str = ""
 
 
 METHODS: dict[str, Method] = {
@@ -128,5 +131,14 @@ METHODS: dict[str, Method] = {
         paper="Jazbec, Olausson et al. 2025, Learning Unmasking Policies for Diffusion Language Models "
         "(arXiv 2512.09106)",
         # an unmasking policy (aux_policy.kind: unmasking) on the frozen model; the views train the model when joint
+    ),
+    "igpo": Method(
+        name="igpo",
+        remasking="full_completion",
+        weighting="hint_entropy",
+        paper="Zhao et al. 2026, Inpainting-Guided Policy Optimization for Diffusion Large Language Models (IGPO; "
+        "ICLR 2026, arXiv 2509.10396)",
+        augmenter="igpo",
+        # d1's views and objective with clip-higher; all-wrong groups get inpainted samples; top-tau hint entropy
     ),
 }

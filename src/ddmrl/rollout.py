@@ -28,7 +28,8 @@ class Rollouts(NamedTuple):
     reveal_step [N, L] (the sampler step that committed each token), texts (decoded completions), nfe,
     trajectory (every step's state, prediction and confidence, ``ddmrl.samplers.trajectory``; None unless recorded).
     aux: what an auxiliary policy did (``ddmrl.aux_policies.AuxTrace``: its inputs, actions and their log-probs per
-    step), None without one.
+    step), None without one. hints [N, L]: positions clamped to ground-truth tokens while the row was sampled
+    (IGPO's inpainted rows, ``ddmrl.augmenters``); None when no rollout augmenter ran.
     """
 
     prompt_ids: torch.Tensor
@@ -39,6 +40,7 @@ class Rollouts(NamedTuple):
     nfe: int
     trajectory: Trajectory | None = None
     aux: AuxTrace | None = None
+    hints: torch.Tensor | None = None
 
 
 def sampler_steps(sampler: SamplerConfig, completion_length: int) -> int:
@@ -77,11 +79,14 @@ def rollout(
     gen: torch.Generator,
     record_trajectory: bool = False,
     aux_policy: AuxPolicy | None = None,
+    clamp: torch.Tensor | None = None,
 ) -> Rollouts:
     """Sample ``num_generations`` completions for each example (prompts repeated consecutively), on the device of
     the model's parameters (the returned tensors live there too). ``record_trajectory`` (llada sampler): keep every
     step's state, prediction and confidence in ``Rollouts.trajectory``. ``aux_policy``: an auxiliary policy the
-    sampler consults at every step (in its ``train()`` mode it explores, in ``eval()`` mode it acts as deployed)."""
+    sampler consults at every step (in its ``train()`` mode it explores, in ``eval()`` mode it acts as deployed).
+    ``clamp`` [N, L] (llada sampler): each row's starting completion, tokens other than the mask fixed (inpainting);
+    the rollouts' ``hints`` mark them."""
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     prompts = encode_prompts(tok, task, examples).repeat_interleave(num_generations, 0).to(device)  # [N, P]
     kw = sampler_kwargs(sampler, task.completion_length)
@@ -93,12 +98,18 @@ def rollout(
         kw["record_trajectory"] = True
     if aux_policy is not None:
         kw["aux_policy"] = aux_policy
+    hints = None
+    if clamp is not None:
+        if sampler.name != "llada":
+            raise ValueError(f"inpainting (clamped positions) needs the llada sampler, not {sampler.name!r}")
+        kw["clamp"] = clamp.to(device)
+        hints = kw["clamp"] != tok.mask_token_id  # [N, L]
     out = SAMPLERS[sampler.name](
         model, prompts, task.completion_length, mask_id=tok.mask_token_id, generator=gen, **kw
     )
     texts = task.decode(tok, out.completion_ids)
     mask = completion_mask(out.completion_ids, tok.eos_token_id)
-    return Rollouts(prompts, out.completion_ids, mask, out.reveal_step, texts, out.nfe, out.trajectory, out.aux)
+    return Rollouts(prompts, out.completion_ids, mask, out.reveal_step, texts, out.nfe, out.trajectory, out.aux, hints)
 
 
 def rewards(task: Task, examples: list[Example], batch: Rollouts, num_generations: int) -> torch.Tensor:

@@ -49,6 +49,7 @@ DISPLAY = {
     "cogrpo": "Co-GRPO",
     "cogrpo_schedule_only": "Co-GRPO (schedule only)",
     "unmask_policy": "unmasking policy",
+    "igpo": "IGPO",
     "mar_base": "MAR base",
 }
 

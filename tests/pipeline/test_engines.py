@@ -15,7 +15,7 @@ import pytest
 import yaml
 from helpers import REPO, copy_repo, edit_params, planned, planned_names, snakemake
 
-from ddmrl.config import load
+from ddmrl.config import ConfigError, load
 from ddmrl.pipeline import dag, export
 
 PROFILES = ["tiny", "smoke", "paper_llada_math", "paper_mmada_geneval", "extended"]
@@ -116,6 +116,25 @@ def test_a_profile_that_sets_the_sweep_is_exported_with_its_lists(tmp_path):
     assert entries["grpo_rebrl"]["matrix"] == {"task": ["sudoku4"], "seed": "${grpo.seeds}"}
     assert "grpo_image_diffu_grpo" not in entries and "grpo_image_rebrl" in entries  # smoke: image.methods
     assert "profiles/smoke.yaml" in entries["grpo_rebrl"]["deps"]
+
+
+def test_a_section_on_some_tasks_runs_on_those_only(tmp_path):
+    """``methods.<section>.tasks``: the section's runs, evaluations and credit on those tasks only, in both engines
+    (its dvc.yaml entry lists them); a task outside ``tasks:`` is refused with the key."""
+    root = copy_repo(tmp_path)
+    edit_params(root, lambda raw: raw["methods"]["unigrpo"].update(tasks=["chain"]))
+    assert export.main(["--params", str(root / "params.yaml")]) == 0
+    want = expected(root)
+    unigrpo = {n for n in want if "unigrpo" in n and "geneval" not in n}  # its image runs are not text runs
+    assert unigrpo and all("chain" in n for n in unigrpo) and any("maskgrpo_sudoku4" in n for n in want)
+    assert {n for n in unigrpo if n.startswith("credit")} == {"credit_unigrpo_chain"}
+    entries = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
+    assert entries["grpo_unigrpo"]["matrix"] == {"task": ["chain"], "seed": "${grpo.seeds}"}
+    assert snakemake_expands(root) == want
+    assert dvc_expands(root) == want
+    edit_params(root, lambda raw: raw["methods"]["unigrpo"].update(tasks=["countdown3"]))
+    with pytest.raises(ConfigError, match=r"methods\.unigrpo = \['countdown3'\]: its tasks"):
+        load(root / "params.yaml")
 
 
 def test_dvc_plots_cover_every_curve_and_the_credit():

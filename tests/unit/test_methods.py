@@ -32,6 +32,7 @@ ALL = [
     "cj_grpo",
 ]  # grpo's sampler
 AUX = ["cogrpo", "unmask_policy"]  # with an auxiliary policy (Co-GRPO: images, maskgit; unmasking policy: llada)
+AUGMENTED = ["igpo"]  # with a rollout augmenter (IGPO: the plain llada sampler, a task with reasoning traces)
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -55,7 +56,7 @@ def every_method(extra: str = "") -> str:
 
 def test_every_method_record_is_well_formed():
     """Each record names a known view sampler, weighting and objective, and the record's key is its name."""
-    assert sorted(METHODS) == sorted(ALL + AUX)
+    assert sorted(METHODS) == sorted(ALL + AUX + AUGMENTED)
     for name, m in METHODS.items():
         assert m.name == name
         assert m.remasking in VIEWS and m.weighting in WEIGHTINGS and m.objective in OBJECTIVES, name

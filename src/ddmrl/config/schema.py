@@ -27,7 +27,7 @@ ImageTask = Literal["geneval_mini", "geneval"]
 ImageBenchmark = Literal["hps", "dpg"]  # evaluation only (image.eval_tasks)
 MethodName = Literal[
     "diffu_grpo", "unigrpo", "maskgrpo", "rebrl", "tracerl", "gdpo", "spg", "wd1", "mdpo", "cj_grpo", "cogrpo",
-    "unmask_policy",
+    "unmask_policy", "igpo",
 ]  # fmt: skip
 ViewSampler = Literal[
     "full_completion", "unigrpo", "maskgrpo_fading", "maskgrpo_random", "rebrl_linear", "tracerl",
@@ -518,6 +518,11 @@ class GRPOConfig(Section):
     changes the defaults its paper chooses and fixes what its definition requires."""
 
     method: Str = Field("", description="The method (ddmrl.methods.METHODS); a section's defaults to its name.")
+    tasks: tuple[Str, ...] = Field(
+        (),
+        description="Text tasks a method section runs on, a subset of tasks: (empty: every one; IGPO needs a task "
+        "with reasoning traces).",
+    )
     max_steps: Int = Field(
         240, ge=0, description="Optimiser steps in all (a rollout batch every num_iterations steps)."
     )
@@ -538,6 +543,13 @@ class GRPOConfig(Section):
     )
     beta: Float = Field(0.01, ge=0, description="KL coefficient (k3 estimator) against kl_target.")
     epsilon: Float = Field(0.2, gt=0, lt=1, description="PPO clip range of the ratio.")
+    epsilon_high: Float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="Upper clip range of the model's ratio, clip(rho, 1 - epsilon, 1 + epsilon_high): TRL's "
+        "epsilon_high, DAPO's clip-higher (IGPO: 0.28 with epsilon 0.2); 0: epsilon (symmetric).",
+    )
     max_grad_norm: Float = Field(1.0, gt=0, description="Gradient clipping.")
     weight_decay: Float = Field(0.0, ge=0, description="AdamW weight decay.")
     gradient_accumulation_steps: Int = Field(
@@ -603,6 +615,22 @@ class GRPOConfig(Section):
         ge=1,
         description="MDPO: sampler steps trained per rollout, those of largest absolute per-step advantage (its "
         "sample_train_steps), spread over the num_iterations optimiser steps.",
+    )
+    inpaint_ratio_low: Float = Field(
+        0.2,
+        ge=0,
+        le=1,
+        description="IGPO: each inpainted sample's injection ratio eta ~ U[low, high]: its share of "
+        "the trace's chunks clamped as hints.",
+    )
+    inpaint_ratio_high: Float = Field(0.6, ge=0, le=1, description="IGPO: the upper end of eta's range.")
+    min_chunk_size: Int = Field(4, ge=1, description="IGPO: the trace is cut into chunks of U[min, max] tokens.")
+    max_chunk_size: Int = Field(8, ge=1, description="IGPO: the largest chunk.")
+    max_replacements: Int = Field(
+        1, ge=1, description="IGPO: at most this many wrong samples of an all-wrong group replaced (floor(lambda G))."
+    )
+    hint_entropy_top: Float = Field(
+        0.2, gt=0, le=1, description="IGPO: tau, the share of hint positions (highest entropy) that get gradient."
     )
     legacy_broadcast_weighting: Bool = Field(
         False, description="Reproduce MaskGRPO's released loss mask (every view's mask broadcast to all views)."
@@ -674,6 +702,14 @@ class GRPOConfig(Section):
                     )
         if views == "mdpo_topk" and self.method != "mdpo":
             raise refuse("remasking", views, "ranks the steps by MDPO's per-step advantages: method mdpo only")
+        if self.inpaint_ratio_low > self.inpaint_ratio_high:
+            high = self.inpaint_ratio_high
+            raise refuse("inpaint_ratio_low", self.inpaint_ratio_low, f"exceeds inpaint_ratio_high = {high}")
+        if self.min_chunk_size > self.max_chunk_size:
+            raise refuse("min_chunk_size", self.min_chunk_size, f"exceeds max_chunk_size = {self.max_chunk_size}")
+        if self.max_replacements > self.num_generations:
+            g = self.num_generations
+            raise refuse("max_replacements", self.max_replacements, f"exceeds num_generations = {g}")
         if self.maskgrpo_legacy and self.method not in ("maskgrpo", ""):
             raise refuse(
                 "maskgrpo_legacy", True, f"reproduces MaskGRPO's released code; not a switch of {self.method}"
@@ -918,11 +954,36 @@ class UnmaskPolicyConfig(GRPOConfig):
             raise refuse("aux_policy.kind", self.aux_policy.kind, "this method trains an unmasking policy")
 
 
+@section
+class IGPOConfig(GRPOConfig):
+    """IGPO (Zhao et al. 2026, ICLR, arXiv 2509.10396; facebookresearch/igpo): d1's objective and views, plus a
+    rollout augmenter: in a group whose samples are all wrong, G more samples are drawn with chunks of the
+    ground-truth reasoning clamped as hints (eta ~ U[inpaint_ratio_low, inpaint_ratio_high] of the chunks), and up
+    to max_replacements wrong samples are replaced by verified-correct inpainted ones; only the hint_entropy_top
+    highest-entropy hint positions get gradient; clip-higher (epsilon 0.2, epsilon_high 0.28). Needs a task with
+    reasoning traces and the llada sampler (the inpainted samples are drawn without its KV cache or parallel
+    decoding). Paper (LLaDA-8B-Instruct): eta U[0.2, 0.6], chunks U[4, 8], tau 0.2, clip-higher 0.28, temperature
+    1.2. Released run script: lr 5e-7, mu 4, G 8, beta 0.01, chunks U[5, 10], max_replacement 4, epsilon_high 0.2
+    and GSPO's sequence ratio; released config defaults: eta U[0.1, 0.5], max_replacements 1."""
+
+    method: Literal["igpo"] = "igpo"
+    remasking: ViewSampler = "full_completion"
+    epsilon_high: Float = Field(0.28, ge=0, lt=1)
+
+    def _check_method(self) -> None:
+        if self.sampler.name != "llada":
+            raise refuse("sampler.name", self.sampler.name, "IGPO's inpainting clamps positions in the llada sampler")
+        if self.sampler.remasking == "rcr":
+            raise refuse("sampler.remasking", "rcr", "would re-mask IGPO's clamped hints: low_confidence or random")
+        if self.aux_policy.kind != "none":
+            raise refuse("aux_policy.kind", self.aux_policy.kind, "IGPO's inpainting runs without an auxiliary policy")
+
+
 METHOD_CONFIGS: dict[str, type[GRPOConfig]] = {
     c.__pydantic_fields__["method"].default: c
     for c in (
         DiffuGRPOConfig, UniGRPOConfig, MaskGRPOConfig, RebRLConfig, TraceRLConfig, GDPOConfig, SPGConfig, Wd1Config,
-        MDPOConfig, CJGRPOConfig, CoGRPOConfig, UnmaskPolicyConfig,
+        MDPOConfig, CJGRPOConfig, CoGRPOConfig, UnmaskPolicyConfig, IGPOConfig,
     )
 }  # fmt: skip
 MethodConfig = Annotated[Union[tuple(METHOD_CONFIGS.values())], Field(discriminator="method")]  # noqa: UP007
@@ -1464,6 +1525,11 @@ class Config(Section):
         for name in self.rebrl_ablation.methods:
             if name not in self.methods:
                 raise refuse("rebrl_ablation.methods", name, f"not a section of methods: ({', '.join(self.methods)})")
+        for name in (m for m in self.text_methods if m in self.methods):
+            if unknown := [t for t in self.methods[name].tasks if t not in self.tasks]:
+                raise refuse(
+                    f"methods.{name}.tasks", unknown, f"its tasks must be among tasks: ({', '.join(self.tasks)})"
+                )
         shared = {k: getattr(self.grpo, k) for k in BUDGET_KEYS}
         check_budget({m: self.methods[m] for m in self.text_methods if m in self.methods}, shared, "methods")
         image_shared = {k: self.image.grpo.get(k, v) for k, v in shared.items()}
@@ -1487,9 +1553,16 @@ class Config(Section):
         """Image run section -> hyperparameters, in image.methods order."""
         return {m: self.image_sections[m] for m in self.image.methods}
 
+    def runs_on(self, section: str, task: str) -> bool:
+        """Whether text run section ``section`` runs on ``task`` (its ``tasks``, empty: every text task)."""
+        run = self.methods.get(section)
+        return run is None or not run.tasks or task in run.tasks
+
     def runs(self) -> list[tuple[str, str, int]]:
         """(method section, task, seed) of every GRPO run: text runs, then image runs."""
-        text = [(m, t, s) for m in self.text_methods for t in self.tasks for s in self.grpo.seeds]
+        text = [
+            (m, t, s) for m in self.text_methods for t in self.tasks if self.runs_on(m, t) for s in self.grpo.seeds
+        ]
         seeds = self.image.seeds or self.grpo.seeds
         return text + [(m, t, s) for m in self.image.methods for t in self.image.tasks for s in seeds]
 

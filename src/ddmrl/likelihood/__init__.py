@@ -21,13 +21,28 @@ def token_logps(
     ``cfg_scale > 0``: log-probs under classifier-free guidance, the samplers' ``u + (w + 1)(c - u)`` with every
     prompt position set to ``mask_id`` in the unconditional branch (two forward passes; d1's ``get_logits``).
     """
-    length = completion_ids.shape[1]
+    logp = _completion_log_softmax(model, input_ids, completion_ids.shape[1], cfg_scale, mask_id)  # [N, L, V]
+    return logp.gather(-1, completion_ids[..., None]).squeeze(-1)
+
+
+def token_logps_entropy(
+    model, input_ids: torch.Tensor, completion_ids: torch.Tensor, cfg_scale: float = 0.0, mask_id: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`token_logps` and, from the same forward pass, the entropy H = -sum_v p_v log p_v of the model's
+    distribution at every completion position (IGPO's entropy filter; Zhao et al. 2026). Both [N, L]."""
+    logp = _completion_log_softmax(model, input_ids, completion_ids.shape[1], cfg_scale, mask_id)  # [N, L, V]
+    entropy = -(logp.exp() * logp).nan_to_num().sum(-1)  # 0 log 0 = 0 (tokens of probability 0)
+    return logp.gather(-1, completion_ids[..., None]).squeeze(-1), entropy
+
+
+def _completion_log_softmax(model, input_ids: torch.Tensor, length: int, cfg_scale: float, mask_id: int | None):
+    """[N, L, V] float32 log-softmax of the model's logits at the last ``length`` positions (guided with
+    ``cfg_scale``)."""
     if cfg_scale:
         logits = guided_logits(model, input_ids, input_ids.shape[1] - length, mask_id, cfg_scale)
     else:
         logits = model(input_ids).logits
-    logits = logits[:, -length:].float()  # [N, L, V]
-    return torch.log_softmax(logits, -1).gather(-1, completion_ids[..., None]).squeeze(-1)
+    return torch.log_softmax(logits[:, -length:].float(), -1)
 
 
 def sequence_elbo(logps: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -53,6 +68,7 @@ def eubo_proxy(logps: torch.Tensor, targets: torch.Tensor, ratio: torch.Tensor, 
 
 ESTIMATORS = {
     "token_logps": token_logps,
+    "token_logps_entropy": token_logps_entropy,
     "sequence_elbo": sequence_elbo,
     "elbo_proxy": elbo_proxy,
     "eubo_proxy": eubo_proxy,

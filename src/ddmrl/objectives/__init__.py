@@ -25,6 +25,8 @@ _LAZY = {
     "k3_kl": "ddmrl.objectives.policy_loss",
     "REBRL_LAMBDA": "ddmrl.objectives.weights",
     "WEIGHTINGS": "ddmrl.objectives.weights",
+    "ENTROPY_WEIGHTINGS": "ddmrl.objectives.weights",
+    "hint_entropy_filter": "ddmrl.objectives.weights",
     "realised_ratio": "ddmrl.objectives.weights",
     "token_weights": "ddmrl.objectives.weights",
 }

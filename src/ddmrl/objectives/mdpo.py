@@ -37,7 +37,7 @@ def mdpo(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
         targets, w = x.targets[v].float(), x.weights[v]  # [N, L] masked valid tokens; their confidences
         a = x.view_advantages[v][:, None]  # [N, 1]
         ratio = torch.exp(x.logps[v] - x.old[v])
-        unclipped, clipped = ratio * a, ratio.clamp(1 - cfg.epsilon, 1 + cfg.epsilon) * a
+        unclipped, clipped = ratio * a, ratio.clamp(1 - cfg.epsilon, 1 + (cfg.epsilon_high or cfg.epsilon)) * a
         per_token = -torch.minimum(unclipped, clipped) / x.t[v].clamp_min(1e-8)[:, None]  # L / |M| = 1 / t
         kl = k2_kl(x.logps[v], x.ref[v]) if x.ref is not None and cfg.beta else torch.zeros_like(per_token)
         per_token = per_token + cfg.beta * kl

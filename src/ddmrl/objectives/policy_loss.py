@@ -31,8 +31,10 @@ def clipped_token_loss(
     advantages: torch.Tensor,
     epsilon: float,
     beta: float,
+    epsilon_high: float = 0.0,
 ) -> TokenLoss:
-    """PPO/GRPO token surrogate at one view: rho = exp(logp - logp_old), psi = min(rho A, clip(rho, 1 -/+ eps) A).
+    """PPO/GRPO token surrogate at one view: rho = exp(logp - logp_old), psi = min(rho A, clip(rho, 1 -/+ eps) A);
+    with ``epsilon_high`` > 0 the upper bound is 1 + epsilon_high (clip-higher: DAPO, Yu et al. 2025, Eq. 10).
 
     Args:
         logps, old_logps, ref_logps: [N, L] token log-probabilities under the current, rollout-time and
@@ -41,7 +43,7 @@ def clipped_token_loss(
     """
     ratio = torch.exp(logps - old_logps)  # [N, L]
     a = advantages[:, None]  # [N, 1]
-    unclipped, clipped = ratio * a, ratio.clamp(1 - epsilon, 1 + epsilon) * a
+    unclipped, clipped = ratio * a, ratio.clamp(1 - epsilon, 1 + (epsilon_high or epsilon)) * a
     psi = torch.minimum(unclipped, clipped)
     kl = k3_kl(logps, ref_logps) if ref_logps is not None and beta != 0 else torch.zeros_like(logps)
     return TokenLoss(-(psi - beta * kl), ratio.detach(), (clipped < unclipped).float(), kl.detach())

@@ -20,7 +20,7 @@ def sequence_clip(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
     length = x.completion_mask.sum(1).clamp_min(1)  # [N]
     ratio = torch.exp(elbo - elbo_old)
     a = x.advantages
-    unclipped, clipped = ratio * a, ratio.clamp(1 - cfg.epsilon, 1 + cfg.epsilon) * a
+    unclipped, clipped = ratio * a, ratio.clamp(1 - cfg.epsilon, 1 + (cfg.epsilon_high or cfg.epsilon)) * a
     psi = torch.minimum(unclipped, clipped)
     kl = k3_kl(elbo, sequence_elbo(x.ref, x.weights)) if x.ref is not None and cfg.beta else torch.zeros_like(elbo)
     loss = (-(psi - cfg.beta * kl) / length).mean()

@@ -6,6 +6,8 @@
   gdpo_elbo        omega_n(k) = delta_n(k) q_n / t_n (t_n the node): GDPO's Gauss-Legendre ELBO, summed
   mdpo_confidence  the view's targets times the sampler's confidence in them at that step (MDPO; its L/|M| factor
                    is the objective's)
+  hint_entropy     d1's completion_mean, then (after the old pass, :func:`hint_entropy_filter`) only the top tau
+                   highest-entropy hint positions of each view keep their weight (IGPO)
 
 ``legacy_broadcast=True`` reproduces the released MaskGRPO code (its ``compute_loss``): its loss
 mask is the stack of all mu masks broadcast onto one view, so every completion position (masked in this view or
@@ -88,8 +90,33 @@ def rebrl_weights(views: Views, completion_mask: torch.Tensor, rebrl_mode: str):
     return w, z
 
 
+def hint_entropy_filter(
+    weights: torch.Tensor, targets: torch.Tensor, entropy: torch.Tensor, hints: torch.Tensor, keep: float
+) -> torch.Tensor:
+    """IGPO's entropy filter on inpainted tokens (Zhao et al. 2026, Sec. 3.3; ``entropy_clipping_ratio_inpaint`` of
+    its released trainer): in every view and row, of the n hint positions that are loss targets only the
+    max(1, floor(keep * n)) of highest entropy (the old policy's, at that view) keep their weight; the other hint
+    positions get weight 0, every non-hint position keeps its own. Ties go to the earlier position.
+
+    Args:
+        weights, entropy: [V, N, L]; targets: [V, N, L] bool loss targets; hints: [N, L] bool clamped positions.
+    Returns:
+        [V, N, L] the filtered weights.
+    """
+    candidates = targets & hints[None]  # [V, N, L]
+    n = candidates.sum(-1, keepdim=True)  # [V, N, 1]
+    k = torch.where(n > 0, (n.double() * keep).floor().clamp_min(1), 0)  # [V, N, 1] the released code's int(n * keep)
+    score = entropy.masked_fill(~candidates, -torch.inf)
+    rank = score.argsort(dim=-1, descending=True, stable=True).argsort(dim=-1)  # [V, N, L] 0 = highest entropy
+    return weights * (~candidates | (rank < k))
+
+
+#: weightings refined after the old pass by the old policy's per-token entropy (:func:`hint_entropy_filter`)
+ENTROPY_WEIGHTINGS = ("hint_entropy",)
+
 WEIGHTINGS = {
     "completion_mean": completion_mean_weights,
+    "hint_entropy": completion_mean_weights,
     "masked_mean": masked_mean_weights,
     "rebrl": rebrl_weights,
     "gdpo_elbo": gdpo_elbo_weights,

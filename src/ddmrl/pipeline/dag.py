@@ -203,8 +203,11 @@ def build(cfg: Config, params_file: str = "params.yaml") -> list[Stage]:
     new = StageFactory(cfg, params_file)
     stages = []
     for kind in kinds(cfg):
+        text_run = kind.dims[:1] == (Dim("method", "grpo.methods", code=True),)
         for combo in itertools.product(*(values(cfg, d) for d in kind.dims)):
-            stages.append(kind.builder(new, **dict(zip((d.name for d in kind.dims), combo, strict=True))))
+            wildcards = dict(zip((d.name for d in kind.dims), combo, strict=True))
+            if not text_run or cfg.runs_on(wildcards["method"], wildcards["task"]):  # a section's own tasks
+                stages.append(kind.builder(new, **wildcards))
     return stages
 
 

@@ -92,7 +92,7 @@ def _entry(cfg, kind, fixed, expanded, group, code, root, params_name, base) -> 
     keys = [k for k in template.params if dag.has_key(base, k)]  # DVC reads params from params.yaml alone
     entry: dict[str, Any] = {}
     if expanded:
-        entry["matrix"] = {d.name: _sweep(cfg, d, base) for d in expanded}
+        entry["matrix"] = {d.name: _sweep(cfg, d, base, group) for d in expanded}
     entry["cmd"] = _dvc_cmd(template.words)
     entry["deps"] = [*(template.dvc_deps or template.deps), *code]
     if keys:
@@ -108,10 +108,11 @@ def _entry(cfg, kind, fixed, expanded, group, code, root, params_name, base) -> 
     return entry
 
 
-def _sweep(cfg, dim: Dim, base: dict) -> str | list:
-    """``${key}`` when params.yaml itself holds the sweep's list, else the list (a profile overlay sets it)."""
-    values = dag.values(cfg, dim)
-    if dag.has_key(base, dim.key) and [str(v) for v in dag.lookup(base, dim.key) or []] == list(values):
+def _sweep(cfg, dim: Dim, base: dict, group: list[Stage]) -> str | list:
+    """``${key}`` when params.yaml itself holds the sweep's list, else the list (a profile overlay sets it, or the
+    entry's method section runs on some of the tasks only)."""
+    values = list(dict.fromkeys(dict(s.wildcards)[dim.name] for s in group))
+    if dag.has_key(base, dim.key) and [str(v) for v in dag.lookup(base, dim.key) or []] == values:
         return "${" + dim.key + "}"
     return [int(v) if dim.name == "seed" else v for v in values]
 

@@ -126,7 +126,9 @@ def tables_inputs(
         "generations": [generations(evaluate, m, t) for m, t in models],
         "curves": [curve(grpo, r) for r, _ in runs],
         "rollouts": [reward_metrics(reward, t) for t in cfg.tasks],
-        "credit": [credit(credits, m, t) for t in cfg.tasks for m in cfg.text_methods] if has_credit(cfg) else [],
+        "credit": [credit(credits, m, t) for t in cfg.tasks for m in cfg.text_methods if cfg.runs_on(m, t)]
+        if has_credit(cfg)
+        else [],
         "image_results": [image_results(evaluate, m, t) for m, t in image_models],
         "image_folders": [image_folder(evaluate, m, t) for m, t in image_models],
         "image_benchmarks": benchmarks,

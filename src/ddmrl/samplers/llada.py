@@ -154,6 +154,7 @@ def generate(
     record_trajectory: bool = False,
     generator: torch.Generator | None = None,
     aux_policy: AuxPolicy | None = None,
+    clamp: torch.Tensor | None = None,
 ) -> SampleOutput:
     """Sample completions of ``completion_length`` tokens for ``prompt_ids`` [N, P] (left-padded).
 
@@ -163,8 +164,13 @@ def generate(
     is 0.4 with the linear schedule, 0.01 with ASS) and ``record_trajectory``: ``ddmrl.samplers.schedules``.
     ``aux_policy``: a learned unmasking policy (``ddmrl.aux_policies.UnmaskingPolicy``) chooses the positions each
     step reveals instead of the confidence schedule (``ddmrl.samplers.unmasking``; ``steps`` and ``remasking`` then
-    do not apply).
+    do not apply). ``clamp`` [N, L]: the starting completion, every token other than ``mask_id`` fixed (inpainting;
+    the plain sampler with low_confidence or random remasking).
     """
+    if clamp is not None and (kv_cache != "none" or parallel != "none" or aux_policy is not None):
+        raise ValueError("clamp (inpainting): the plain sampler only (kv_cache, parallel: none; no aux_policy)")
+    if clamp is not None and remasking == "rcr":
+        raise ValueError("clamp (inpainting): remasking rcr would re-mask clamped tokens")
     if remasking not in REMASKINGS:
         raise ValueError(f"unknown remasking '{remasking}'; choose one of {', '.join(REMASKINGS)}")
     if schedule not in SCHEDULES:
@@ -200,6 +206,8 @@ def generate(
         )  # fmt: skip
     p = prompt_ids.shape[1]
     x, reveal = init_canvas(prompt_ids, completion_length, mask_id)
+    if clamp is not None:
+        x[:, p:] = clamp.to(x)
     blocks = _blocks(schedule, completion_length, block_length, steps, ass_blocks)
     total = sum(n for _, _, n, _ in blocks)
     gamma_min = EOS_MIN_GAMMA[schedule] if eos_min_gamma is None else eos_min_gamma

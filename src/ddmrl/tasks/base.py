@@ -59,6 +59,8 @@ class Task(ABC):
     evaluation_only: bool = False
     #: image tasks whose protocol fixes the images per prompt (DPG-Bench's 2x2 grid: 4); None: the evaluate section's
     samples_per_prompt: int | None = None
+    #: training examples carry a ground-truth reasoning trace (:meth:`reasoning_trace`), as IGPO's inpainting needs
+    reasoning_traces: bool = False
     #: token budgets (a special token counts as one token, every other character as one)
     prompt_length: int
     completion_length: int
@@ -87,6 +89,25 @@ class Task(ABC):
     def chat_text(self, example: Example, tokenizer: Any) -> str:
         """The model input text of a chat task (:attr:`chat`)."""
         raise NotImplementedError(f"{self.name} is not a chat task")
+
+    def reasoning_trace(self, example: Example) -> str | None:
+        """The ground-truth reasoning of a training example, final answer excluded: a substring of
+        ``example.answer`` (None: this example has none). Tasks with traces set :attr:`reasoning_traces`."""
+        return None
+
+    def trace_tokens(self, tokenizer: Any, example: Example) -> tuple[int, list[int]] | None:
+        """Where the reasoning trace sits in the reference completion: (its first completion position, its token ids),
+        or None without a trace. The position is the token count of ``example.answer`` before the trace (IGPO's
+        hints are clamped there; Zhao et al. 2026, Sec. 3)."""
+        trace = self.reasoning_trace(example)
+        if not trace:
+            return None
+        start = example.answer.find(trace)
+        if start < 0:
+            raise ValueError(f"{self.name} example {example.id}: its reasoning trace is not part of its answer")
+        from ddmrl.models import encode
+
+        return len(encode(tokenizer, example.answer[:start])), encode(tokenizer, trace)
 
     def encode_prompts(self, tokenizer: Any, examples: list[Example]) -> Any:
         """[N, P] prompt ids when the task lays out its own prompts (MMaDA's text-to-image layout); ``None``: the

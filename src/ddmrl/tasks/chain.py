@@ -44,6 +44,7 @@ class Chain(Task):
 
     name = "chain"
     special_tokens = ("<chain>", "<reasoning>", "</reasoning>", "<answer>", "</answer>")
+    reasoning_traces = True
 
     def __init__(self, hops: int = 3, distractors: int = 3, num_names: int = 10) -> None:
         if hops < 1 or distractors < 0:
@@ -75,6 +76,10 @@ class Chain(Task):
             answer="<reasoning>\n" + "\n".join(trace) + "\n</reasoning>\n<answer>\n" + str(value) + "\n</answer>\n",
             gold={"reasoning": trace, "answer": str(value)},
         )
+
+    def reasoning_trace(self, example: Example) -> str:
+        """The lookup lines inside ``<reasoning>`` (the answer digit after them is not part of it)."""
+        return "\n".join(example.gold["reasoning"])
 
     def reward(self, completion: str, example: Example) -> float:
         """d1's GSM8K training reward (at most 4.0; 2.0 of it for the right answer)."""

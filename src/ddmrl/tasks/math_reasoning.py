@@ -38,6 +38,7 @@ class MathReasoning(Task):
     """
 
     chat = True
+    reasoning_traces = True  # GSM8K's worked solution, MATH's solution (where the training item has one)
     prompt_length = 1024  # a prompt longer than this many tokens is refused
     benchmark: str
 
@@ -92,6 +93,11 @@ class MathReasoning(Task):
             [{"role": "user", "content": example.prompt}], add_generation_prompt=True, tokenize=False
         )
         return text + REASONING_PREFILL if example.gold["split"] == "test" else text
+
+    def reasoning_trace(self, example: Example) -> str | None:
+        """The reference's reasoning (GSM8K's worked solution without its calculator annotations, MATH's solution),
+        before ``</reasoning>``; None for an item without one."""
+        return example.answer.split("\n</reasoning>", 1)[0].strip() or None
 
     @property
     def _scorer(self) -> Benchmark:  # d1's parsers need no items

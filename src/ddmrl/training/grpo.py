@@ -32,6 +32,10 @@ then adds its clipped per-step loss to the method's (one backward pass, its own 
 ``aux_policy.freeze_model`` the model is the policy's environment only: no views, no old or reference passes, and
 ``num_iterations`` optimiser steps of the policy per rollout batch. A sample's reward may be scaled by its speed
 (``aux_policy.speed_alpha``: the unmasking paper's multiplicative reward).
+
+A method's rollout augmenter (``ddmrl.augmenters``: IGPO's inpainting of all-wrong groups) edits the scored batch
+between step 2's rewards and advantages, and its counts join the curve. A weighting that needs the old policy's
+entropy (IGPO's hint filter, ``ENTROPY_WEIGHTINGS``) gets it from the old pass of step 4.
 """
 
 from __future__ import annotations
@@ -44,15 +48,16 @@ from typing import NamedTuple
 import torch
 from tqdm import tqdm
 
+from ddmrl.augmenters import AUGMENTERS, AugmentInputs
 from ddmrl.aux_policies import AuxPolicy, aux_clip_loss, speed_reward
 from ddmrl.config import ConfigError, GRPOConfig
 from ddmrl.config.schema import STATE_VIEWS
-from ddmrl.likelihood import token_logps
+from ddmrl.likelihood import token_logps, token_logps_entropy
 from ddmrl.masking import Views, apply_view, build_views
 from ddmrl.methods import METHODS
 from ddmrl.objectives import OBJECTIVES, ObjectiveInputs, group_advantages, token_weights
 from ddmrl.objectives.advantages import STEP_ADVANTAGES
-from ddmrl.objectives.weights import realised_ratio
+from ddmrl.objectives.weights import ENTROPY_WEIGHTINGS, hint_entropy_filter, realised_ratio
 from ddmrl.rollout import Rollouts, rewards, rollout, step_rewards
 from ddmrl.seeding import derive_seed
 from ddmrl.tasks.base import Example, Task
@@ -147,9 +152,10 @@ def view_advantages(views: Views, step_advantages: torch.Tensor | None) -> torch
 LOGITS_PER_PASS = 2**28
 
 
-def view_logps(model, inputs: torch.Tensor, completion_ids: torch.Tensor, **guidance) -> torch.Tensor:
+def view_logps(model, inputs: torch.Tensor, completion_ids: torch.Tensor, entropy: bool = False, **guidance):
     """Token log-probs of every view: [V, N, P + L] inputs -> [V, N, L] (``guidance``: see :func:`logp_guidance`),
-    of ``completion_ids`` [N, L] or of each view's own target tokens [V, N, L].
+    of ``completion_ids`` [N, L] or of each view's own target tokens [V, N, L]. ``entropy``: also the model's
+    per-position entropy [V, N, L] from the same passes (a pair is returned).
 
     The views go through the model together, as many per forward pass as keep its logits under
     :data:`LOGITS_PER_PASS` (at least one view), instead of one pass per view: the same numbers (rows are
@@ -160,15 +166,20 @@ def view_logps(model, inputs: torch.Tensor, completion_ids: torch.Tensor, **guid
     vocab = getattr(config, "vocab_size", None)
     branches = 2 if guidance.get("cfg_scale") else 1
     per_pass = max(1, LOGITS_PER_PASS // (branches * n * t * vocab)) if vocab else 1
-    out = []
+    out, entropies = [], []
     for lo in range(0, v, per_pass):
         chunk = inputs[lo : lo + per_pass]  # [v', N, P + L]
         if completion_ids.dim() == 3:
             ids = completion_ids[lo : lo + per_pass].reshape(-1, completion_ids.shape[-1])  # [v' N, L]
         else:
             ids = completion_ids.repeat(chunk.shape[0], 1)  # [v' N, L]
-        out.append(token_logps(model, chunk.reshape(-1, t), ids, **guidance).view(chunk.shape[0], n, -1))
-    return torch.cat(out)
+        if entropy:
+            logp, h = token_logps_entropy(model, chunk.reshape(-1, t), ids, **guidance)
+            entropies.append(h.view(chunk.shape[0], n, -1))
+        else:
+            logp = token_logps(model, chunk.reshape(-1, t), ids, **guidance)
+        out.append(logp.view(chunk.shape[0], n, -1))
+    return (torch.cat(out), torch.cat(entropies)) if entropy else torch.cat(out)
 
 
 def logp_guidance(cfg: GRPOConfig, mask_id: int) -> dict:
@@ -246,6 +257,9 @@ def train_grpo(
     objective = OBJECTIVES[method.objective]
     record = (cfg.remasking or method.remasking) in STATE_VIEWS  # the views are the sampler's stored states
     dist.check_supported(acc, cfg.lora)
+    augmenter = AUGMENTERS[method.augmenter] if method.augmenter else None
+    if augmenter is not None:
+        augmenter.check(task)
     frozen = cfg.aux_policy.freeze_model
     _check_aux(acc, cfg, aux_policy)
     if ref is None and cfg.beta and cfg.kl_target == "ref" and not frozen and not dist.is_peft(policy):
@@ -304,6 +318,12 @@ def train_grpo(
         batch = rollout(policy, tok, task, examples, g, cfg.sampler, gen, record_trajectory=record, aux_policy=acting)
         batch = dist.to_device(batch, torch.device("cpu"))
         r = rewards(task, examples, batch, g)  # [N]
+        augmented = {}
+        if augmenter is not None:  # edits the scored groups before their advantages (IGPO)
+            gen_aug, seed_aug = dist.device_generator(acc.device, rseed, "augment", it), derive_seed(rseed, "aug", it)
+            batch, r, augmented = augmenter.augment(
+                AugmentInputs(policy, tok, task, examples, batch, r, g, cfg, gen_aug, seed_aug)
+            )
         if cfg.aux_policy.speed_alpha:
             steps_taken = batch.aux.active.sum(1)  # [N] the model evaluations (steps) of every sample
             r = speed_reward(r, steps_taken, task.completion_length, cfg.aux_policy.speed_alpha)
@@ -337,7 +357,12 @@ def train_grpo(
         policy.train(cfg.old_logp_mode == "train")
         old = kl_ref = None
         with torch.no_grad():
-            if not frozen:
+            if not frozen and b.rollouts.hints is not None and method.weighting in ENTROPY_WEIGHTINGS:
+                old, entropy = view_logps(policy, inputs, target_ids, entropy=True, **guidance)  # [V, N, L] each
+                valid = b.views.target_masks & b.rollouts.completion_mask[None]
+                kept = hint_entropy_filter(b.weights, valid, entropy, b.rollouts.hints, cfg.hint_entropy_top)
+                b = b._replace(weights=kept)
+            elif not frozen:
                 old = view_logps(policy, inputs, target_ids, **guidance)  # [V, N, L]
             if cfg.beta and not frozen:
                 if cfg.kl_target == "old":
@@ -414,6 +439,7 @@ def train_grpo(
             "completions/mean_length": lengths.mean().item(),
             **({} if step_r is None else over_denoising(acc, step_r)),
             **({} if acting is None else dist.mean_over_processes(acc, acting.summary(batch.aux))),
+            **{k: dist.gather(acc, torch.tensor([v])).sum().item() for k, v in augmented.items()},
             "nonfinite_skipped": skipped,
             "time": timing.gen + timing.old_ref_logp + timing.update,
         }

@@ -147,8 +147,8 @@ def test_lora_trains_only_the_adapters_against_the_disabled_adapter_reference(se
     seen = []
     real = losses_module.clipped_token_loss
 
-    def spy(logps, old, refl, adv, eps, beta):
-        out = real(logps, old, refl, adv, eps, beta)
+    def spy(logps, old, refl, adv, eps, beta, eps_high=0.0):
+        out = real(logps, old, refl, adv, eps, beta, eps_high)
         seen.append(out)
         return out
 

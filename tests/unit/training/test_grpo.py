@@ -46,8 +46,9 @@ def config(method: str, **kw) -> GRPOConfig:
     return method_config(method, base, **kw)
 
 
-# the methods with an auxiliary policy have their own tests (test_grpo_aux.py)
-TEXT = sorted(m for m in METHODS if METHOD_CONFIGS[m]().aux_policy.kind == "none")
+# the methods with an auxiliary policy (test_grpo_aux.py) or a rollout augmenter (test_grpo_igpo.py: IGPO needs a task
+# with reasoning traces) have their own tests
+TEXT = sorted(m for m in METHODS if METHOD_CONFIGS[m]().aux_policy.kind == "none" and not METHODS[m].augmenter)
 TOKEN_CLIP = [m for m in TEXT if METHODS[m].objective == "token_clip"]
 
 
@@ -71,8 +72,8 @@ def test_one_grpo_batch_updates_every_parameter(setup, method, monkeypatch):
     seen = []
     real = losses_module.clipped_token_loss
 
-    def spy(logps, old, refl, adv, eps, beta):
-        out = real(logps, old, refl, adv, eps, beta)
+    def spy(logps, old, refl, adv, eps, beta, eps_high=0.0):
+        out = real(logps, old, refl, adv, eps, beta, eps_high)
         seen.append((out, adv.clone()))
         return out
 
