@@ -235,8 +235,9 @@ def test_bad_params_stop_snakemake_with_one_line(tmp_path, key, edit):
 
 
 def test_each_snakemake_job_runs_its_own_command(tmp_path):
-    """Every job of a rule runs the command of its own wildcards (the DAG's stage); a second run does nothing, and
-    ``--forcerun grpo`` plans every GRPO run and what depends on it."""
+    """Every job of a rule runs the command of its own wildcards (the DAG's stage); a second run does nothing, a run
+    with `--config` values or a profile plans only the jobs whose values change, and ``--forcerun grpo`` plans every
+    GRPO run and what depends on it."""
     root = copy_repo(tmp_path)
 
     def shrink(raw):  # two text methods, one image method: 19 jobs
@@ -261,5 +262,10 @@ def test_each_snakemake_job_runs_its_own_command(tmp_path):
     assert snakemake(root, "-n", "--configfile", "more_seeds.yaml").returncode == 0  # writes the override's copy
     added = {s.name for s in dag.build(load(root / ".snakemake/ddmrl/params.yaml"))} - {s.name for s in stages}
     assert added and planned_names(root, "--configfile", "more_seeds.yaml") == added | {"tables"}
+    # a profile too: RebRL's ablation rows, one seed, beside what ran
+    assert snakemake(root, "-n", "--config", "profile=rebrl_ablation").returncode == 0
+    added = {s.name for s in dag.build(load(root / ".snakemake/ddmrl/params.yaml"))} - {s.name for s in stages}
+    assert any(n.startswith("grpo_rebrl_t1_") for n in added)
+    assert planned_names(root, "--config", "profile=rebrl_ablation") == added | {"tables"}
     runs = {s.name for s in stages if s.kind == "grpo"}
     assert planned_names(root, "--forcerun", "grpo") == runs | {f"evaluate_{r[5:]}" for r in runs} | {"tables"}

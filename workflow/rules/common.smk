@@ -43,10 +43,12 @@ def pattern(kind):
 
 
 def inputs(kind):
-    """Artifacts, the stage script and the library files it runs (mtime triggers see code edits)."""
+    """Artifacts, the stage script and the library files it runs (mtime triggers see code edits). Not the profile
+    overlay (DVC's dep on it): the params trigger sees the values a profile sets, so that switching profiles reruns
+    only the stages whose values change."""
 
     def stage_inputs(wildcards):
-        return list(dag.inputs(job(kind, wildcards)))
+        return [p for p in dag.inputs(job(kind, wildcards)) if p != f"profiles/{CFG.profile}.yaml"]
 
     return stage_inputs
 
@@ -65,7 +67,7 @@ def outputs(kind, reports=None):
 def params(kind):
     """The command line, and the params.yaml values the stage reads (a change reruns it: the params trigger). The
     trigger sees the command with params.yaml as its params file, so that a `--config` run (which passes the
-    override's copy) reruns only the jobs whose values it changes."""
+    override's copy, a profile among them) reruns only the jobs whose values it changes."""
 
     def cmd(wildcards, threads):  # a function of threads: Snakemake runs it but leaves it out of the params trigger
         return job(kind, wildcards).cmd
@@ -73,8 +75,9 @@ def params(kind):
     def command(wildcards):
         return job(kind, wildcards).cmd.replace(f"--params {PARAMS} ", "--params params.yaml ")
 
-    def values(wildcards):
-        return json.dumps(dag.param_values(CFG, job(kind, wildcards)), sort_keys=True)
+    def values(wildcards):  # the profile's name aside (DVC's params, as it reads params.yaml alone)
+        read = dag.param_values(CFG, job(kind, wildcards))
+        return json.dumps({k: v for k, v in read.items() if k != "profile"}, sort_keys=True)
 
     return {"cmd": cmd, "command": command, "values": values}
 
