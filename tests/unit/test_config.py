@@ -309,6 +309,7 @@ sft: {gradient_checkpointing: true, launch: {launcher: accelerate, num_processes
 DELIBERATE = {
     "rebrl_ablation.methods",
     "grpo.sampler.kv_cache",
+    "model.position_embedding",
     "grpo.methods",
     "grpo.seeds",
     "image.seeds",
