@@ -7,50 +7,30 @@ sample with it (the unmasking policy's beside the confidence heuristics). Run in
 from __future__ import annotations
 
 import json
-import os
-import shlex
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
+from smoke_stages import run_smoke_stages
 
-from ddmrl import config
 from ddmrl.aux_policies import load_aux_policy
-from ddmrl.pipeline import dag
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 TEXT, IMAGE = "unmask_policy_sudoku4_s0", "cogrpo_geneval_mini_s0"
 STAGES = ("download", "sft", f"grpo_{TEXT}", f"evaluate_{TEXT}", "download_image", f"grpo_{IMAGE}",
           f"evaluate_{IMAGE}")  # fmt: skip
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
 
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory) -> Path:
-    ws = tmp_path_factory.mktemp("aux")
-    for name in ("workflow", "stages", "profiles"):
-        shutil.copytree(REPO / name, ws / name)
-    smoke = yaml.safe_load((ws / "profiles" / "smoke.yaml").read_text())
-    extended = yaml.safe_load((ws / "profiles" / "extended.yaml").read_text())  # its rows at the smoke sizes
+def extended_rows(smoke: dict, extended: dict) -> None:  # the extended profile's rows at the smoke sizes
     smoke["grpo"]["methods"] = ["unmask_policy"]
     smoke["methods"] = {"unmask_policy": extended["methods"]["unmask_policy"]}
     smoke["image"]["methods"] = ["cogrpo"]
     smoke["image"]["method_overrides"] = {"cogrpo": extended["image"]["method_overrides"]["cogrpo"]}
-    (ws / "profiles" / "smoke.yaml").write_text(yaml.safe_dump(smoke, sort_keys=False))
-    raw = yaml.safe_load((REPO / "params.yaml").read_text()) | {"profile": "smoke"}
-    (ws / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    by_name = {s.name: s for s in dag.build(config.load(ws / "params.yaml"))}
-    for name in STAGES:
-        argv = shlex.split(by_name[name].cmd)
-        assert argv[0] == "python"
-        out = subprocess.run([sys.executable, *argv[1:]], cwd=ws, capture_output=True, text=True, env=ENV, timeout=900)
-        assert out.returncode == 0, f"{name} failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
-    return ws
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory) -> Path:
+    return run_smoke_stages(tmp_path_factory.mktemp("aux"), extended_rows, STAGES)
 
 
 def test_the_runs_save_their_policy_with_the_model(workspace):

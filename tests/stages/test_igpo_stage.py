@@ -6,48 +6,27 @@ temporary copy of the repository (as tests/stages/test_aux_policy_stages.py)."""
 from __future__ import annotations
 
 import csv
-import os
-import shlex
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
+from smoke_stages import run_smoke_stages
 
-from ddmrl import config
-from ddmrl.pipeline import dag
-
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 RUN = "igpo_chain_s0"
 STAGES = ("download", "sft", f"grpo_{RUN}")
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
 
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory) -> Path:
-    ws = tmp_path_factory.mktemp("igpo")
-    for name in ("workflow", "stages", "profiles"):
-        shutil.copytree(REPO / name, ws / name)
-    smoke = yaml.safe_load((ws / "profiles" / "smoke.yaml").read_text())
-    extended = yaml.safe_load((ws / "profiles" / "extended.yaml").read_text())
+def igpo_on_chain(smoke: dict, extended: dict) -> None:
     smoke["tasks"] = ["chain"]
     smoke["grpo"]["methods"] = ["igpo"]
     smoke["methods"] = {"igpo": extended["methods"]["igpo"]}
     smoke["image"]["tasks"] = []
-    (ws / "profiles" / "smoke.yaml").write_text(yaml.safe_dump(smoke, sort_keys=False))
-    raw = yaml.safe_load((REPO / "params.yaml").read_text()) | {"profile": "smoke"}
-    (ws / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    by_name = {s.name: s for s in dag.build(config.load(ws / "params.yaml"))}
-    for name in STAGES:
-        argv = shlex.split(by_name[name].cmd)
-        assert argv[0] == "python"
-        out = subprocess.run([sys.executable, *argv[1:]], cwd=ws, capture_output=True, text=True, env=ENV, timeout=900)
-        assert out.returncode == 0, f"{name} failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
-    return ws
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory) -> Path:
+    return run_smoke_stages(tmp_path_factory.mktemp("igpo"), igpo_on_chain, STAGES)
 
 
 def test_the_curve_counts_the_augmented_groups_of_every_rollout_batch(workspace):
