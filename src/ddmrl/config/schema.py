@@ -1230,6 +1230,12 @@ class MarModelConfig(Section):
     head_width: Int = Field(128, ge=8, description="Diffusion head width (MAR: 1024).")
     head_depth: Int = Field(3, ge=1, description="Diffusion head residual blocks (MAR: 3).")
     diffusion_steps: Int = Field(1000, ge=2, description="T of the head's cosine training schedule (MAR: 1000).")
+    position_embedding: Literal["learned", "rope"] = Field(
+        "rope",
+        description="Rotary positions (rope) or MAR's learned ones. Measured on geneval-mini, 1500 pre-training "
+        "steps: with learned positions a masked object cell is sampled in its colour 12 % of the time given 70 % of "
+        "the canvas (the model ignores its context; GenEval 0 %), with rope 57 %.",
+    )
 
 
 @section

@@ -232,8 +232,8 @@ def train_mar_grpo(
     t0 = time.time() - elapsed
     batches = cfg.max_steps // mu
     height, width = task.height, task.width
-    # train mode throughout (dropout is 0): rollouts, old/reference terms and updates take one attention code path
-    # (in eval mode PyTorch's fused encoder path differs in the last bits), so ratios start at exactly 1
+    # train mode throughout (TinyMAR has no dropout): rollouts, old/reference terms and updates run the same code,
+    # so ratios start at exactly 1
     policy.train()
     if ref is not None:
         ref.train()

@@ -7,8 +7,10 @@ import pytest
 import torch
 
 from ddmrl.config import MarSamplerConfig
+from ddmrl.errors import DataError
+from ddmrl.io import read_json, write_json
 from ddmrl.mar.diffusion import posterior_mean
-from ddmrl.mar.model import TinyMAR
+from ddmrl.mar.model import TinyMAR, load_mar, save_mar
 from ddmrl.mar.sampler import ar_schedule, generate, schedule_of
 
 
@@ -54,8 +56,9 @@ def test_a_rollout_records_every_state(tiny, drafts):
     assert roll.head_passes == 4 * (sum(unknown[:-1]) if drafts else 64)
 
 
-def test_conditions_ignore_unknown_values_and_see_known_ones(tiny):
-    model = tiny(1)
+@pytest.mark.parametrize("positions", ["learned", "rope"])
+def test_conditions_ignore_unknown_values_and_see_known_ones(tiny, positions):
+    model = tiny(1, position_embedding=positions)
     prompt = model.encode_prompts(["a photo of a red bar"])
     tokens, mask = torch.randn(1, 64, 3), torch.zeros(1, 64, dtype=torch.bool)
     mask[0, :32] = True
@@ -67,8 +70,31 @@ def test_conditions_ignore_unknown_values_and_see_known_ones(tiny):
     assert not torch.allclose(before[0, :32], after[0, :32])
 
 
-def test_prompts_and_save_pretrained_round_trip(tiny, tmp_path):
-    model = tiny(2)
+@pytest.mark.parametrize("positions", ["learned", "rope"])
+def test_conditions_ignore_the_prompts_padding(tiny, positions):
+    model = tiny(3, position_embedding=positions)
+    ids = model.encode_prompts(["a photo of a bar"])  # 5 words, 5 padding slots
+    tokens, mask = torch.randn(1, 64, 3), torch.rand(1, 64) < 0.5
+    before = model.conditions(ids, tokens, mask)
+    with torch.no_grad():
+        model.word_embed.weight[0].normal_()  # what a padding slot would contribute, were it attended to
+    assert torch.allclose(model.conditions(ids, tokens, mask), before, atol=1e-6)
+
+
+def test_rope_has_no_position_parameters_and_sees_where_a_token_is(tiny):
+    model = tiny(4, position_embedding="rope")
+    assert not any("pos" in name for name, _ in model.named_parameters())
+    ids = model.encode_prompts(["a photo of a bar"])
+    tokens, mask = torch.zeros(1, 64, 3), torch.ones(1, 64, dtype=torch.bool)
+    z = model.conditions(ids, tokens, mask)  # every token unknown: only its position tells them apart
+    assert not torch.allclose(z[0, 0], z[0, 9], atol=1e-4)
+    with pytest.raises(ValueError, match="position_embedding"):
+        tiny(0, position_embedding="sincos")
+
+
+@pytest.mark.parametrize("positions", ["learned", "rope"])
+def test_prompts_and_save_pretrained_round_trip(tiny, tmp_path, positions):
+    model = tiny(2, position_embedding=positions)
     ids = model.encode_prompts(["a photo of a bar", "a photo of an orange plus and a blue tee"])
     assert ids.shape == (2, 10) and (ids[0, 5:] == 0).all() and (ids[1] != 0).sum() == 10
     with pytest.raises(ValueError, match="unknown word"):
@@ -79,6 +105,16 @@ def test_prompts_and_save_pretrained_round_trip(tiny, tmp_path):
     assert torch.equal(model.conditions(ids, tokens, mask), loaded.conditions(ids, tokens, mask))
     x, t, z = torch.randn(5, 3), torch.tensor([0, 5, 50, 500, 999]), torch.randn(5, 32)
     assert torch.equal(model.head(x, t, z), loaded.head(x, t, z))
+
+
+def test_load_mar_refuses_weights_of_another_architecture(tiny, tmp_path):
+    """transformers would initialise missing weights at random and load on: load_mar names the mismatch instead."""
+    save_mar(tiny(0), tmp_path / "m")
+    assert torch.equal(load_mar(tmp_path / "m").mask_embed, tiny(0).mask_embed)
+    config = read_json(tmp_path / "m" / "config.json")
+    write_json(tmp_path / "m" / "config.json", {**config, "position_embedding": "rope"})
+    with pytest.raises(DataError, match="weights do not match TinyMAR.*image_pos"):
+        load_mar(tmp_path / "m")
 
 
 def test_a_fresh_head_predicts_zero_noise(tiny):
