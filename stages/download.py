@@ -62,7 +62,8 @@ def main() -> None:
     args = ap.parse_args()
     cfg = config.load(args.params)
     branch = cfg.image if args.modality == "image" else cfg  # both have tasks, task_params, model, download
-    seed_everything(cfg.seed)
+    seed = cfg.seed if branch.download.seed is None else branch.download.seed  # the pre-training's; held-out: cfg's
+    seed_everything(seed)
     start = time.time()
 
     # 0. paper profiles: the checkpoint and data sets, before anything else (offline: one line naming what is missing)
@@ -81,7 +82,7 @@ def main() -> None:
         held_out = task.held_out(branch.download.num_eval, derive_seed(cfg.seed, "eval", name))
         write_task(args.tasks_out, task, params, held_out)
         tasks.append(task)
-        draws.append(training_draw(task, held_out, cfg.seed, "pretrain", branch.download.pretrain.batch_size))
+        draws.append(training_draw(task, held_out, seed, "pretrain", branch.download.pretrain.batch_size))
     for name in cfg.image.eval_tasks if args.modality == "image" else ():  # benchmarks: every prompt, held out
         params = branch.task_params.get(name, {})
         task = make_task(name, **params)
@@ -109,7 +110,7 @@ def main() -> None:
         batch = encode_examples(tok, tasks[i], draws[i](step))
         if args.modality == "text":
             return batch
-        dropout = generator(cfg.seed, "cond_dropout", step)
+        dropout = generator(seed, "cond_dropout", step)
         return batch._replace(
             prompt_ids=drop_prompts(batch.prompt_ids, cfg.image.cond_dropout_prob, tok.mask_token_id, dropout)
         )
@@ -147,7 +148,7 @@ def main() -> None:
     )
     acc = dist.local_accelerator(trained, log_with=trackers(pre.report_to, args.log_dir, name, f"{key}.report_to"))
     start_trackers(acc, name, resolved, args.log_dir)
-    masking = generator(cfg.seed, "pretrain")
+    masking = generator(seed, "pretrain")
     curve = train_mdm(trained, next_batch, pre, objective, masking, "pretrain", ckpt, acc, RunLog(args.curve))
 
     # 4. outputs

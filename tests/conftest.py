@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+import ddmrl  # noqa: F401  (first: pins the CPU numerics before torch chooses its kernels, as every stage does)
+
 
 @pytest.fixture(scope="module", autouse=True)
 def modules_cache(tmp_path_factory):

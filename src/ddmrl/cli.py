@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from ddmrl import numerics
 from ddmrl.config import DEFAULT_PROFILE, ConfigError
 from ddmrl.io import DataError, DownloadError, atomic_path
 
@@ -18,16 +19,13 @@ for _var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "DVC_NO_ANALYTICS"):
 
 
 def run_stage(main: Callable[[], None]) -> None:
-    """Run a stage's ``main``; configuration and data problems end it with one line naming the key or file."""
-    import torch
-
-    # Snakemake sets OMP_NUM_THREADS to the rule's threads; DVC and a plain shell leave torch its default.
-    if "OMP_NUM_THREADS" in os.environ:
-        torch.set_num_threads(max(1, int(os.environ["OMP_NUM_THREADS"])))
+    """Run a stage's ``main`` on the pinned CPU numerics (one thread; :mod:`ddmrl.numerics`), whichever engine
+    started it; configuration and data problems end it with one line naming the key or file."""
     try:
+        numerics.check()
         _check_dvc_profile()
         main()
-    except (ConfigError, DataError, DownloadError, FileNotFoundError) as e:
+    except (ConfigError, DataError, DownloadError, FileNotFoundError, numerics.NumericsError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
 

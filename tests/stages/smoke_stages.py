@@ -20,10 +20,13 @@ REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
 
-def run_smoke_stages(ws: Path, edit: Callable[[dict, dict], None], stages: Sequence[str]) -> Path:
+def run_smoke_stages(
+    ws: Path, edit: Callable[[dict, dict], None], stages: Sequence[str], env: dict[str, str] | None = None
+) -> Path:
     """Copy the repository's workflow, stages and profiles into ``ws``; ``edit(smoke, extended)`` changes the smoke
     overlay in place (``extended``: the extended profile, whose sections it may take); then run ``stages`` in order
-    with the commands the DAG builds for ``profile: smoke``. Returns ``ws``."""
+    with the commands the DAG builds for ``profile: smoke``, in the environment ``env`` (default :data:`ENV`). Returns
+    ``ws``."""
     for name in ("workflow", "stages", "profiles"):
         shutil.copytree(REPO / name, ws / name)
     smoke = yaml.safe_load((ws / "profiles" / "smoke.yaml").read_text())
@@ -35,6 +38,8 @@ def run_smoke_stages(ws: Path, edit: Callable[[dict, dict], None], stages: Seque
     for name in stages:
         argv = shlex.split(by_name[name].cmd)
         assert argv[0] == "python"
-        out = subprocess.run([sys.executable, *argv[1:]], cwd=ws, capture_output=True, text=True, env=ENV, timeout=900)
+        out = subprocess.run(
+            [sys.executable, *argv[1:]], cwd=ws, capture_output=True, text=True, env=env or ENV, timeout=900
+        )
         assert out.returncode == 0, f"{name} failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
     return ws

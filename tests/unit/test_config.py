@@ -412,26 +412,33 @@ IMPORTED = "import {}, sys; print(sorted(m for m in sys.modules if m.startswith(
     [
         (
             "ddmrl.config",
-            ["ddmrl", *(f"ddmrl.config.{f[:-3]}" for f in CONFIG_FILES[1:]), "ddmrl.config", "ddmrl.errors"],
+            [*(f"ddmrl.config.{f[:-3]}" for f in CONFIG_FILES[1:]), "ddmrl.config", "ddmrl.errors"],
         ),
-        ("ddmrl.errors", ["ddmrl", "ddmrl.errors"]),
-        ("ddmrl.io", ["ddmrl", "ddmrl.errors", "ddmrl.io"]),
-        ("ddmrl.seeding", ["ddmrl", "ddmrl.seeding"]),
+        ("ddmrl.errors", ["ddmrl.errors"]),
+        ("ddmrl.io", ["ddmrl.errors", "ddmrl.io"]),
+        ("ddmrl.seeding", ["ddmrl.seeding"]),
+        ("ddmrl.numerics", []),
     ],
 )
 def test_leaf_modules_import_nothing_heavy(module, modules):
-    """The shared leaves load neither torch nor transformers nor any other ddmrl module than these."""
+    """The shared leaves load neither torch nor transformers nor any other ddmrl module than these (``ddmrl`` itself,
+    and the numerics it pins on import, are always there)."""
+    modules = ["ddmrl", "ddmrl.numerics", *modules]
     out = subprocess.run([sys.executable, "-c", IMPORTED.format(module)], capture_output=True, text=True, check=True)
     assert ast.literal_eval(out.stdout) == sorted(modules)
 
 
 def test_the_code_deps_of_a_config_user_are_configs_own_files(tmp_path):
-    """Every stage imports ddmrl.config: through it, a stage depends on the config package and ddmrl.errors only
-    (ddmrl.pipeline.dag.code_files follows every ddmrl import, those inside functions included)."""
+    """Every stage imports ddmrl.config: through it, a stage depends on the config package, ddmrl.errors and the
+    numerics ddmrl pins only (ddmrl.pipeline.dag.code_files follows every ddmrl import, those inside functions
+    included)."""
     for text in ("from ddmrl import config\n", "from ddmrl.config import ConfigError, load\n"):
         (tmp_path / "stage.py").write_text(text)
         assert code_files(tmp_path / "stage.py", REPO) == tuple(
-            sorted(["src/ddmrl/__init__.py", "src/ddmrl/errors.py", *(f"src/ddmrl/config/{f}" for f in CONFIG_FILES)])
+            sorted(
+                ["src/ddmrl/__init__.py", "src/ddmrl/errors.py", "src/ddmrl/numerics.py"]
+                + [f"src/ddmrl/config/{f}" for f in CONFIG_FILES]
+            )
         )
 
 

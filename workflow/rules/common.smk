@@ -82,10 +82,6 @@ def params(kind):
     return {"cmd": cmd, "command": command, "values": values}
 
 
-def threads(kind):
-    return pattern(kind).threads
-
-
 def resources(kind):
     """GPUs of training launched with accelerate (``launch:``); per-kind cluster resources live in the profile."""
     stages = [s for s in STAGES if s.kind == kind]

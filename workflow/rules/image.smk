@@ -8,7 +8,6 @@ rule download_image:
     input: inputs("download_image")
     output: outputs("download_image")
     params: **params("download_image")
-    threads: threads("download_image")
     log: log_of("download_image")
     benchmark: benchmark_of("download_image")
     conda: CONDA

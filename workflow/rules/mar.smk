@@ -8,7 +8,6 @@ rule download_mar:
     input: inputs("download_mar")
     output: outputs("download_mar")
     params: **params("download_mar")
-    threads: threads("download_mar")
     log: log_of("download_mar")
     benchmark: benchmark_of("download_mar")
     conda: CONDA

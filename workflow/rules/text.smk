@@ -7,7 +7,6 @@ rule download:
     input: inputs("download")
     output: outputs("download")
     params: **params("download")
-    threads: threads("download")
     log: log_of("download")
     benchmark: benchmark_of("download")
     conda: CONDA
@@ -19,7 +18,6 @@ rule sft:
     input: inputs("sft")
     output: outputs("sft")
     params: **params("sft")
-    threads: threads("sft")
     resources: **resources("sft")
     log: log_of("sft")
     benchmark: benchmark_of("sft")

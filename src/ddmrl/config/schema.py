@@ -286,6 +286,13 @@ class DownloadConfig(Section):
         default_factory=lambda: TrainConfig(max_steps=1200, warmup_steps=100, save_steps=200),
         description="Pre-training of the embedded base model.",
     )
+    seed: Int | None = Field(
+        None,
+        ge=0,
+        description="Seed of the pre-training (initialisation, data draws, masks); default: the global seed. The "
+        "held-out sets follow the global seed whatever it is, so base models of other seeds are scored on the same "
+        "items (how much the tables move with the base model: docs/results.md).",
+    )
     hub: tuple[HubItem, ...] = Field((), description="What to fetch (paper profiles), each into hub_dir/<name>.")
     hub_dir: Str = Field(
         "data/hub", description="Where large downloads live, outside the DAG's outputs (like data/checkpoints)."

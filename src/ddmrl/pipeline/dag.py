@@ -62,7 +62,6 @@ class Stage:
     dir_outs: tuple[str, ...] = ()  # output directories
     metrics: tuple[str, ...] = ()  # JSON metric files (outputs; DVC metrics)
     params: tuple[str, ...] = ()  # dotted params.yaml keys this stage reads (DVC params; Snakemake params)
-    threads: int = 1  # Snakemake threads (OMP_NUM_THREADS of the job; scaled down to --cores when fewer)
     launcher: tuple[str, ...] = ("python",)  # words before the script, e.g. accelerate launch --config_file F ...
     resources: tuple[tuple[str, int | str], ...] = ()  # Snakemake resources of the job, e.g. (("gpu", 8),)
     # DVC's deps when they are not ``deps``: the directories holding them, so that dvc.yaml does not list the
@@ -285,20 +284,14 @@ def checkpoints(stage_name: str) -> str:
     return f"data/checkpoints/{stage_name}"
 
 
-#: threads of the text pre-training: fixed, not "all", because the thread count changes the order of float sums and
-#: so the weights (measured: one thread instead of two moved the SFT weights by up to 2e-4, and SPG's run then
-#: collapsed where it had not); with a fixed count the base model does not depend on --cores (given that many)
-PRETRAIN_THREADS = 2
-
-
 def download(new: StageFactory) -> Stage:
     """The text base model and tasks: embedded profiles pre-train it, paper profiles fetch it."""
     return _download(new, "download", "data/download", TASKS_DIR, BASE_DIR)
 
 
 def download_image(new: StageFactory) -> Stage:
-    """The text-to-image branch's own base model and tasks. Its pre-training runs on one thread, beside the text
-    branch's jobs (on 2 cores that finishes sooner than two threads each in turn)."""
+    """The text-to-image branch's own base model and tasks. Like every stage it computes on one thread
+    (:mod:`ddmrl.numerics`), beside the text branch's jobs."""
     return _download(new, "download_image", "data/download/image", IMAGE_TASKS_DIR, IMAGE_BASE_DIR)
 
 
@@ -322,7 +315,7 @@ def _download(new: StageFactory, name: str, root: str, tasks: str, base: str) ->
          "--checkpoints": checkpoints(name), "--log-dir": log_dir(name), **extra},
         deps=(), params=("profile", "seed", *params), script="stages/download.py",
         outs=(curve, *configs), dir_outs=(tasks, base, *manifests), metrics=(metrics,),
-        threads=1 if image or branch.model.pretrained else PRETRAIN_THREADS, uses=new.uses(task_names, image=image),
+        uses=new.uses(task_names, image=image),
     )  # fmt: skip
 
 
@@ -343,7 +336,7 @@ def sft(new: StageFactory) -> Stage:
         {"--tasks": TASKS_DIR, "--model": BASE_DIR, "--model-out": SFT_DIR, "--metrics": metrics, "--curve": curve,
          "--config-out": resolved, "--checkpoints": checkpoints("sft"), "--log-dir": log_dir("sft")},
         deps=(TASKS_DIR, BASE_DIR), params=("profile", "seed", "tasks", "sft"),
-        outs=(curve, resolved), dir_outs=(SFT_DIR,), metrics=(metrics,), threads=1, uses=new.uses(new.cfg.tasks),
+        outs=(curve, resolved), dir_outs=(SFT_DIR,), metrics=(metrics,), uses=new.uses(new.cfg.tasks),
         **launch(new.cfg.sft.launch),
     )  # fmt: skip
 

@@ -1,0 +1,75 @@
+"""The same weights on every x86-64 machine: a short pre-training, SFT and UniGRPO run of the embedded model (the
+main job's model sizes, the smoke profile's loop lengths) through the DAG's own stage commands, whose weight digests
+(sha256 of ``model.safetensors``) are committed in ``tests/fixtures/weights/sha256.json``. CI fails on a machine
+where they differ: its CPU computes other floats under the pinned numerics (``ddmrl.numerics``). After a change
+that moves the weights on purpose (the model, the loss, the sampler), rewrite the fixture with
+
+    python tests/stages/test_reproducible_weights.py
+
+and say in the commit why the weights moved.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from smoke_stages import ENV, run_smoke_stages
+
+from ddmrl import numerics
+from ddmrl.pipeline.layout import BASE_DIR, GRPO_DIR, SFT_DIR
+from ddmrl.training.resume import file_digest
+
+pytestmark = pytest.mark.slow
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "weights" / "sha256.json"
+RUN = "unigrpo_chain_s0"
+MODELS = {"download": BASE_DIR, "sft": SFT_DIR, f"grpo_{RUN}": f"{GRPO_DIR}/{RUN}/model"}
+
+
+def main_job_sizes(smoke: dict, extended: dict) -> None:
+    """The main job's model (params.yaml's ``model:``), one method and seed on chain (whose format rewards differ
+    within a group even at this length of pre-training: the GRPO step moves the weights); the smoke loop lengths."""
+    del smoke["model"]
+    smoke["tasks"] = ["chain"]
+    smoke["grpo"] |= {"methods": ["unigrpo"], "seeds": [0]}
+    smoke["image"]["tasks"] = []
+
+
+def digests(ws: Path) -> dict[str, str]:
+    return {stage: file_digest(ws / path / "model.safetensors") for stage, path in MODELS.items()}
+
+
+@pytest.fixture(scope="module")
+def pinned(tmp_path_factory) -> dict[str, str]:
+    return digests(run_smoke_stages(tmp_path_factory.mktemp("pinned"), main_job_sizes, list(MODELS)))
+
+
+def test_the_weights_equal_the_committed_digests(pinned):
+    """Pre-training, SFT and GRPO give, bit for bit, the weights committed from the development machines (their CPUs:
+    docs/pipeline.md#numerics)."""
+    assert pinned == json.loads(FIXTURE.read_text())
+
+
+def test_native_kernels_of_a_wider_cpu_give_other_weights(tmp_path, pinned):
+    """What the pin is for: on a CPU with AVX-512, the unpinned kernels pre-train another base model (so a machine of
+    another kind would too). Skipped on a machine whose native kernels are the pinned ones."""
+    env = {k: v for k, v in ENV.items() if k not in numerics.MODES["avx2"]} | {numerics.MODE_VAR: "native"}
+    probe = "import torch; torch.zeros(2).sum(); print(torch.backends.cpu.get_cpu_capability())"
+    native = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+    if native.stdout.strip() == "AVX2":
+        pytest.skip("this CPU's native kernels are AVX2, the pinned ones")
+    ws = run_smoke_stages(tmp_path, main_job_sizes, ["download"], env=env)
+    assert file_digest(ws / BASE_DIR / "model.safetensors") != pinned["download"]
+
+
+if __name__ == "__main__":  # rewrite the fixture from this machine
+    with tempfile.TemporaryDirectory() as tmp:
+        found = digests(run_smoke_stages(Path(tmp), main_job_sizes, list(MODELS)))
+    FIXTURE.parent.mkdir(parents=True, exist_ok=True)
+    FIXTURE.write_text(json.dumps(found, indent=2) + "\n")
+    print(json.dumps(found, indent=2))
