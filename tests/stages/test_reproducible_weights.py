@@ -51,7 +51,7 @@ def pinned(tmp_path_factory) -> dict[str, str]:
 
 def test_the_weights_equal_the_committed_digests(pinned):
     """Pre-training, SFT and GRPO give, bit for bit, the weights committed from the development machines (their CPUs:
-    docs/pipeline.md#numerics)."""
+    docs/pipeline.md, "Numerics")."""
     assert pinned == json.loads(FIXTURE.read_text())
 
 

@@ -1,0 +1,84 @@
+"""How much the text table moves with the base model: the same DAG run from base models of other pre-training seeds
+(``download.seed``; the held-out items follow the global seed and stay the same), each with its own SFT model and
+one GRPO run per method (seed 0). ``stages/base_models.py`` tables it from those runs' evaluation files.
+
+The tables' intervals (``ddmrl.tables``) cover the held-out items and the RL seeds of one base model; this one adds
+the base model as a level of the bootstrap (Davison & Hinkley 1997, section 3.8, as the seeds are), so that a reader
+sees which gains survive a different base model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ddmrl import stats
+from ddmrl.config import Config, run_name
+from ddmrl.tables import (
+    Scores,
+    _fill,
+    _records,
+    aligned,
+    cell,
+    display,
+    gain_interval,
+    row_interval,
+    stacked,
+    start_of,
+)
+
+#: the columns of each task, in order
+COLUMNS = ("acc per base model", "acc over base models", "Δ vs start per base model", "Δ vs start over base models")
+
+
+def base_model_table(
+    cfg: Config, per_base: dict[int, dict[tuple[str, str], Scores]]
+) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """(markdown frame, interval records). ``per_base`` maps a base seed to its scores, keyed (model, task) as in
+    ``ddmrl.tables.main_table``; a method's row is its seed-0 run on each base model.
+
+    Per task: the row's accuracy on each base model; its accuracy over the base models (two-stage bootstrap over base
+    models and items); its gain over its start model on each base model (paired on the items, * when the interval
+    excludes 0); and that gain over the base models, each base model's run paired with its own start model (the
+    per-item differences, bootstrapped over base models and items). A gain whose last interval excludes 0 survives a
+    change of base model."""
+    bases = sorted(per_base)
+    md, records = [], []
+    for label in ["base", "sft", *cfg.text_methods]:
+        row = {"model": display(label)}
+        start = start_of(cfg, label)
+        for t in cfg.tasks:
+            model = label if label in ("base", "sft") else run_name(label, t, 0)
+            if any((model, t) not in per_base[b] for b in bases):
+                continue
+            mine = [per_base[b][model, t] for b in bases]
+            row[f"{t}: acc per base model"] = " / ".join(f"{row_interval([s]).estimate:.1f}" for s in mine)
+            acc = row_interval(mine)
+            row[f"{t}: acc over base models"] = cell(acc)
+            records += _records(label, t, "accuracy over base models", acc)
+            if start is None:
+                continue
+            starts = [per_base[b][start, t] for b in bases]
+            gains = [gain_interval([m], [s]) for m, s in zip(mine, starts, strict=True)]
+            row[f"{t}: Δ vs start per base model"] = " / ".join(
+                f"{g.estimate:+.1f}{'*' if g.excludes_zero() else ''}" for g in gains
+            )
+            numer, denom, _ = stacked([difference(m, s) for m, s in zip(mine, starts, strict=True)])  # [B, N], [N]
+            gain = stats.interval(numer, denom)
+            row[f"{t}: Δ vs start over base models"] = cell(gain, signed=True)
+            records += _records(label, t, f"gain vs {start} over base models", gain)
+        md.append(row | {"base models": str(len(bases))})
+    frame = pd.DataFrame(md)
+    columns = [f"{t}: {c}" for t in cfg.tasks for c in COLUMNS]
+    return _fill(frame[["model", *(c for c in columns if c in frame), "base models"]]), records
+
+
+def difference(scores: Scores, start: Scores) -> Scores:
+    """Per-item ``scores`` minus ``start`` on the same items (``start``'s order). Its accuracy, sum(numer) /
+    sum(denom), is the gain, since both share the items' denominators (d1's pooled Sudoku cell accuracy too)."""
+    (mine,) = aligned([scores], [start])
+    if not np.array_equal(mine.denom, start.denom):
+        raise ValueError("a paired difference needs the same denominators on both sides")
+    return Scores(start.ids, mine.numer - start.numer, start.denom, start.strata)

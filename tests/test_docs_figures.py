@@ -1,0 +1,73 @@
+"""The figures the README and docs/results.md quote are the committed tables of one main job (docs/main_job/, copied
+from its data/tables/ and the base-model runs' tables; docs/main_job/RUN.md says which commit, CPU and wall time).
+Rerun the main job and copy its tables there, and this fails wherever the prose still quotes the old run."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RUN = REPO / "docs" / "main_job"
+DOCS = [REPO / "README.md", REPO / "docs" / "results.md"]
+#: a figure with its interval as the tables write it: ``45.7 [43.7, 47.5]``, ``+4.6 [+2.4, +6.9]*``
+INTERVAL = re.compile(r"[+-]?\d+\.\d \[[+-]?\d+\.\d, [+-]?\d+\.\d\]\*?")
+
+
+def committed() -> str:
+    return "\n".join(p.read_text(encoding="utf-8") for p in sorted(RUN.glob("*.md")))
+
+
+def table_rows(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("|") and not line.startswith("|---")]
+
+
+def parse_table(text: str, first_column: str) -> dict[str, dict[str, str]]:
+    """The first Markdown table whose header starts with ``first_column``, as {first cell: {column: cell}}."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_column} |"))
+    header = [c.strip() for c in lines[start].strip("|").split("|")]
+    rows = {}
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0]] = dict(zip(header, cells, strict=True))
+    return rows
+
+
+def test_every_quoted_interval_is_in_the_committed_tables():
+    tables = committed()
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        missing = [f for f in INTERVAL.findall(text) if f not in tables]
+        assert not missing, f"{doc.name} quotes figures that no committed table of the main job holds: {missing}"
+
+
+def test_every_table_row_of_the_results_is_a_row_of_the_committed_tables():
+    rows = set(table_rows(committed()))
+    results = (REPO / "docs" / "results.md").read_text(encoding="utf-8")
+    quoted = [r for r in table_rows(results) if r.split("|")[1].strip() not in ("model", "task", "mode", "what")]
+    assert quoted, "docs/results.md quotes no table"
+    assert [r for r in quoted if r not in rows] == []
+
+
+def test_the_readme_table_is_the_committed_text_and_image_tables():
+    readme = parse_table((REPO / "README.md").read_text(encoding="utf-8"), "model")
+    text = parse_table((RUN / "text_table.md").read_text(encoding="utf-8"), "model")
+    image = parse_table((RUN / "image_table.md").read_text(encoding="utf-8"), "model")
+    assert list(readme) == list(text)
+    for model, row in readme.items():
+        assert row["Sudoku (cells)"] == text[model]["sudoku4 acc (%)"]
+        assert row["chain"] == text[model]["chain acc (%)"]
+        assert row["geneval-mini Overall"] == image.get(model, {}).get("Overall", "—")
+
+
+def test_the_run_record_says_which_commit_cpu_and_wall_time():
+    record = (RUN / "RUN.md").read_text(encoding="utf-8")
+    assert re.search(r"commit `[0-9a-f]{7,40}`", record)
+    assert re.search(r"\*\*CPU\*\*: \S+", record)
+    minutes = re.search(r"wall time: (\d+) min (\d+) s", record)
+    assert minutes, "RUN.md must give the main job's wall time"
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert f"{int(minutes[1]) + (int(minutes[2]) >= 30)} minutes on 2 CPU cores" in readme
