@@ -1,0 +1,325 @@
+"""The pipeline through a real SLURM scheduler: `snakemake --profile workflow/profiles/slurm` on the smoke profile,
+against the one-node SLURM that .ci/slurm.sh starts (munge, slurmctld, slurmd; no accounting), with the account and
+partitions given as docs/distributed.md tells users (environment variables; no tracked file edited).
+
+* Every kind of stage is submitted with its own resources (what slurmctld recorded for each job equals the shipped
+  profile's default-resources and set-resources for its rule), a second run has nothing to do, and every result
+  equals the local run's (tests/pipeline/conftest.py's smoke workspace).
+* A job cancelled with scancel ends Snakemake's wait with the plugin's error naming the job and its state.
+* A GRPO job killed by its SLURM time limit, then its retry cancelled with scancel, is retried by Snakemake
+  (`retries`) and resumes from its last checkpoint: weights (SHA-256), curve and metrics equal an uninterrupted run.
+
+Skipped, with the reason, where no SLURM is running or the [slurm] extra is missing (a laptop). CI runs them all.
+The DAG is cut to two text methods and one image method (every kind of stage, 15 jobs) to keep CI short.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers import BIN, ENV, copy_repo, edit_params, run
+
+from ddmrl.config import load
+from ddmrl.pipeline import dag, export
+
+PROFILE = Path("workflow/profiles/slurm")
+#: how a user gives the account and partitions (workflow/profiles/slurm/config.yaml; .ci/slurm.sh's partitions)
+USER_ENV = {"DDMRL_SLURM_ACCOUNT": "ddmrl-ci", "DDMRL_SLURM_CPU_PARTITION": "cpu", "DDMRL_SLURM_GPU_PARTITION": "gpu"}
+SLURM_ENV = {**ENV, **USER_ENV}
+#: the plugin's first status check after a submission (default 40 s): short, so the test does not idle
+FAST = ("--slurm-init-seconds-before-status-checks", "2")
+TEXT_METHODS, IMAGE_METHODS = ["rebrl", "spg"], ["rebrl"]
+RUN = "rebrl_sudoku4_s0"
+GRPO = f"grpo_{RUN}"
+#: GRPO runs long enough to outlive a 1-minute time limit (about 110 s of steps here, after 10-20 s of start-up),
+#: checkpointing every 6 s or so (a methods section cannot change the budget, so this goes in the profile's grpo:)
+LONG_RUN = {"max_steps": 700, "num_prompts": 16, "num_generations": 16, "save_steps": 40}
+TIMING_KEYS = {"seconds", "timing", "eval_seconds", "time"}
+
+
+def slurm_missing() -> str | None:
+    """Why the SLURM tests cannot run here, or None."""
+    if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
+        return 'no snakemake-executor-plugin-slurm (pip install -e ".[slurm]")'
+    if not (shutil.which("sbatch") and shutil.which("sinfo")):
+        return "no SLURM client (sbatch, sinfo): .ci/slurm.sh installs and starts a one-node SLURM"
+    try:
+        states = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"sinfo failed ({e})"
+    if not re.search(r"^(idle|mix|alloc)", states, flags=re.M):
+        return f"no SLURM node up (sinfo: {states.split() or 'no answer'}): run .ci/slurm.sh as root"
+    return None
+
+
+MISSING = slurm_missing()
+pytestmark = [pytest.mark.slow, pytest.mark.slurm, pytest.mark.skipif(MISSING is not None, reason=str(MISSING))]
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+
+def snakemake_slurm(ws: Path, *args, profile: Path = PROFILE, check: bool = True) -> subprocess.CompletedProcess:
+    return run([BIN / "snakemake", "--profile", profile, *FAST, *args], ws, check=check, timeout=900, env=SLURM_ENV)
+
+
+def popen_slurm(ws: Path, log: Path, *args, profile: Path = PROFILE) -> subprocess.Popen:
+    with open(log, "w") as f:
+        cmd = [BIN / "snakemake", "--profile", profile, *FAST, *args]
+        return subprocess.Popen([str(c) for c in cmd], cwd=ws, stdout=f, stderr=subprocess.STDOUT, env=SLURM_ENV)
+
+
+def jobs_of(ws: Path) -> list[dict[str, str]]:
+    """What slurmctld holds on every job submitted from ``ws`` (``scontrol show job``; finished jobs stay for
+    MinJobAge, an hour under .ci/slurm.sh), oldest first."""
+    out = subprocess.run(["scontrol", "show", "job", "-o"], capture_output=True, text=True, check=True).stdout
+    jobs = [dict(kv.split("=", 1) for kv in line.split() if "=" in kv) for line in out.splitlines() if line.strip()]
+    return sorted((j for j in jobs if j.get("WorkDir") == str(ws)), key=lambda j: int(j["JobId"]))
+
+
+def rule_of(job: dict[str, str]) -> str:
+    """The rule of a job from the plugin's comment (``rule_<name>_wildcards_...``)."""
+    return re.sub(r"_wildcards_.*$", "", job["Comment"]).removeprefix("rule_")
+
+
+def minutes(limit: str) -> int:
+    """SLURM's ``[D-]HH:MM:SS`` time limit in minutes."""
+    days, _, hms = limit.rpartition("-")
+    h, m, s = (int(x) for x in hms.split(":"))
+    return int(days or 0) * 1440 + h * 60 + m + (s > 0)
+
+
+def megabytes(mem: str) -> int:
+    """SLURM's ``MinMemoryNode`` (``32000M``, ``62.50G``) in MB."""
+    scale = {"M": 1, "G": 1024, "T": 1024 * 1024}
+    return round(float(mem[:-1]) * scale[mem[-1]])
+
+
+def gpus(job: dict[str, str]) -> int:
+    m = re.search(r"gpu:(\d+)", job.get("TresPerJob", "") + job.get("TresPerNode", ""))
+    return int(m.group(1)) if m else 0
+
+
+def granted(job: dict[str, str]) -> dict:
+    """What one job was given: account, partition, minutes, MB, CPUs per task, GPUs."""
+    return {
+        "slurm_account": job["Account"],
+        "slurm_partition": job["Partition"],
+        "runtime": minutes(job["TimeLimit"]),
+        "mem_mb": megabytes(job["MinMemoryNode"]),
+        "cpus_per_task": int(job["CPUs/Task"]),
+        "gpu": gpus(job),
+    }
+
+
+def requested(profile: dict, rule: str, env: dict[str, str]) -> dict:
+    """What the profile asks for a rule's jobs: default-resources under set-resources, $VARs from ``env``."""
+    merged = {"gpu": 0, **profile["default-resources"], **(profile.get("set-resources") or {}).get(rule, {})}
+    keys = ("slurm_account", "slurm_partition", "runtime", "mem_mb", "cpus_per_task", "gpu")
+    return {
+        k: re.sub(r"\$(\w+)", lambda m: env[m.group(1)], v) if isinstance(v, str) else v
+        for k, v in merged.items()
+        if k in keys
+    }
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def public(metrics: dict) -> dict:
+    return {k: v for k, v in metrics.items() if k not in TIMING_KEYS}
+
+
+def read_curve(path: Path) -> list[dict[str, str]]:
+    """Curve rows as written, without the wall-clock ``time`` column."""
+    with open(path, newline="") as f:
+        return [{k: v for k, v in r.items() if k != "time"} for r in csv.DictReader(f)]
+
+
+def assert_same_results(ref: Path, ws: Path, stage: dag.Stage) -> None:
+    """``stage``'s outputs in ``ws`` equal those in ``ref``: metrics but timing, curves but time, weights exactly."""
+    for m in stage.metrics:
+        assert public(json.loads((ws / m).read_text())) == public(json.loads((ref / m).read_text())), m
+    for p in stage.plots:
+        assert read_curve(ws / p) == read_curve(ref / p), p
+    for d in stage.dir_outs:
+        for f in sorted((ref / d).rglob("*.safetensors")):
+            assert sha256(ws / f.relative_to(ref)) == sha256(f), f.relative_to(ref)
+
+
+def table_rows(path: Path) -> dict[str, dict[str, str]]:
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    key = next(iter(rows[0]))
+    return {r[key]: r for r in rows}
+
+
+def slurm_workspace(dst: Path) -> Path:
+    """A smoke workspace (as tests/pipeline/conftest.py's) cut to TEXT_METHODS and IMAGE_METHODS."""
+    ws = copy_repo(dst, profile="smoke")
+    edit_params(ws, lambda raw: raw["grpo"].update(methods=TEXT_METHODS))
+    edit_params(ws, lambda raw: raw["image"].update(methods=IMAGE_METHODS), file="profiles/smoke.yaml")
+    assert export.main(["--params", str(ws / "params.yaml")]) == 0
+    run(["git", "init", "-q"], ws)
+    return ws
+
+
+def lengthen(ws: Path) -> None:
+    """Every GRPO run made long (LONG_RUN); the tests then ask for one of them (a target)."""
+    edit_params(ws, lambda raw: raw["grpo"].update(LONG_RUN), file="profiles/smoke.yaml")
+
+
+def wait_for(what, timeout: float, proc: subprocess.Popen | None = None, log: Path | None = None, every=0.5):
+    """Poll ``what()`` until it returns something truthy; fail after ``timeout`` s or when ``proc`` ends first."""
+    deadline = time.monotonic() + timeout
+    while not (found := what()):
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"snakemake ended (rc {proc.returncode}) first:\n{log.read_text()[-3000:]}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s" + (f":\n{log.read_text()[-3000:]}" if log else ""))
+        time.sleep(every)
+    return found
+
+
+def running_job(ws: Path, rule: str, after: int = 0) -> dict | None:
+    """The newest RUNNING job of ``rule`` in ``ws`` with a JobId above ``after``."""
+    mine = [j for j in jobs_of(ws) if rule_of(j) == rule and int(j["JobId"]) > after and j["JobState"] == "RUNNING"]
+    return mine[-1] if mine else None
+
+
+def steps_present(root: Path) -> list[int]:
+    try:
+        return sorted(int(p.name[5:]) for p in root.glob("step-*") if (p / "manifest.json").is_file())
+    except FileNotFoundError:
+        return []
+
+
+# ------------------------------------------------------------------------------------------------ the smoke DAG
+
+
+@pytest.fixture(scope="module")
+def slurm_ws(tmp_path_factory) -> Path:
+    ws = slurm_workspace(tmp_path_factory.mktemp("slurm") / "ws")
+    t0 = time.monotonic()
+    out = snakemake_slurm(ws)
+    (ws / "snakemake.log").write_text(out.stdout + out.stderr + f"\nwall: {time.monotonic() - t0:.0f} s\n")
+    return ws
+
+
+def test_every_kind_of_stage_is_submitted_with_its_own_resources(slurm_ws):
+    stages = dag.build(load(slurm_ws / "params.yaml"))
+    profile = yaml.safe_load((slurm_ws / PROFILE / "config.yaml").read_text())
+    jobs = jobs_of(slurm_ws)
+    assert sorted(rule_of(j) for j in jobs) == sorted(s.kind for s in stages), "one submission per stage"
+    assert all(j["JobState"] == "COMPLETED" for j in jobs)
+    for job in jobs:
+        assert granted(job) == requested(profile, rule_of(job), USER_ENV), rule_of(job)
+    kinds = {rule_of(j): tuple(granted(j).values()) for j in jobs}
+    assert len(set(kinds.values())) >= 5, "the kinds of stage did not get their own resources"
+
+
+def test_second_run_through_slurm_has_nothing_to_do(slurm_ws):
+    before = len(jobs_of(slurm_ws))
+    out = snakemake_slurm(slurm_ws)
+    assert "Nothing to be done" in out.stdout + out.stderr
+    assert len(jobs_of(slurm_ws)) == before, "a job was submitted"
+
+
+def test_results_through_slurm_equal_the_local_run(slurm_ws, smoke_workspace):
+    """Every stage's metrics, curves and weights, and the tables' rows, as the local smoke run (which runs every
+    method; each run's results do not depend on which others run)."""
+    for stage in dag.build(load(slurm_ws / "params.yaml")):
+        if stage.kind != "tables":
+            assert_same_results(smoke_workspace, slurm_ws, stage)
+    for name in ("text_table.csv", "image_table.csv"):
+        mine, local = table_rows(slurm_ws / "data/tables" / name), table_rows(smoke_workspace / "data/tables" / name)
+        assert len(mine) >= 2 and all(local[k] == row for k, row in mine.items()), name
+
+
+def test_a_cancelled_job_ends_snakemakes_wait_with_a_clear_error(slurm_ws, tmp_path):
+    ws = tmp_path / "ws"
+    shutil.copytree(slurm_ws, ws, symlinks=True)
+    lengthen(ws)
+    log = tmp_path / "snakemake.log"
+    proc = popen_slurm(ws, log, f"data/grpo/{RUN}/metrics.json")
+    try:
+        job = wait_for(lambda: running_job(ws, "grpo"), 120, proc, log)
+        subprocess.run(["scancel", job["JobId"]], check=True)
+        rc = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out = log.read_text()
+    assert rc != 0
+    assert f"SLURM-job '{job['JobId']}' failed, SLURM status is: 'CANCELLED'" in out, out[-3000:]
+    assert "Error in rule grpo" in out
+
+
+# ------------------------------------------------------------------------------------------------ resume
+
+
+def user_profile(dst: Path, src: Path, grpo: dict, **top) -> Path:
+    """A user's profile copied from the shipped one, with ``grpo`` set-resources and ``top`` keys changed."""
+    raw = yaml.safe_load(src.read_text())
+    raw["set-resources"]["grpo"].update(grpo)
+    raw.update(top)
+    dst.mkdir(parents=True)
+    (dst / "config.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    return dst
+
+
+def test_grpo_past_its_time_limit_then_cancelled_resumes_to_the_uninterrupted_result(slurm_ws, tmp_path):
+    """Attempt 1 has a 1-minute limit and ends TIMEOUT after its first checkpoints; attempt 2 (runtime from
+    ``attempt``) is cancelled after a checkpoint of its own; attempt 3 finishes. Snakemake's ``retries`` resubmit,
+    each attempt resumes from the newest checkpoint, and the result equals an uninterrupted local run's."""
+    ws, ref = tmp_path / "ws", tmp_path / "ref"
+    for dst in (ws, ref):
+        shutil.copytree(slurm_ws, dst, symlinks=True)
+        lengthen(dst)
+    target = f"data/grpo/{RUN}/metrics.json"
+    reference = subprocess.Popen(
+        [str(BIN / "snakemake"), "--cores", "1", target], cwd=ref, env=ENV, stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    profile = user_profile(
+        tmp_path / "profile", ws / PROFILE / "config.yaml", {"runtime": "1 if attempt == 1 else 30"}, retries=3
+    )
+    log, root = tmp_path / "snakemake.log", ws / dag.checkpoints(GRPO)
+    t0 = time.monotonic()
+    proc = popen_slurm(ws, log, target, profile=profile)
+    try:
+        first = wait_for(lambda: running_job(ws, "grpo"), 120, proc, log)
+        wait_for(lambda: steps_present(root), 120, proc, log)  # a checkpoint before the limit
+        second = wait_for(lambda: running_job(ws, "grpo", after=int(first["JobId"])), 240, proc, log)
+        before = steps_present(root)[-1]
+        wait_for(lambda: steps_present(root)[-1:] > [before], 120, proc, log, every=0.1)
+        subprocess.run(["scancel", second["JobId"]], check=True)
+        assert proc.wait(timeout=420) == 0, log.read_text()[-3000:]
+        assert reference.wait(timeout=300) == 0
+    finally:
+        for p in (proc, reference):
+            if p.poll() is None:
+                p.kill()
+    wall = time.monotonic() - t0
+    out = log.read_text()
+    attempts = [j for j in jobs_of(ws) if rule_of(j) == "grpo"]
+    assert [j["JobState"] for j in attempts] == ["TIMEOUT", "CANCELLED", "COMPLETED"], out[-3000:]
+    assert [minutes(j["TimeLimit"]) for j in attempts] == [1, 30, 30]
+    assert f"SLURM-job '{first['JobId']}' failed, SLURM status is: 'TIMEOUT'" in out
+    assert f"SLURM-job '{second['JobId']}' failed, SLURM status is: 'CANCELLED'" in out
+    resumed = re.findall(r"^resuming grpo from .* \(step (\d+)\)$", (ws / f"logs/{GRPO}.log").read_text(), re.M)
+    assert len(resumed) == 1 and int(resumed[0]) > before, "the last attempt did not resume from its checkpoint"
+    assert_same_results(ref, ws, next(s for s in dag.build(load(ws / "params.yaml")) if s.name == GRPO))
+    assert not root.exists(), "checkpoints left after the run finished"
+    print(f"resume through SLURM: {wall:.0f} s")
