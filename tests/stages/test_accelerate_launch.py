@@ -320,3 +320,50 @@ def test_zero_runs_resume_from_their_checkpoint_to_the_uninterrupted_result(work
     text = launch(ws, f"{script}.py", args(params, out, ckpt), log, config)
     assert resumed_from(text) == [4], text[-3000:]
     assert_same_run(ref, out)
+
+
+# ------------------------------------------------------------------------------------------------ two machines
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def machine_argv(ws: Path, args: list, rank: int, port: int) -> list[str]:
+    """One of two "machines" (one process each) of ``accelerate launch`` on this host: what each node of a
+    two-node job runs, with the first node's address and a port."""
+    cmd = [BIN / "accelerate", "launch", "--config_file", CPU_2PROC, "--num_machines", "2", "--num_processes", "2"]
+    cmd += ["--machine_rank", rank, "--main_process_ip", "127.0.0.1", "--main_process_port", port]
+    return [str(c) for c in [*cmd, ws / "wrapper.py", REPO / "stages" / "grpo.py", *args]]
+
+
+def test_grpo_on_two_machines_equals_one_machine_with_the_same_global_batch(workspace, tmp_path):
+    """Two launchers (machine ranks 0 and 1, one process each, gloo over 127.0.0.1) against one launcher with two
+    processes: the same ranks and the same global batch, so the same curve, metrics and weights, bit for bit."""
+    ws = workspace
+    one = tmp_path / "one"
+    launch(ws, "grpo.py", grpo_args("params.yaml", one), tmp_path / "one.log")
+
+    two, port, procs = tmp_path / "two", free_port(), []
+    try:
+        for rank in (0, 1):
+            with open(tmp_path / f"machine{rank}.out", "w") as f:
+                argv = machine_argv(ws, grpo_args("params.yaml", two), rank, port)
+                env = launch_env(tmp_path / "two.log")
+                procs.append(subprocess.Popen(argv, cwd=ws, env=env, stdout=f, stderr=subprocess.STDOUT))
+        codes = [p.wait(timeout=600) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    texts = [(tmp_path / f"machine{r}.out").read_text() for r in (0, 1)]
+    assert codes == [0, 0], "\n".join(t[-3000:] for t in texts)
+    assert "grpo: process 1/2 on cpu" in texts[0] and "grpo: process 2/2 on cpu" in texts[1]
+    assert json.loads((two / "metrics.json").read_text())["num_processes"] == 2
+    outputs = ("model", "metrics.json", "curve.csv", "config.yaml")
+    assert writes(tmp_path / "two.log") == Counter({("0", str(two / n)): 1 for n in outputs}), "not once by rank 0"
+    assert_same_run(one, two)
