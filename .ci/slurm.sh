@@ -69,7 +69,7 @@ running /run/munge/munged.pid || $sudo runuser -u munge -- /usr/sbin/munged
 if running /run/slurmctld.pid && running /run/slurmd.pid; then
     $sudo scontrol reconfigure
 else
-    running /run/slurmctld.pid || $sudo slurmctld
+    running /run/slurmctld.pid || $sudo slurmctld -c  # -c: no jobs from an earlier run
     running /run/slurmd.pid || $sudo slurmd -N "$node"
 fi
 for _ in $(seq 60); do
