@@ -33,6 +33,7 @@ from ddmrl.cli import run_stage
 from ddmrl.io import write_json, write_text
 from ddmrl.models.checkpoint import checkpoint_digest, load_checkpoint
 from ddmrl.models.layout import for_task
+from ddmrl.plan import check_fits
 from ddmrl.rollout import sampler_steps
 from ddmrl.seeding import derive_seed, seed_everything
 from ddmrl.tasks.store import load_task, training_draw
@@ -64,6 +65,8 @@ def main() -> None:
     # loaded whole before the Accelerator exists (under ZeRO-3 transformers would otherwise load it partitioned)
     task, held_out = load_task(args.tasks, task_name)
     policy, tok = load_checkpoint(args.model)
+    if gcfg.launch.gpu_memory_gib:  # a run that cannot fit its GPUs stops here, before any GPU work
+        check_fits(gcfg, cfg.image.model if task_name in cfg.image.tasks else cfg.model, args.model, tok, task)
     needs_ref = gcfg.beta and gcfg.kl_target == "ref" and not gcfg.aux_policy.freeze_model
     # LoRA: the base is the reference; a frozen model (only an auxiliary policy trains) or no KL: no reference
     ref = copy.deepcopy(policy).requires_grad_(False) if needs_ref and not gcfg.lora.r else None

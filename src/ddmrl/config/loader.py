@@ -29,12 +29,13 @@ _RUN_LISTS = ("methods", "seeds")  # the grpo: keys that are not hyperparameters
 _SECTION_NAME = re.compile(r"[A-Za-z0-9_]+")
 
 
-def load(path: str | Path) -> Config:
-    """Read ``path``, overlay its profile, resolve the method sections and validate everything.
+def load(path: str | Path, profile: str | None = None) -> Config:
+    """Read ``path``, overlay its profile (``profile``, if given, instead of the file's), resolve the method sections
+    and validate everything.
 
     Raises :class:`ConfigError` with one line naming the file and the key on any problem."""
     path = Path(path)
-    raw = read_params(path)
+    raw = read_params(path, profile)
     try:
         return _CONFIG.validate_python(_resolved(raw))
     except ValidationError as e:
@@ -43,9 +44,12 @@ def load(path: str | Path) -> Config:
         raise ConfigError(f"{path.name}: {e}") from None
 
 
-def read_params(path: Path) -> dict[str, Any]:
-    """params.yaml with its profile's overlay (``profiles/<profile>.yaml`` next to it) merged in, key by key."""
+def read_params(path: Path, profile: str | None = None) -> dict[str, Any]:
+    """params.yaml with its profile's overlay (``profiles/<profile>.yaml`` next to it) merged in, key by key;
+    ``profile``: this one instead of the file's ``profile:``."""
     raw = _read_yaml(path)
+    if profile is not None:
+        raw["profile"] = profile
     profile = raw.get("profile", DEFAULT_PROFILE)
     if not isinstance(profile, str):
         raise ConfigError(f"{path.name}: profile = {profile!r}: must be a profile name")

@@ -185,6 +185,12 @@ class LaunchConfig(Section):
         "configs/accelerate/ddp.yaml", description="accelerate config (configs/accelerate/: ddp, zero2, zero3, fsdp)."
     )
     num_processes: Int = Field(1, ge=1, description="Processes, one per GPU (the job's GPU count on SLURM).")
+    gpu_memory_gib: Float = Field(
+        0.0,
+        ge=0,
+        description="Memory of one GPU the run is booked on (GiB); > 0: the grpo stage plans its per-GPU peak "
+        "first (python -m ddmrl.plan) and refuses to start when it does not fit; 0: no check.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> LaunchConfig:

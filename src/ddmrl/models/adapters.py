@@ -335,6 +335,16 @@ def _remote_model(local: Path, auto_classes: Sequence[str], dtype: torch.dtype |
     """The checkpoint's own model class (the first of ``auto_classes`` in config.json's ``auto_map``), loaded under
     the pinned transformers through ``ddmrl.models.compat`` and registered for that auto class, so that a saved
     model carries its modeling files and ``auto_map`` (as ``AutoModel.from_pretrained`` would do)."""
+    cls, config, auto = remote_class(local, auto_classes)
+    model = _load("model", local, compat.load_pretrained, cls, config, dtype=dtype)
+    cls.register_for_auto_class(auto)
+    return model
+
+
+def remote_class(local: Path, auto_classes: Sequence[str]) -> tuple[type, Any, str]:
+    """``(class, config, auto class)``: the checkpoint's own model class (the first of ``auto_classes`` in
+    config.json's ``auto_map``) and its config, bridged to the pinned transformers (``ddmrl.models.compat``); no
+    weights are read (``ddmrl.plan`` instantiates it from the config alone)."""
     config = _load("config", local, AutoConfig.from_pretrained, trust_remote_code=True)
     auto_map = getattr(config, "auto_map", None) or {}
     auto = next((name for name in auto_classes if name in auto_map), None)
@@ -344,6 +354,6 @@ def _remote_model(local: Path, auto_classes: Sequence[str], dtype: torch.dtype |
             "code)"
         )
     cls = _load("model code", local, lambda path: get_class_from_dynamic_module(auto_map[auto], path))
-    model = _load("model", local, compat.load_pretrained, cls, config, dtype=dtype)
-    cls.register_for_auto_class(auto)
-    return model
+    compat.bridge_class(cls)
+    compat.bridge_config(cls, config, local / "config.json")
+    return cls, config, auto

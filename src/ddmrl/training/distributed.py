@@ -19,8 +19,9 @@ d1's ``diffu-grpo/run.sh``, MaskGRPO's ``scripts/train/*.sh``):
 LoRA (``lora.r > 0``): the policy is a peft model; with ``mixed_precision: bf16`` the frozen base is stored in bf16
 and the adapters in fp32 (peft's default). The GRPO reference is the same network with its adapters disabled (TRL's
 PEFT path, no second copy; d1 and MaskGRPO). Saved models have the adapters merged in, so ``evaluate`` loads a plain
-model. Gradient checkpointing uses the transformers API where the model supports it (TinyDDM does; LLaDA's remote
-code does not, LLaDA issue #51) and is otherwise skipped with a printed note.
+model. Gradient checkpointing uses the transformers API where the model supports it (TinyDDM does), else LLaDA's own
+``set_activation_checkpointing`` (LLaDA's and MMaDA's remote code, which lack the transformers API: LLaDA issue #51),
+and is otherwise skipped with a printed note.
 """
 
 from __future__ import annotations
@@ -234,19 +235,15 @@ def no_sync_unless(acc, model, last: bool):
 
 def prepare_model(model, mixed_precision: str, gradient_checkpointing: bool, lora: LoraConfig):
     """Gradient checkpointing, then LoRA adapters (peft), on a freshly loaded model; returns the model to train."""
-    if gradient_checkpointing:
-        if getattr(model, "supports_gradient_checkpointing", False):
-            enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
-            enable({"use_reentrant": False})
-        else:
-            print(f"note: {type(model).__name__} does not support gradient checkpointing; training without it")
+    if gradient_checkpointing and not enable_checkpointing(model):
+        print(f"note: {type(model).__name__} does not support gradient checkpointing; training without it")
     if lora.r:
         try:
             from peft import LoraConfig as PeftLoraConfig
             from peft import get_peft_model
         except ImportError:
             raise RuntimeError("lora.r > 0 needs peft: pip install peft==0.21.2") from None
-        if mixed_precision == "bf16":
+        if mixed_precision == "bf16" and any(p.dtype != torch.bfloat16 for p in model.parameters()):
             model = model.to(torch.bfloat16)  # the frozen base; peft keeps the adapters in fp32
         targets = peft_target_modules(model, lora.target_modules)  # refuses an accidental output head or embedding
         model = get_peft_model(
@@ -254,6 +251,24 @@ def prepare_model(model, mixed_precision: str, gradient_checkpointing: bool, lor
             PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets),
         )
     return model
+
+
+def enable_checkpointing(model) -> bool:
+    """Non-reentrant activation checkpointing of every block; False where the model has no way to do it.
+
+    Through the transformers API where the model supports it (TinyDDM), else through LLaDA's own
+    ``set_activation_checkpointing("whole_layer")`` on its inner model (OLMo's strategies; LLaDA's and MMaDA's remote
+    code, which do not support the transformers API: LLaDA issue #51), which checkpoints each block with
+    ``torch.utils.checkpoint(use_reentrant=False)``."""
+    if getattr(model, "supports_gradient_checkpointing", False):
+        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        enable({"use_reentrant": False})
+        return True
+    inner = getattr(model, "model", None)
+    if callable(getattr(inner, "set_activation_checkpointing", None)):
+        inner.set_activation_checkpointing("whole_layer")
+        return True
+    return False
 
 
 def is_peft(model) -> bool:

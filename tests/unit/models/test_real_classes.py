@@ -231,3 +231,28 @@ def test_padding_never_turns_llada_causal(llada, tok):
         torch.testing.assert_close(d1[1], alone_long, rtol=0, atol=1e-5)
         assert (d1[0, 4:] - alone_short).abs().max() > 1e-2
         assert torch.equal(adapter.logits(model, x, torch.ones_like(mask)), d1), "an all-ones mask changes nothing"
+
+
+def test_llada_checkpoints_its_blocks_with_the_same_gradients_and_less_memory(llada, tok):
+    """LLaDA's remote code lacks the transformers checkpointing API (LLaDA issue #51); ddmrl switches on its own
+    whole-layer strategy: the same gradients, and the forward pass keeps fewer activations (ddmrl.plan.LiveBytes)."""
+    import copy
+
+    from ddmrl.plan import LiveBytes
+
+    _, model = llada
+    x = ids(tok, n=2, length=24)
+    grads, held = [], []
+    for checkpointing in (False, True):
+        m = dist.prepare_model(copy.deepcopy(model), "no", checkpointing, LoraConfig())
+        m.train()
+        counter = LiveBytes()
+        with counter:
+            loss = m(x).logits.float().log_softmax(-1).mean()
+            held.append(counter.live)  # what the forward pass keeps for backward
+            loss.backward()
+        grads.append([p.grad for p in m.parameters()])
+    assert model.model.activation_checkpointing_strategy is None  # the fixture's model was left alone
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert held[1] < held[0]
