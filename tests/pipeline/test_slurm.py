@@ -159,10 +159,12 @@ def assert_same_results(ref: Path, ws: Path, stage: dag.Stage) -> None:
 
 
 def table_rows(path: Path) -> dict[str, dict[str, str]]:
+    """The table's rows by their first column, without the columns that measure a row against another method (the
+    image table's "samples to UniGRPO's final reward" is empty where UniGRPO did not run, as in the cut DAG)."""
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     key = next(iter(rows[0]))
-    return {r[key]: r for r in rows}
+    return {r[key]: {k: v for k, v in r.items() if not k.startswith("samples to ")} for r in rows}
 
 
 def slurm_workspace(dst: Path) -> Path:
