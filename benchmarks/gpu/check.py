@@ -120,17 +120,13 @@ def run_case(case: dict, model, mask_id: int, vocab: int, planning: bool, count:
     return {"bytes": t.gradients + max(t.activations, t.optimizer), "flops": t.flops}
 
 
-def model_for(case: dict, build):
-    """The model a case runs on: the loaded bf16 model, or the LoRA policy of the training cases."""
-    model = build()
-    return lora_policy(model, case["checkpointing"]) if case["part"] == "train" else model
-
-
 def planned(args, build, mask_id: int) -> list[dict]:
     """The planner's bytes and FLOPs of every case (fake tensors, no GPU)."""
     rows = []
     for case in cases(args):
-        model = model_for(case, lambda: plan.on_meta(build))
+        model = plan.on_meta(build)
+        if case["part"] == "train":
+            model = lora_policy(model, case["checkpointing"])
         with plan.fake_tensors():
             vocab = model.get_input_embeddings().num_embeddings
             rows.append(case | run_case(case, plan.to_fake(model), mask_id, vocab, True))
