@@ -16,9 +16,7 @@ The DAG is cut to two text methods and one image method (every kind of stage, 15
 from __future__ import annotations
 
 import csv
-import hashlib
 import importlib.util
-import json
 import re
 import shutil
 import subprocess
@@ -28,6 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers import BIN, ENV, copy_repo, edit_params, run
+from stage_outputs import assert_same_outputs, steps_present
 
 from ddmrl.config import load
 from ddmrl.pipeline import dag, export
@@ -44,7 +43,6 @@ GRPO = f"grpo_{RUN}"
 #: GRPO runs long enough to outlive a 1-minute time limit (about 110 s of steps here, after 10-20 s of start-up),
 #: checkpointing every 6 s or so (a methods section cannot change the budget, so this goes in the profile's grpo:)
 LONG_RUN = {"max_steps": 700, "num_prompts": 16, "num_generations": 16, "save_steps": 40}
-TIMING_KEYS = {"seconds", "timing", "eval_seconds", "time"}
 
 
 def slurm_missing() -> str | None:
@@ -133,31 +131,6 @@ def requested(profile: dict, rule: str, env: dict[str, str]) -> dict:
     }
 
 
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def public(metrics: dict) -> dict:
-    return {k: v for k, v in metrics.items() if k not in TIMING_KEYS}
-
-
-def read_curve(path: Path) -> list[dict[str, str]]:
-    """Curve rows as written, without the wall-clock ``time`` column."""
-    with open(path, newline="") as f:
-        return [{k: v for k, v in r.items() if k != "time"} for r in csv.DictReader(f)]
-
-
-def assert_same_results(ref: Path, ws: Path, stage: dag.Stage) -> None:
-    """``stage``'s outputs in ``ws`` equal those in ``ref``: metrics but timing, curves but time, weights exactly."""
-    for m in stage.metrics:
-        assert public(json.loads((ws / m).read_text())) == public(json.loads((ref / m).read_text())), m
-    for p in stage.plots:
-        assert read_curve(ws / p) == read_curve(ref / p), p
-    for d in stage.dir_outs:
-        for f in sorted((ref / d).rglob("*.safetensors")):
-            assert sha256(ws / f.relative_to(ref)) == sha256(f), f.relative_to(ref)
-
-
 def table_rows(path: Path) -> dict[str, dict[str, str]]:
     """The table's rows by their first column, without the columns that measure a row against another method (the
     image table's "samples to UniGRPO's final reward" is empty where UniGRPO did not run, as in the cut DAG)."""
@@ -200,13 +173,6 @@ def running_job(ws: Path, rule: str, after: int = 0) -> dict | None:
     return mine[-1] if mine else None
 
 
-def steps_present(root: Path) -> list[int]:
-    try:
-        return sorted(int(p.name[5:]) for p in root.glob("step-*") if (p / "manifest.json").is_file())
-    except FileNotFoundError:
-        return []
-
-
 # ------------------------------------------------------------------------------------------------ the smoke DAG
 
 
@@ -243,7 +209,7 @@ def test_results_through_slurm_equal_the_local_run(slurm_ws, smoke_workspace):
     method; each run's results do not depend on which others run)."""
     for stage in dag.build(load(slurm_ws / "params.yaml")):
         if stage.kind != "tables":
-            assert_same_results(smoke_workspace, slurm_ws, stage)
+            assert_same_outputs(smoke_workspace, slurm_ws, stage)
     for name in ("text_table.csv", "image_table.csv"):
         mine, local = table_rows(slurm_ws / "data/tables" / name), table_rows(smoke_workspace / "data/tables" / name)
         assert len(mine) >= 2 and all(local[k] == row for k, row in mine.items()), name
@@ -322,6 +288,6 @@ def test_grpo_past_its_time_limit_then_cancelled_resumes_to_the_uninterrupted_re
     assert f"SLURM-job '{second['JobId']}' failed, SLURM status is: 'CANCELLED'" in out
     resumed = re.findall(r"^resuming grpo from .* \(step (\d+)\)$", (ws / f"logs/{GRPO}.log").read_text(), re.M)
     assert len(resumed) == 1 and int(resumed[0]) > before, "the last attempt did not resume from its checkpoint"
-    assert_same_results(ref, ws, next(s for s in dag.build(load(ws / "params.yaml")) if s.name == GRPO))
+    assert_same_outputs(ref, ws, next(s for s in dag.build(load(ws / "params.yaml")) if s.name == GRPO))
     assert not root.exists(), "checkpoints left after the run finished"
     print(f"resume through SLURM: {wall:.0f} s")

@@ -15,7 +15,6 @@ Stage commands are the exact ``Stage.cmd`` of :func:`ddmrl.pipeline.dag.build`, 
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import os
@@ -32,6 +31,7 @@ import pytest
 import torch
 import yaml
 from safetensors.torch import load_file
+from stage_outputs import assert_same_outputs, assert_same_weights, public, read_curve, steps_present
 
 from ddmrl import config
 from ddmrl.pipeline import dag
@@ -55,7 +55,6 @@ ENV = {
 }
 # seeded choice of the kill point: after the first or the second checkpoint
 KILL_AFTER = random.Random(20260101).choice([1, 2])
-TIMING_KEYS = {"seconds", "timing", "eval_seconds", "time"}
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -117,14 +116,6 @@ def run_stage(ws: Path, name: str) -> str:
     return out.stdout + out.stderr
 
 
-def steps_present(root: Path) -> list[int]:
-    """Steps of the complete checkpoints under ``root`` (a dir ``step-N`` holding a manifest)."""
-    try:  # the running stage may rotate or clear them while we look
-        return sorted(int(p.name[5:]) for p in root.glob("step-*") if (p / "manifest.json").is_file())
-    except FileNotFoundError:
-        return []
-
-
 def popen(argv: list, ws: Path, log: Path) -> subprocess.Popen:
     """Start ``argv`` in its own process group (so that the whole group can be killed), output to ``log``."""
     with open(log, "w") as f:
@@ -159,42 +150,12 @@ def kill_after_checkpoints(proc: subprocess.Popen, roots, n: int, log: Path, tim
     assert proc.returncode == -signal.SIGKILL, f"exited by itself (rc {proc.returncode}) before the kill"
 
 
-def public(metrics: dict) -> dict:
-    """Metrics without wall-clock keys."""
-    return {k: v for k, v in metrics.items() if k not in TIMING_KEYS}
-
-
-def read_curve(path: Path) -> list[dict[str, str]]:
-    """Curve rows as written (strings), without the wall-clock ``time`` column."""
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    assert rows, f"{path} is empty"
-    return [{k: v for k, v in r.items() if k != "time"} for r in rows]
-
-
 def tensorboard_steps(log_dir: Path, tag: str) -> list[tuple[int, float]]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(log_dir / "tensorboard"))
     events.Reload()
     return [(e.step, e.value) for e in events.Scalars(tag)]
-
-
-def assert_same_weights(a: Path, b: Path) -> None:
-    ta, tb = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
-    assert ta.keys() == tb.keys()
-    for k in ta:
-        assert ta[k].dtype == tb[k].dtype and torch.equal(ta[k], tb[k]), f"tensor {k} differs"
-
-
-def assert_same_outputs(ref: Path, ws: Path, st: dag.Stage) -> None:
-    """``st``'s outputs in ``ws`` equal those in ``ref``: metrics but timing, curves but time, weights exactly."""
-    for m in st.metrics:
-        assert public(json.loads((ws / m).read_text())) == public(json.loads((ref / m).read_text())), m
-    for p in st.plots:
-        assert read_curve(ws / p) == read_curve(ref / p), p
-    for d in st.dir_outs:
-        assert_same_weights(ref / d, ws / d)
 
 
 def assert_incomplete(ws: Path, st: dag.Stage, ref: Path | None = None) -> None:
