@@ -148,13 +148,13 @@ def fake_tensors() -> Iterator[None]:
         yield
 
 
-def on_meta(build: Callable[..., nn.Module], *args: Any) -> nn.Module:
-    """``build(*args)`` with its parameters on the meta device (no memory, no initialisation work), also
+def on_meta(build: Callable[[], nn.Module]) -> nn.Module:
+    """``build()`` with its parameters on the meta device (no memory, no initialisation work), also
     where the model's code names a device itself (LLaDA builds "always on CPU to start with")."""
     from accelerate import init_empty_weights
 
     with init_empty_weights():
-        model = build(*args)
+        model = build()
     if callable(getattr(model, "tie_weights", None)):
         model.tie_weights()  # registering each parameter anew on meta unties tied ones
     return model
@@ -351,9 +351,6 @@ class StagePlan:
     seconds_per_step: float
     notes: list[str] = field(default_factory=list)
 
-    def fits(self, hw: Hardware) -> bool:
-        return self.peak <= hw.memory_gib * GIB
-
     def table(self) -> str:
         rows = [f"| {k} | {v / GIB:.2f} |" for k, v in self.parts.items()]
         return "\n".join(
@@ -404,7 +401,7 @@ def engine_of(config_file: str | Path) -> str:
 def grpo_plan(build: Callable[[], nn.Module], cfg: Any, mask_id: int, prompt_length: int, completion_length: int,
               hw: Hardware, engine: str) -> StagePlan:  # fmt: skip
     """The GRPO stage of resolved run ``cfg`` (a ``GRPOConfig``) per process: sampling, the old and reference
-    passes and the update; ``build(dtype=the model's)`` instantiates the model (see :func:`model_builder`)."""
+    passes and the update; ``build()`` instantiates the model as the stage loads it (see :func:`model_builder`)."""
     from ddmrl.rollout import sampler_kwargs
     from ddmrl.training.distributed import prepare_model
 
@@ -452,8 +449,8 @@ def grpo_plan(build: Callable[[], nn.Module], cfg: Any, mask_id: int, prompt_len
 
 
 def model_builder(spec: Any, model_dir: str | Path | None = None) -> tuple[Callable[[], nn.Module], int]:
-    """``(build, mask_id)``: ``build(dtype)`` instantiates the model class of ``spec`` (a ``model:`` section) from
-    its config alone, in ``dtype`` (default: the spec's), no weights read. ``model_dir``: where config.json (and its
+    """``(build, mask_id)``: ``build()`` instantiates the model class of ``spec`` (a ``model:`` section) from its
+    config alone, in the spec's dtype, no weights read. ``model_dir``: where config.json (and its
     remote code) is, if not ``spec.path_or_id``."""
     from ddmrl.models.adapters import DTYPES, LLADA_MASK_ID, remote_class
 
@@ -473,8 +470,8 @@ def model_builder(spec: Any, model_dir: str | Path | None = None) -> tuple[Calla
         cls, config, _ = remote_class(local, ("AutoModel", "AutoModelForCausalLM", "AutoModelForMaskedLM"))
     mask_id = int(raw.get("mask_token_id", LLADA_MASK_ID))
 
-    def build(as_dtype: torch.dtype = dtype) -> nn.Module:
-        with default_dtype(as_dtype):
+    def build() -> nn.Module:
+        with default_dtype(dtype):
             return cls(config)
 
     return build, mask_id

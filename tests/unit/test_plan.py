@@ -22,16 +22,15 @@ TOLERANCE = (0.85, 1.15)
 
 
 def tiny_builder(tok, task, width: int = 64, layers: int = 2):
-    """``build(dtype)``: a TinyDDM for ``task`` (the planner's model builder, as ``plan.model_builder`` returns)."""
+    """``build()``: a TinyDDM for ``task`` (the planner's model builder, as ``plan.model_builder`` returns)."""
     cfg = TinyDDMConfig(
         vocab_size=len(tok), hidden_size=width, num_layers=layers, num_heads=4, intermediate_size=4 * width,
         max_position_embeddings=task.prompt_length + task.completion_length + 2, mask_token_id=tok.mask_token_id,
         pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
     )  # fmt: skip
 
-    def build(dtype: torch.dtype = torch.float32) -> TinyDDMForMaskedLM:
-        with plan.default_dtype(dtype):
-            return TinyDDMForMaskedLM(cfg)
+    def build() -> TinyDDMForMaskedLM:
+        return TinyDDMForMaskedLM(cfg)
 
     return build
 
