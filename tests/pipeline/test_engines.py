@@ -93,6 +93,7 @@ def test_export_is_deterministic_block_style_and_checkable(tmp_path):
 
 def test_dvc_yaml_has_one_entry_per_kind_and_method_and_interpolates_the_sweep(tmp_path):
     root = copy_repo(tmp_path)
+    edit_params(root, lambda raw: raw["image"].update(tasks=["geneval_mini"]))  # profiles/image.yaml's branch
     cfg = load(root / "params.yaml")
     entries = yaml.safe_load(export.render(root / "params.yaml"))["stages"]
     names = {k.name for k in dag.kinds(cfg) if not any(d.code for d in k.dims)}
@@ -163,6 +164,7 @@ def test_a_sweep_change_needs_no_export(tmp_path):
     """More seeds and fewer tasks: DVC expands them from params.yaml with the dvc.yaml exported before, Snakemake
     from its wildcards, and both match the DAG of the new params."""
     root = copy_repo(tmp_path)
+    edit_params(root, lambda raw: raw["image"].update(tasks=["geneval_mini"]))  # profiles/image.yaml's branch
     assert export.main(["--params", str(root / "params.yaml")]) == 0
     edit_params(root, lambda raw: raw.update(tasks=["countdown3"]))
     edit_params(root, lambda raw: raw["grpo"].update(seeds=[0, 3]))
@@ -240,7 +242,7 @@ def test_each_snakemake_job_runs_its_own_command(tmp_path):
     GRPO run and what depends on it."""
     root = copy_repo(tmp_path)
 
-    def shrink(raw):  # two text methods, one image method: 19 jobs
+    def shrink(raw):  # two text methods (the image branch is off; profiles/image.yaml's one image method below)
         raw["grpo"]["methods"] = raw["grpo"]["methods"][-2:]
         raw["image"]["methods"] = raw["image"]["methods"][-1:]
 
@@ -267,5 +269,10 @@ def test_each_snakemake_job_runs_its_own_command(tmp_path):
     added = {s.name for s in dag.build(load(root / ".snakemake/ddmrl/params.yaml"))} - {s.name for s in stages}
     assert any(n.startswith("grpo_rebrl_t1_") for n in added)
     assert planned_names(root, "--config", "profile=rebrl_ablation") == added | {"tables"}
+    # and the image branch after the main job: its own jobs and the tables, none of the text runs again
+    assert snakemake(root, "-n", "--config", "profile=image").returncode == 0
+    added = {s.name for s in dag.build(load(root / ".snakemake/ddmrl/params.yaml"))} - {s.name for s in stages}
+    assert "download_image" in added and any(n.startswith("grpo_image_") or "geneval" in n for n in added)
+    assert planned_names(root, "--config", "profile=image") == added | {"tables"}
     runs = {s.name for s in stages if s.kind == "grpo"}
     assert planned_names(root, "--forcerun", "grpo") == runs | {f"evaluate_{r[5:]}" for r in runs} | {"tables"}
