@@ -5,14 +5,16 @@ by the task (geneval-mini's partial credit on the decoded grid), group advantage
 per batch: the AR steps and diffusion steps the updates use (all, or a random subset as MAR-GRPO's release takes 12
 of 64 AR steps and 10 of 25 diffusion steps), the tokens each AR step trains (:func:`token_weights`), MTE's extra
 trajectories and its top-k % most uncertain tokens, and the old and reference terms. Then ``num_iterations``
-optimiser steps, each summing the AR steps' losses (one backward per AR step, as the release does):
+optimiser steps, each averaging the AR steps' losses (one backward per AR step; the release sums them):
 
-    loss_s = - sum_{tokens i, steps k} w_si (psi_sik - beta KL_sik) / sum w_si,     loss = mean_s loss_s
+    loss_s = - [ sum_{i,k} w_si psi_sik / sum w_si - beta sum_{i,k} w'_si KL_sik / sum w'_si ],  loss = mean_s loss_s
 
-psi the clipped surrogate of one transition (MTE's mean over M trajectories on the selected tokens), KL the exact KL
-between the policy's and the reference's Gaussian transitions at the rollout's state (the release applies k3 to the
-difference of the means instead). Everything a batch draws is seeded by (seed, purpose, batch), so a run killed
-and resumed from a checkpoint ends with the same weights and curve as an uninterrupted one.
+psi the clipped surrogate of one transition (MTE's mean over M trajectories on the selected tokens), w the tokens the
+step trains, w' those its KL covers (``kl_tokens``: every token unknown at the step, as MAR-GRPO's release, or w),
+KL the exact KL between the policy's and the reference's Gaussian transitions at the rollout's state
+(``kl_estimator: k3_means``: the release's k3 of the difference of the means). Everything a batch draws is seeded
+by (seed, purpose, batch), so a run killed and resumed from a checkpoint ends with the same weights and curve as an
+uninterrupted one.
 
 The head is trained with the transformer (``train_head: true``, plain GRPO's end-to-end update) or frozen
 (``false``, MAR-GRPO's first stabiliser: "fix the diffusion head during RL"), gradients then reaching the transformer
