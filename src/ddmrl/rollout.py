@@ -80,13 +80,15 @@ def rollout(
     record_trajectory: bool = False,
     aux_policy: AuxPolicy | None = None,
     clamp: torch.Tensor | None = None,
+    tempered_confidence: bool = False,
 ) -> Rollouts:
     """Sample ``num_generations`` completions for each example (prompts repeated consecutively), on the device of
     the model's parameters (the returned tensors live there too). ``record_trajectory`` (llada sampler): keep every
     step's state, prediction and confidence in ``Rollouts.trajectory``. ``aux_policy``: an auxiliary policy the
     sampler consults at every step (in its ``train()`` mode it explores, in ``eval()`` mode it acts as deployed).
     ``clamp`` [N, L] (llada sampler): each row's starting completion, tokens other than the mask fixed (inpainting);
-    the rollouts' ``hints`` mark them."""
+    the rollouts' ``hints`` mark them. ``tempered_confidence`` (llada sampler): rank by the tempered probability of
+    each proposal (MDPO's released sampler, ``ddmrl.samplers.llada.generate``)."""
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     prompts = encode_prompts(tok, task, examples).repeat_interleave(num_generations, 0).to(device)  # [N, P]
     kw = sampler_kwargs(sampler, task.completion_length)
@@ -98,6 +100,10 @@ def rollout(
         kw["record_trajectory"] = True
     if aux_policy is not None:
         kw["aux_policy"] = aux_policy
+    if tempered_confidence:
+        if sampler.name != "llada":
+            raise ValueError(f"tempered_confidence is an option of the llada sampler, not {sampler.name!r}")
+        kw["tempered_confidence"] = True
     hints = None
     if clamp is not None:
         if sampler.name != "llada":

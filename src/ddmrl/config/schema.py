@@ -657,6 +657,17 @@ class GRPOConfig(Section):
         "completion, view index m % mu of the micro-step m, the broadcast loss mask with masked tokens after the "
         "first EOS, advantage epsilon 1e-5, no forced masked token; docs/reproduction.md).",
     )
+    loss_after_eos: Bool = Field(
+        False,
+        description="MDPO, CJ-GRPO and IGPO: train every completion position, the EOS padding after the first EOS "
+        "included (their releases' loss masks); false: the tokens up to and including the first EOS (d1's "
+        "completion mask).",
+    )
+    mdpo_tempered_confidence: Bool = Field(
+        False,
+        description="MDPO only: its rollouts rank and weight by the tempered probability softmax(logits / "
+        "temperature) of each proposal (its release's sampler); false: the untempered one (LLaDA's).",
+    )
     old_logp_mode: Literal["eval", "train"] = Field(
         "eval",
         description="The model's mode for old and reference log-probs: eval (dropout off) or train (TRL's and the "
@@ -733,6 +744,11 @@ class GRPOConfig(Section):
             raise refuse(
                 "legacy_micro_step_views", True, "maskgrpo_legacy has its own view index (m % mu); choose one"
             )
+        if self.loss_after_eos and self.method not in ("mdpo", "cj_grpo", "igpo", ""):
+            why = "reproduces the MDPO, CJ-GRPO and IGPO releases' loss masks"
+            raise refuse("loss_after_eos", True, f"{why}; not a switch of {self.method}")
+        if self.mdpo_tempered_confidence and self.method not in ("mdpo", ""):
+            raise refuse("mdpo_tempered_confidence", True, f"an MDPO switch; not one of {self.method}")
         if views == "maskgrpo_fading" and self.gamma < 0.5:
             raise refuse(
                 "gamma",
@@ -794,6 +810,9 @@ class GRPOSection(GRPOConfig):
             raise refuse("method", self.method, "each section of methods: chooses its method (methods.<name>.method)")
         if self.maskgrpo_legacy:
             raise refuse("maskgrpo_legacy", True, "a MaskGRPO switch: set it in its section (methods.<name>)")
+        for key in ("loss_after_eos", "mdpo_tempered_confidence"):
+            if getattr(self, key):
+                raise refuse(key, True, "a switch of some methods: set it in their sections (methods.<name>)")
         twice = sorted({m for m in self.methods if self.methods.count(m) > 1})
         if twice:
             raise refuse("methods", list(self.methods), f"lists {', '.join(twice)} more than once")
@@ -906,11 +925,15 @@ class MDPOConfig(GRPOConfig):
     of largest |advantage| are trained, input x_s, targets x̂_0^(s), weighted by L/|M| and the sampler's confidence;
     k2 KL. Paper and code: LLaDA-8B-Instruct, lr 1e-5 (demo config) or 7e-7 (README), temperature 0.1-0.4, 128
     steps, 512 tokens in one block, G 4, sample_train_steps 8-16, beta 0 (config) or 0.02 (README), one update per
-    rollout batch. Optional: running-confidence remasking in the rollouts (sampler.remasking: rcr)."""
+    rollout batch. Optional: running-confidence remasking in the rollouts (sampler.remasking: rcr). As its release, by
+    default: every masked position a target, EOS padding included (loss_after_eos), and the rollouts' ranking and
+    confidence weights the tempered probability (mdpo_tempered_confidence); docs/reproduction.md."""
 
     method: Literal["mdpo"] = "mdpo"
     remasking: Literal["mdpo_topk"] = "mdpo_topk"
     loss_type: Literal["token_mean", "seq_mean"] = "seq_mean"
+    loss_after_eos: Bool = True
+    mdpo_tempered_confidence: Bool = True
 
 
 @section
@@ -920,10 +943,12 @@ class CJGRPOConfig(GRPOConfig):
     tokens each step unmasked, with log-probs from the state before the step, so that optimisation follows the
     rollout's trajectory; meant with EOSER and ASS rollouts (sampler: schedule ass, eoser true). Paper and code
     (d1-based): LLaDA-8B-Instruct, lr 3e-6, beta 0.04, epsilon 0.5, G 6, mu 8 (Countdown, Sudoku) or 12 (GSM8K,
-    MATH), mean-only advantages, 256 tokens, ASS log2 L = 8 steps, EOSER gamma 0.01 -> 1, LoRA r 128."""
+    MATH), mean-only advantages, 256 tokens, ASS log2 L = 8 steps, EOSER gamma 0.01 -> 1, LoRA r 128. Every
+    transition trained, the EOS padding's included (loss_after_eos, as its release)."""
 
     method: Literal["cj_grpo"] = "cj_grpo"
     remasking: Literal["cj_grpo"] = "cj_grpo"
+    loss_after_eos: Bool = True
 
 
 @section
@@ -977,7 +1002,9 @@ class IGPOConfig(GRPOConfig):
     reasoning traces and the llada sampler (the inpainted samples are drawn without its KV cache or parallel
     decoding). Paper (LLaDA-8B-Instruct): eta U[0.2, 0.6], chunks U[4, 8], tau 0.2, clip-higher 0.28, temperature
     1.2. Released run script: lr 5e-7, mu 4, G 8, beta 0.01, chunks U[5, 10], max_replacement 4, epsilon_high 0.2
-    and GSPO's sequence ratio; released config defaults: eta U[0.1, 0.5], max_replacements 1."""
+    and GSPO's sequence ratio with d1_masking views (whole completion masked, prompt never: p_mask_prompt 0), the loss
+    over every completion position (loss_after_eos: true); released config defaults: eta U[0.1, 0.5],
+    max_replacements 1."""
 
     method: Literal["igpo"] = "igpo"
     remasking: ViewSampler = "full_completion"
@@ -1330,6 +1357,22 @@ class MarRunConfig(Section):
     consistency: Bool = Field(False, description="Consistency-aware selection of the drafts an AR step trains.")
     consistency_threshold: Float = Field(
         0.0, ge=-2, le=2, description="A draft is kept when its cosine to the final token rose by more than this."
+    )
+    consistency_start: Int = Field(
+        2,
+        ge=1,
+        description="The first AR step (0-based) whose drafts consistency-aware selection filters (each needs the "
+        "previous step's draft, so >= 1); earlier steps train every unknown token. 2: MAR-GRPO's release (i > 1).",
+    )
+    kl_tokens: Literal["masked", "trained"] = Field(
+        "masked",
+        description="The tokens an AR step's KL term covers: masked: every token unknown at the step, normalised by "
+        "their count (MAR-GRPO's release); trained: the tokens the step trains, with the policy term's normaliser.",
+    )
+    kl_estimator: Literal["exact", "k3_means"] = Field(
+        "exact",
+        description="exact: the exact Gaussian KL of each transition; k3_means: MAR-GRPO's release, k3 of the "
+        "difference of the two means per channel, summed over channels (no variance: not a KL of the transitions).",
     )
     save_steps: Int = Field(
         8, ge=0, description="Checkpoint every this many steps (0 = never).", json_schema_extra={"why": "0 = never"}

@@ -5,14 +5,16 @@ by the task (geneval-mini's partial credit on the decoded grid), group advantage
 per batch: the AR steps and diffusion steps the updates use (all, or a random subset as MAR-GRPO's release takes 12
 of 64 AR steps and 10 of 25 diffusion steps), the tokens each AR step trains (:func:`token_weights`), MTE's extra
 trajectories and its top-k % most uncertain tokens, and the old and reference terms. Then ``num_iterations``
-optimiser steps, each summing the AR steps' losses (one backward per AR step, as the release does):
+optimiser steps, each averaging the AR steps' losses (one backward per AR step; the release sums them):
 
-    loss_s = - sum_{tokens i, steps k} w_si (psi_sik - beta KL_sik) / sum w_si,     loss = mean_s loss_s
+    loss_s = - [ sum_{i,k} w_si psi_sik / sum w_si - beta sum_{i,k} w'_si KL_sik / sum w'_si ],  loss = mean_s loss_s
 
-psi the clipped surrogate of one transition (MTE's mean over M trajectories on the selected tokens), KL the exact KL
-between the policy's and the reference's Gaussian transitions at the rollout's state (the release applies k3 to the
-difference of the means instead). Everything a batch draws is seeded by (seed, purpose, batch), so a run killed
-and resumed from a checkpoint ends with the same weights and curve as an uninterrupted one.
+psi the clipped surrogate of one transition (MTE's mean over M trajectories on the selected tokens), w the tokens the
+step trains, w' those its KL covers (``kl_tokens``: every token unknown at the step, as MAR-GRPO's release, or w),
+KL the exact KL between the policy's and the reference's Gaussian transitions at the rollout's state
+(``kl_estimator: k3_means``: the release's k3 of the difference of the means). Everything a batch draws is seeded
+by (seed, purpose, batch), so a run killed and resumed from a checkpoint ends with the same weights and curve as an
+uninterrupted one.
 
 The head is trained with the transformer (``train_head: true``, plain GRPO's end-to-end update) or frozen
 (``false``, MAR-GRPO's first stabiliser: "fix the diffusion head during RL"), gradients then reaching the transformer
@@ -46,16 +48,21 @@ from ddmrl.training.resume import Checkpointer
 from ddmrl.training.tracking import RunLog
 
 
-def token_weights(roll: MARRollout, train_tokens: str, consistency: bool, threshold: float = 0.0) -> torch.Tensor:
+def token_weights(
+    roll: MARRollout, train_tokens: str, consistency: bool, threshold: float = 0.0, start: int = 2
+) -> torch.Tensor:
     """[S, B, N] bool: the tokens each AR step trains. ``masked``: every token unknown at the start of the step (the
     ones it reveals and the drafts of the others), ``committed``: the revealed ones only. With ``consistency``, from
-    the second step on a draft is kept only when it moved towards the final image (:func:`consistency_mask`)."""
+    AR step ``start`` (0-based, >= 1: the rule compares with the previous step's draft) on, a draft is kept only when
+    it moved towards the final image (:func:`consistency_mask`). MAR-GRPO's release starts at step 2 (``i > 1``)."""
+    if start < 1:
+        raise ValueError(f"consistency start {start}: the rule needs the previous step's draft (start >= 1)")
     if train_tokens == "committed":
         return roll.committed
     weights = roll.masks[:-1].clone()
     if consistency:
         drafts = roll.trajectories[:, 0]  # [S, B, N, C] every step's sample of every token it sampled
-        for s in range(1, weights.shape[0]):
+        for s in range(start, weights.shape[0]):
             weights[s] = consistency_mask(
                 drafts[s], drafts[s - 1], roll.final, roll.masks[s + 1], roll.committed[s], threshold
             )
@@ -102,6 +109,13 @@ def step_terms(
     return StepTerms(logp, means, logp_mte)
 
 
+def k3_means(means: torch.Tensor, ref_means: torch.Tensor) -> torch.Tensor:
+    """MAR-GRPO's release's KL term: k3 of the difference of the means, exp(d) - d - 1 with d = ref_mean - mean per
+    channel, summed over channels. [..., C] -> [...]. Not a KL of the transitions (it ignores their variance)."""
+    d = ref_means - means
+    return (torch.exp(d) - d - 1).sum(-1)
+
+
 def step_loss(
     terms: StepTerms,
     old: StepTerms,
@@ -112,20 +126,31 @@ def step_loss(
     std: torch.Tensor,
     epsilon: float,
     beta: float,
+    kl_weights: torch.Tensor | None = None,
+    kl_estimator: str = "exact",
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """loss_s = -sum w (psi - beta KL) / sum w over the step's trained tokens [B, N] and diffusion steps; ``std`` [I]
-    the steps' noise scales. Returns the loss and its KL and clip ratio (means over the trained transitions)."""
+    """loss_s = -(sum w psi / sum w - beta sum w' KL / sum w') over the step's diffusion steps, w [B, N] the trained
+    tokens and w' ``kl_weights`` [B, N] (None: w; MAR-GRPO's release: every token unknown at the step). ``std`` [I]
+    the steps' noise scales; ``kl_estimator``: exact (Gaussian KL) or k3_means (:func:`k3_means`, the release's).
+    Returns the loss, its KL (mean over w') and clip ratio (mean over the trained transitions)."""
     psi, clipped = clipped_surrogate(terms.logp, old.logp, advantages, epsilon)  # [I, B, N]
     if terms.logp_mte is not None:
         psi_mte, clipped_mte = clipped_surrogate(terms.logp_mte, old.logp_mte, advantages, epsilon)  # [M, I, B, N]
         psi = mte_surrogate(psi, psi_mte, mte_selected)
         clipped = torch.where(mte_selected, clipped_mte.float().mean(0), clipped.float())
-    kl = gaussian_kl(terms.means, ref_means, std[:, None, None]) if ref_means is not None else torch.zeros_like(psi)
+    if ref_means is None:
+        kl = torch.zeros_like(psi)
+    elif kl_estimator == "k3_means":
+        kl = k3_means(terms.means, ref_means)
+    else:
+        kl = gaussian_kl(terms.means, ref_means, std[:, None, None])
     w = weights.float().expand_as(psi)
     total = w.sum().clamp_min(1)
-    loss = -(w * (psi - beta * kl)).sum() / total
-    kl, clipped = kl.detach(), clipped.float()
-    return loss, {"kl": float((w * kl).sum() / total), "clip_ratio": float((w * clipped).sum() / total)}
+    wk = w if kl_weights is None else kl_weights.float().expand_as(psi)
+    kl_term = (wk * kl).sum() / wk.sum().clamp_min(1)
+    loss = -((w * psi).sum() / total - beta * kl_term)
+    clipped = clipped.float()
+    return loss, {"kl": float(kl_term.detach()), "clip_ratio": float((w * clipped).sum() / total)}
 
 
 @dataclass
@@ -137,6 +162,7 @@ class PreparedBatch:
     ar_steps: list[int]  # the AR steps the updates train
     steps: torch.Tensor  # [I] the diffusion steps (>= 1)
     weights: torch.Tensor  # [S, B, N] bool
+    kl_weights: torch.Tensor | None  # [S, B, N] bool the tokens the KL covers (None: the trained ones)
     mte: torch.Tensor | None  # [M, K + 1, B, N, C]
     mte_selected: torch.Tensor | None  # [B, N] bool
     old: dict[int, StepTerms]
@@ -158,7 +184,8 @@ def prepare(
     gen = generator(seed, "mar_select", batch)
     ar_steps = _subset(roll.masks.shape[0] - 1, cfg.ar_steps_per_update, gen)
     steps = torch.tensor(_subset(len(schedule) - 1, cfg.diffusion_steps_per_update, gen, offset=1))
-    weights = token_weights(roll, cfg.train_tokens, cfg.consistency, cfg.consistency_threshold)
+    weights = token_weights(roll, cfg.train_tokens, cfg.consistency, cfg.consistency_threshold, cfg.consistency_start)
+    kl_weights = roll.masks[:-1] if cfg.kl_tokens == "masked" and cfg.beta else None
     mte = selected = None
     if cfg.mte_trajectories:
         b, n, _ = roll.conditions.shape
@@ -169,13 +196,13 @@ def prepare(
         selected = top_percent(uncertainty(mte[:, 0]), cfg.mte_top_percent)
     old, ref_means = {}, {}
     for s in ar_steps:
-        where = weights[s]
-        mte_where = where & selected if mte is not None else None
+        where = weights[s] if kl_weights is None else weights[s] | kl_weights[s]  # the transitions needed
+        mte_where = weights[s] & selected if mte is not None else None
         old[s] = step_terms(policy, schedule, roll, s, steps, where, cfg.sampler.temperature, mte, mte_where)
         ref_means[s] = None
         if cfg.beta:
             ref_means[s] = step_terms(ref, schedule, roll, s, steps, where, cfg.sampler.temperature).means
-    return PreparedBatch(roll, advantages, ar_steps, steps, weights, mte, selected, old, ref_means)
+    return PreparedBatch(roll, advantages, ar_steps, steps, weights, kl_weights, mte, selected, old, ref_means)
 
 
 def update(policy, opt, acc, batch: PreparedBatch, schedule: Schedule, cfg) -> dict[str, float]:
@@ -184,13 +211,15 @@ def update(policy, opt, acc, batch: PreparedBatch, schedule: Schedule, cfg) -> d
     std = step_std(schedule, batch.steps, cfg.sampler.temperature)  # [I]
     stats = {"loss": 0.0, "kl": 0.0, "clip_ratio": 0.0}
     for s in batch.ar_steps:
-        where = batch.weights[s]
-        mte_where = where & batch.mte_selected if batch.mte is not None else None
+        trained, kl_where = batch.weights[s], None if batch.kl_weights is None else batch.kl_weights[s]
+        where = trained if kl_where is None else trained | kl_where
+        mte_where = trained & batch.mte_selected if batch.mte is not None else None
         terms = step_terms(
             policy, schedule, batch.roll, s, batch.steps, where, cfg.sampler.temperature, batch.mte, mte_where
         )
-        loss, parts = step_loss(terms, batch.old[s], batch.ref_means[s], batch.advantages, where, batch.mte_selected,
-                                std, cfg.epsilon, cfg.beta)  # fmt: skip
+        loss, parts = step_loss(terms, batch.old[s], batch.ref_means[s], batch.advantages, trained,
+                                batch.mte_selected, std, cfg.epsilon, cfg.beta, kl_where,
+                                cfg.kl_estimator)  # fmt: skip
         if not torch.isfinite(loss):
             raise FloatingPointError(f"MAR GRPO: non-finite loss at AR step {s}")
         acc.backward(loss / len(batch.ar_steps))

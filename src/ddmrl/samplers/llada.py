@@ -155,6 +155,7 @@ def generate(
     generator: torch.Generator | None = None,
     aux_policy: AuxPolicy | None = None,
     clamp: torch.Tensor | None = None,
+    tempered_confidence: bool = False,
 ) -> SampleOutput:
     """Sample completions of ``completion_length`` tokens for ``prompt_ids`` [N, P] (left-padded).
 
@@ -165,7 +166,9 @@ def generate(
     ``aux_policy``: a learned unmasking policy (``ddmrl.aux_policies.UnmaskingPolicy``) chooses the positions each
     step reveals instead of the confidence schedule (``ddmrl.samplers.unmasking``; ``steps`` and ``remasking`` then
     do not apply). ``clamp`` [N, L]: the starting completion, every token other than ``mask_id`` fixed (inpainting;
-    the plain sampler with low_confidence or random remasking).
+    the plain sampler with low_confidence or random remasking). ``tempered_confidence``: the plain sampler ranks,
+    re-masks (RCR) and records the tempered probability softmax(logits / temperature) of each proposal instead of the
+    untempered one (MDPO's released sampler; unchanged at temperature 0).
     """
     if clamp is not None and (kv_cache != "none" or parallel != "none" or aux_policy is not None):
         raise ValueError("clamp (inpainting): the plain sampler only (kv_cache, parallel: none; no aux_policy)")
@@ -178,14 +181,15 @@ def generate(
     if eoser and eos_id is None:
         raise ValueError("eoser needs the EOS token id (eos_id)")
     options = [o for o, on in (("remasking rcr", remasking == "rcr"), ("schedule ass", schedule == "ass"),
-                               ("eoser", eoser), ("record_trajectory", record_trajectory)) if on]  # fmt: skip
+                               ("eoser", eoser), ("record_trajectory", record_trajectory),
+                               ("tempered_confidence", tempered_confidence)) if on]  # fmt: skip
     if options and (kv_cache != "none" or parallel != "none"):
         raise ValueError(f"{', '.join(options)}: the plain sampler only (kv_cache none, parallel none)")
     if aux_policy is not None:
         if kv_cache != "none" or parallel != "none" or options:
             raise ValueError(
                 "a learned unmasking policy replaces the confidence rules: kv_cache, parallel: none, and none of "
-                "remasking rcr, schedule ass, eoser, record_trajectory"
+                "remasking rcr, schedule ass, eoser, record_trajectory, tempered_confidence"
             )
         from ddmrl.samplers.unmasking import generate as generate_with_policy
 
@@ -227,12 +231,13 @@ def generate(
             never[mask_id] = True  # never propose the mask token itself
             logits = logits.masked_fill(never, -torch.inf)
             proposal = gumbel_argmax(logits, temperature, generator)  # [N, T]
+            scored = logits / temperature if tempered_confidence and temperature > 0 else logits
             if remasking == "random":
                 conf = uniform(proposal.shape, proposal.device, generator)
             else:
-                conf = proposal_prob(logits, proposal).double()
+                conf = proposal_prob(scored, proposal).double()
             if recorder is not None:
-                prob = conf if remasking != "random" else proposal_prob(logits, proposal)
+                prob = conf if remasking != "random" else proposal_prob(scored, proposal)
                 recorder.add(x[:, p:], proposal[:, p:], prob[:, p:], mask_id)
             if eoser:
                 gamma = eos_gamma(step, total, schedule, gamma_min, eos_max_gamma)

@@ -23,8 +23,9 @@ class Trajectory(NamedTuple):
     states: [S, N, L] x_s, the completion before step s (the mask id where masked): the input of step s.
     predictions: [S, N, L] x̂_0^(s), the model's full prediction at step s: every masked position of x_s filled with
         the step's proposal, the other positions as in x_s (MDPO's per-step prediction).
-    confidence: [S, N, L] float32, the model's (untempered) probability of x̂_0^(s) at each masked position of x_s
-        (the confidence the step ranks by; 1 where x_s is not masked, the token being given).
+    confidence: [S, N, L] float32, the model's probability of x̂_0^(s) at each masked position of x_s (the
+        confidence the step ranks by: untempered, or tempered with the sampler's ``tempered_confidence``; 1 where x_s
+        is not masked, the token being given).
     """
 
     states: torch.Tensor

@@ -131,6 +131,15 @@ def make_views(
     return views, weights, z, inputs
 
 
+def loss_positions(cfg: GRPOConfig, batch: Rollouts) -> Rollouts:
+    """The rollouts as the loss sees them: their completion mask (up to and including the first EOS), or with
+    ``loss_after_eos`` every completion position, the EOS padding included (the MDPO, CJ-GRPO and IGPO releases
+    train every masked or unmasked completion position; their masks are not cut at the first EOS)."""
+    if not cfg.loss_after_eos:
+        return batch
+    return batch._replace(completion_mask=torch.ones_like(batch.completion_mask))
+
+
 def view_targets(views: Views, completion_ids: torch.Tensor) -> torch.Tensor:
     """[V, N, L] the tokens each view is trained towards: its own (views built from the sampler's states) or the
     rollout's completion (a view of it, without copying)."""
@@ -315,7 +324,8 @@ def train_grpo(
             acting.train()  # the exploration distribution its log-probs refer to
         examples = dist.shard(draw_prompts(it), rank, world, "grpo.num_prompts")
         gen = dist.device_generator(acc.device, rseed, "rollout", it)
-        batch = rollout(policy, tok, task, examples, g, cfg.sampler, gen, record_trajectory=record, aux_policy=acting)
+        batch = rollout(policy, tok, task, examples, g, cfg.sampler, gen, record_trajectory=record, aux_policy=acting,
+                        tempered_confidence=cfg.mdpo_tempered_confidence)  # fmt: skip
         batch = dist.to_device(batch, torch.device("cpu"))
         r = rewards(task, examples, batch, g)  # [N]
         augmented = {}
@@ -341,12 +351,13 @@ def train_grpo(
         consecutive = 0
         # 3. views and weights, all from the rollout seed (on the CPU), then everything on the run's device
         views = weights = z = inputs = targets = per_view = None
+        scored = loss_positions(cfg, batch)  # the completion mask the loss uses (the curve keeps the true lengths)
         if not frozen:
             views, weights, z, inputs = make_views(
-                cfg, batch, derive_seed(rseed, "views", it), tok.pad_token_id, tok.mask_token_id, step_adv
+                cfg, scored, derive_seed(rseed, "views", it), tok.pad_token_id, tok.mask_token_id, step_adv
             )
             targets, per_view = view_targets(views, batch.completion_ids), view_advantages(views, step_adv)
-        b = Batch(batch, r, adv, zero_std, views, weights, z, inputs, targets, per_view)
+        b = Batch(scored, r, adv, zero_std, views, weights, z, inputs, targets, per_view)
         b = dist.to_device(b, acc.device)
         inputs, target_ids = b.inputs, b.target_ids  # [V, N, P + L], [V, N, L]
         schedule = ((),) * cfg.num_iterations if frozen else views.steps  # the views of every optimiser step

@@ -82,9 +82,13 @@ def test_token_weights_by_hand():
     masked = [[[True, True, True]], [[True, True, False]], [[False, True, False]]]
     assert token_weights(roll, "masked", False).tolist() == masked
     # consistency from step 1: token 1's draft went from (1, 0) to (0, 1) = final (cosine 0 -> 1): kept
-    assert token_weights(roll, "masked", True).tolist() == masked
+    assert token_weights(roll, "masked", True, start=1).tolist() == masked
     strict = [[[True, True, True]], [[True, False, False]], [[False, True, False]]]  # only the revealed from step 1
-    assert token_weights(roll, "masked", True, threshold=1.5).tolist() == strict
+    assert token_weights(roll, "masked", True, threshold=1.5, start=1).tolist() == strict
+    # MAR-GRPO's release (the default) filters from step 2 (``i > 1``): step 1 keeps every unknown token
+    assert token_weights(roll, "masked", True, threshold=1.5).tolist() == masked
+    with pytest.raises(ValueError, match="start >= 1"):
+        token_weights(roll, "masked", True, start=0)
 
 
 def _run(model, section: dict, tmp_path=None, stop_after: int | None = None, steps: int = 4):
