@@ -10,6 +10,18 @@ import pytest
 
 import ddmrl  # noqa: F401  (first: pins the CPU numerics before torch chooses its kernels, as every stage does)
 
+#: test modules that share the session's smoke workspace (tests/pipeline/conftest.py): one xdist group, built once
+SMOKE_WORKSPACE = {"tests/pipeline/test_smoke.py", "tests/pipeline/test_report.py", "tests/pipeline/test_slurm.py"}
+
+
+def pytest_collection_modifyitems(items):
+    """pytest-xdist (``--dist loadgroup``, pyproject's addopts) sends each group of tests to one worker: a group per
+    test module, so that its module-scoped fixtures (pipelines, trained models) are built once, and one group for the
+    modules that share the smoke workspace."""
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group("smoke" if module in SMOKE_WORKSPACE else module))
+
 
 @pytest.fixture(scope="module", autouse=True)
 def modules_cache(tmp_path_factory):
