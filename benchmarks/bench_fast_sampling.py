@@ -59,6 +59,17 @@ OPTIONS = {
     "prefix+threshold": {"kv_cache": "prefix", "parallel": "threshold"},
     "dual+threshold": {"kv_cache": "dual", "parallel": "threshold"},
     "dual+factor": {"kv_cache": "dual", "parallel": "factor"},
+    "threshold/fast_dllm": {"parallel": "threshold", "parallel_floor": "one"},
+    "dual+threshold/fast_dllm": {"kv_cache": "dual", "parallel": "threshold", "parallel_floor": "one"},
+}
+#: whether each option's parallel decoding is Fast-dLLM's rule. ddmrl's default floor (parallel_floor: schedule)
+#: commits at least ceil(masked / steps left) per step, which is Fast-dLLM's one token only at steps = L; at the
+#: benchmark's steps = L / 2 it commits two tokens a step at least. With parallel_floor one ``steps`` plays no part,
+#: so those rows are also Fast-dLLM's own setting (its evaluations' steps = L / block_length). The factor rows apply
+#: the bound as stated (factor_rule as_stated), not the release's off-by-one.
+FAST_DLLM_RULE = {
+    name: "n/a" if "parallel" not in kw else "yes" if kw.get("parallel_floor") == "one" else "no (floor: schedule)"
+    for name, kw in OPTIONS.items()
 }
 
 
@@ -189,15 +200,17 @@ def long_completions(args, plan: Plan, peak: float) -> dict:
 
 def option_table(acc: dict, speed: dict, what: str) -> list[str]:
     lines = [
-        f"| option | accuracy % | paired diff (95 %) | NFE ({what}) | tokens/s | speed-up (median) | FLOP % of peak |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"| option | Fast-dLLM's rule | accuracy % | paired diff (95 %) | NFE ({what}) | tokens/s | speed-up (median) "
+        "| FLOP % of peak |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name in OPTIONS:
         a, s = acc[name], speed[name]
         diff = "" if name == "plain" else f"{a['diff']:+.1f} ± {a['diff_halfwidth']:.1f}"
         lines.append(
-            f"| {name} | {a['accuracy']:.1f} | {diff} | {s['nfe']} | {s['tokens_per_s']:,.0f} "
-            f"| {s['speedup']:.2f}x ({s['speedup_median']:.2f}x) | {100 * s['fraction_of_peak']:.1f} |"
+            f"| {name} | {FAST_DLLM_RULE[name]} | {a['accuracy']:.1f} | {diff} | {s['nfe']} "
+            f"| {s['tokens_per_s']:,.0f} | {s['speedup']:.2f}x ({s['speedup_median']:.2f}x) "
+            f"| {100 * s['fraction_of_peak']:.1f} |"
         )
     return lines
 
@@ -214,8 +227,10 @@ def summary_markdown(res: dict) -> str:
         + ", ".join(f"{p['peak']:.1f}" for p in peaks)
         + f" GFLOP/s (fractions use the highest, {res['peak_gflops']:.1f}). Speed: the fastest of "
         f"{res['plan']['repeats']} interleaved rounds (other processes only add time; the speed-up of the medians in "
-        "parentheses); accuracy differences are paired (same items), 95 % intervals."
-        + (" QUICK run." if res["quick"] else ""),
+        "parentheses); accuracy differences are paired (same items), 95 % intervals. Fast-dLLM's rule: whether the "
+        "option's parallel decoding is Fast-dLLM's (parallel_floor one, steps ignored: also its own setting, steps = "
+        "L / block_length) or ddmrl's default floor, LLaDA's schedule (at this steps = L / 2, two tokens a step at "
+        "least)." + (" QUICK run." if res["quick"] else ""),
     ]
     for name, r in res.get("embedded", {}).items():
         L = r["completion_length"]

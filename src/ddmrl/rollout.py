@@ -62,11 +62,26 @@ def sampler_kwargs(sampler: SamplerConfig, completion_length: int) -> dict:
         kw |= {"block_length": sampler.block_length, "remasking": sampler.remasking, "kv_cache": sampler.kv_cache}
         kw |= {"schedule": sampler.schedule, "ass_blocks": sampler.ass_blocks, "eoser": sampler.eoser,
                "eos_min_gamma": sampler.eos_min_gamma, "eos_max_gamma": sampler.eos_max_gamma}  # fmt: skip
+        kw |= {"confidence_dtype": sampler.confidence_dtype, "logits_eos_inf": sampler.logits_eos_inf,
+               "confidence_eos_eot_inf": sampler.confidence_eos_eot_inf, "rcr_scope": sampler.rcr_scope,
+               "parallel_floor": sampler.parallel_floor, "factor_rule": sampler.factor_rule}  # fmt: skip
     elif sampler.name == "maskgit":
         kw |= {"noise_temperature": sampler.noise_temperature}
     if sampler.name != "emerge":
         kw |= {"parallel": sampler.parallel, "threshold": sampler.threshold, "factor": sampler.factor}
     return kw
+
+
+#: LLaDA's end-of-turn token (id 126348 in LLaDA-8B-Instruct's vocabulary, EOS <|endoftext|> being 126081)
+EOT_TOKEN = "<|eot_id|>"
+
+
+def eot_id(tok) -> int:
+    """The id of LLaDA's end-of-turn token in ``tok`` (``confidence_eos_eot_inf``); a clear error where it has none."""
+    token_id = tok.convert_tokens_to_ids(EOT_TOKEN)
+    if token_id is None or token_id == tok.unk_token_id:
+        raise ValueError(f"sampler.confidence_eos_eot_inf: the tokenizer has no {EOT_TOKEN} token")
+    return token_id
 
 
 def rollout(
@@ -92,8 +107,10 @@ def rollout(
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     prompts = encode_prompts(tok, task, examples).repeat_interleave(num_generations, 0).to(device)  # [N, P]
     kw = sampler_kwargs(sampler, task.completion_length)
-    if sampler.eoser:
+    if sampler.eoser or sampler.logits_eos_inf or sampler.confidence_eos_eot_inf:
         kw["eos_id"] = tok.eos_token_id
+    if sampler.confidence_eos_eot_inf:
+        kw["eot_id"] = eot_id(tok)
     if record_trajectory:
         if sampler.name != "llada":
             raise ValueError(f"stored trajectories come from the llada sampler, not {sampler.name!r}")

@@ -207,6 +207,18 @@ methods:
             "evaluate.sampler.eos_min_gamma",
         ),
         ("grpo: {sampler: {factor: -1.0}}\n", "grpo.sampler.factor"),
+        ("evaluate: {sampler: {confidence_dtype: float16}}\n", "evaluate.sampler.confidence_dtype"),
+        (
+            "image: {grpo: {sampler: {name: maskgit, confidence_dtype: float32}}}\n",
+            "image.grpo.sampler.confidence_dtype",
+        ),
+        ("evaluate: {sampler: {parallel_floor: one}}\n", "evaluate.sampler.parallel_floor"),
+        (
+            "evaluate: {sampler: {parallel: threshold, factor_rule: fast_dllm_release}}\n",
+            "evaluate.sampler.factor_rule",
+        ),
+        ("evaluate: {sampler: {rcr_scope: block}}\n", "evaluate.sampler.rcr_scope"),
+        ("image: {grpo: {sampler: {name: maskgit, logits_eos_inf: true}}}\n", "image.grpo.sampler.logits_eos_inf"),
         ("grpo: {coupling: crossed}\n", "grpo.coupling"),
         ("grpo: {aux_policy: {speed_alpha: 1.0}}\n", "grpo.aux_policy.speed_alpha"),
         ("grpo: {aux_policy: {freeze_model: true}}\n", "grpo.aux_policy.freeze_model"),

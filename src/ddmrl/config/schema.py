@@ -358,8 +358,32 @@ class SamplerConfig(Section):
     remasking: Literal["low_confidence", "random", "rcr"] = Field(
         "low_confidence",
         description="llada: which masked tokens to commit each step (LLaDA's default: low_confidence); rcr: MDPO's "
-        "running-confidence remasking (He et al. 2025): every masked token of the block takes its proposal, then the "
-        "tokens of lowest confidence-when-committed are re-masked down to the schedule, so they can be revised.",
+        "running-confidence remasking (He et al. 2025): every masked token up to the end of the block takes its "
+        "proposal, then the tokens of lowest confidence-when-committed are re-masked down to the schedule, so they "
+        "can be revised (see rcr_scope).",
+    )
+    rcr_scope: Literal["sequence", "block"] = Field(
+        "sequence",
+        description="remasking rcr: which committed tokens may be re-masked: sequence, the whole completion so far "
+        "(MDPO's released diffusion_generate; earlier blocks included, positions never filled protected) or block, "
+        "the current block only (ddmrl's rule before; the same with one block).",
+    )
+    confidence_dtype: Literal["float64", "float32"] = Field(
+        "float64",
+        description="llada: dtype of the softmax behind the confidence. float64: LLaDA's generate until June 2025 and "
+        "Fast-dLLM's; float32: LLaDA's current generate and d1's eval/generate.py (the logits' dtype). On a confident "
+        "model float32 rounds many probabilities to exactly 1 and the ranking falls to tie order.",
+        json_schema_extra={"why": "ranks by the true value"},
+    )
+    logits_eos_inf: Bool = Field(
+        False,
+        description="llada: LLaDA's logits_eos_inf: the EOS token (the tokenizer's) is never proposed (LLaDA, "
+        "appendix B.4).",
+    )
+    confidence_eos_eot_inf: Bool = Field(
+        False,
+        description="llada: LLaDA's confidence_eos_eot_inf with its released effect: the confidence softmax leaves "
+        "out EOT (LLaDA's end-of-turn token), and EOS too at temperature 0 only: such proposals score 0, not -inf.",
     )
     schedule: Literal["linear", "ass"] = Field(
         "linear",
@@ -403,10 +427,25 @@ class SamplerConfig(Section):
     parallel: Literal["none", "threshold", "factor"] = Field(
         "none",
         description="llada, maskgit: Fast-dLLM's confidence-aware parallel decoding: also commit every masked token "
-        "with confidence >= threshold, or the top n with c_(k) >= 1 - factor / (k + 1) for all k <= n.",
+        "with confidence >= threshold, or the top n with c_(k) >= 1 - factor / (k + 1) for all k <= n. On top of the "
+        "sampler's own schedule (parallel_floor schedule, the default); Fast-dLLM's rule itself with parallel_floor "
+        "one (llada).",
     )
     threshold: Float = Field(0.9, gt=0, le=1, description="parallel: threshold: the confidence bound.")
     factor: Float = Field(1.0, gt=0, description="parallel: factor: the factor of the bound.")
+    parallel_floor: Literal["schedule", "one"] = Field(
+        "schedule",
+        description="llada, parallel: what a step commits at least: schedule, LLaDA's schedule (ceil(masked / steps "
+        "left) in the block: never more steps than without the rule) or one, one token with steps ignored: "
+        "Fast-dLLM's rule. They agree only with steps = completion length; at Fast-dLLM's steps = L / block_length, "
+        "schedule commits each block in one step.",
+        json_schema_extra={"why": "steps stays a bound on the passes"},
+    )
+    factor_rule: Literal["as_stated", "fast_dllm_release"] = Field(
+        "as_stated",
+        description="llada, parallel factor: the bound as stated, or as Fast-dLLM's released code, whose off-by-one "
+        "commits all n masked tokens when only the n-th fails its bound.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> SamplerConfig:
@@ -438,6 +477,23 @@ class SamplerConfig(Section):
             raise refuse("ass_blocks", self.ass_blocks, "only used with schedule: ass")
         if self.eoser and self.remasking == "random":
             raise refuse("eoser", True, "rescales the model's confidence: it needs remasking low_confidence or rcr")
+        llada_only = {
+            "confidence_dtype": self.confidence_dtype != "float64",
+            "logits_eos_inf": self.logits_eos_inf,
+            "confidence_eos_eot_inf": self.confidence_eos_eot_inf,
+            "parallel_floor": self.parallel_floor != "schedule",
+            "factor_rule": self.factor_rule != "as_stated",
+            "rcr_scope": self.rcr_scope != "sequence",
+        }
+        for key, on in llada_only.items():
+            if on and self.name != "llada":
+                raise refuse(key, getattr(self, key), f"a llada sampler option (name = {self.name!r})")
+        if self.parallel_floor != "schedule" and self.parallel == "none":
+            raise refuse("parallel_floor", self.parallel_floor, "a floor under a parallel rule: set parallel")
+        if self.factor_rule != "as_stated" and self.parallel != "factor":
+            raise refuse("factor_rule", self.factor_rule, "only used with parallel: factor")
+        if self.rcr_scope != "sequence" and self.remasking != "rcr":
+            raise refuse("rcr_scope", self.rcr_scope, "only used with remasking: rcr")
         if self.eos_min_gamma is not None and self.eos_min_gamma > self.eos_max_gamma:
             raise refuse("eos_min_gamma", self.eos_min_gamma, f"must not exceed eos_max_gamma = {self.eos_max_gamma}")
         return self

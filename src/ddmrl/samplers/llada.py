@@ -7,9 +7,17 @@ highest confidence (``low_confidence``: the untempered probability of the propos
 (``random``). ``k`` follows LLaDA's linear schedule: the masked count of the block split evenly over the steps,
 the first ``remainder`` steps taking one more. Committed tokens are never re-masked.
 
-Deviation from LLaDA: a completion length that is not a multiple of ``block_length`` gets a shorter last block
-(LLaDA asserts divisibility), and ``steps`` that do not divide into the blocks use ``max(1, steps // blocks)``
-per block, as d1 does.
+The confidence is a softmax in ``confidence_dtype``: float64 by default, as LLaDA's ``generate`` until June 2025
+and Fast-dLLM's ``get_transfer_index``; float32 is LLaDA's current ``generate`` and d1's ``eval/generate.py`` (the
+logits' dtype, float32 under autocast). On a confident model float32 rounds many probabilities to exactly 1, and
+the ranking then falls to the tie order instead of the true values. LLaDA's ``logits_eos_inf`` (EOS never proposed)
+and ``confidence_eos_eot_inf`` (its released effect: the confidence softmax without EOT, and without EOS at
+temperature 0, so such proposals score 0) are switches of the same names, off by default.
+
+Deviations from LLaDA: a completion length that is not a multiple of ``block_length`` gets a shorter last block
+(LLaDA asserts divisibility), ``steps`` that do not divide into the blocks use ``max(1, steps // blocks)`` per
+block, as d1 does, and the mask token is never proposed (it is left out of the proposals and of the softmax; a
+released checkpoint gives it no probability to speak of).
 
 Fast-dLLM's accelerations (Wu et al. 2025), each off by default:
 
@@ -17,10 +25,12 @@ Fast-dLLM's accelerations (Wu et al. 2025), each off by default:
   first step evaluates the whole sequence and keeps every layer's keys and values, its later steps evaluate only
   the block and what follows it (prefix) or only the block (dual);
 * ``parallel``: ``threshold`` or ``factor``, confidence-aware parallel decoding (``ddmrl.samplers.parallel``): a
-  step also commits the masked tokens of the block the rule picks. Each step commits at least LLaDA's schedule for
-  the block's remaining masks over its remaining steps, ceil(masked / remaining), so a block never takes more steps
-  than without the rule; it ends as soon as it has no mask left (with ``steps`` = completion length that is
-  Fast-dLLM's rule exactly: one token, plus every token the rule picks).
+  step also commits the masked tokens of the block the rule picks, and a block ends as soon as it has no mask left.
+  ``parallel_floor`` sets what a step commits at least: ``schedule`` (the default) LLaDA's schedule for the block's
+  remaining masks over its remaining steps, ceil(masked / remaining), so a block never takes more steps than without
+  the rule; ``one`` one token, ``steps`` ignored: Fast-dLLM's released rule. The two agree only when ``steps`` is
+  the completion length; at Fast-dLLM's own setting, steps = L / block_length, ``schedule`` commits each block in
+  one step. ``factor_rule: fast_dllm_release`` reproduces the off-by-one of Fast-dLLM's factor code.
 
 With either option on, the loop works on the block's positions only: the Gumbel noise is drawn for the block
 (``[N, block, V]``, not the whole sequence), so its samples differ from the plain sampler's for the same seed, and
@@ -29,7 +39,8 @@ token, so it stays the sampler's real order for TraceRL and the credit diagnosti
 With both options off the sampler is the plain one, unchanged (bit for bit; tested).
 
 Options of the plain sampler (``ddmrl.samplers.schedules``), each off by default and each leaving the sampler
-unchanged when off: ``remasking: rcr`` (MDPO's running-confidence remasking), ``schedule: ass`` (the ascending
+unchanged when off: ``remasking: rcr`` (MDPO's running-confidence remasking over the whole completion so far;
+``rcr_scope: block`` re-masks inside the current block only), ``schedule: ass`` (the ascending
 step-size scheduler, floor(log2 L) steps, ``ass_blocks`` blocks), ``eoser`` (EOS early rejection, with
 ``eos_min_gamma`` and ``eos_max_gamma``), and ``record_trajectory`` (keep every step's state, prediction and
 confidence, ``ddmrl.samplers.trajectory``). Under RCR a token can be committed, re-masked and committed again:
@@ -43,11 +54,13 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 
 from ddmrl.samplers.cache import KV_CACHES, cached_forward, window
-from ddmrl.samplers.parallel import PARALLEL_RULES, parallel_commits
-from ddmrl.samplers.schedules import EOS_MIN_GAMMA, SCHEDULES, ass_layout, eos_gamma, rcr_step
+from ddmrl.samplers.parallel import FACTOR_RULES, PARALLEL_RULES, parallel_commits
+from ddmrl.samplers.schedules import EOS_MIN_GAMMA, RCR_SCOPES, SCHEDULES, ass_layout, eos_gamma, rcr_step
 from ddmrl.samplers.trajectory import Trajectory, TrajectoryRecorder
 
 REMASKINGS = ("low_confidence", "random", "rcr")
+CONFIDENCE_DTYPES = {"float64": torch.float64, "float32": torch.float32}
+PARALLEL_FLOORS = ("schedule", "one")
 
 if TYPE_CHECKING:
     from ddmrl.aux_policies import AuxPolicy, AuxTrace
@@ -96,9 +109,22 @@ def gumbel_argmax(logits: torch.Tensor, temperature: float, gen: torch.Generator
     return (logits.double() / temperature - torch.log(-torch.log(u))).argmax(-1)
 
 
-def proposal_prob(logits: torch.Tensor, proposal: torch.Tensor) -> torch.Tensor:
-    """[N, T] the (untempered) probability softmax(logits) of each proposed token: LLaDA's low-confidence score."""
-    return torch.softmax(logits, -1).gather(-1, proposal[..., None]).squeeze(-1)
+def proposal_prob(logits: torch.Tensor, proposal: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """[N, T] the (untempered) probability softmax(logits) of each proposed token, the softmax taken in ``dtype``:
+    LLaDA's low-confidence score."""
+    return torch.softmax(logits.to(dtype), -1).gather(-1, proposal[..., None]).squeeze(-1)
+
+
+def confidence_logits(logits: torch.Tensor, temperature: float, eos_id: int, eot_id: int) -> torch.Tensor:
+    """The logits behind the confidence under LLaDA's ``confidence_eos_eot_inf``, as its released ``generate`` does
+    it: ``logits_with_noise[:, :, eos] = logits[:, :, eot] = -inf`` after the proposals are drawn. EOT's logit is
+    always removed; EOS's only at temperature 0, where ``logits_with_noise`` is ``logits`` itself (at temperature > 0
+    the assignment lands on a noised copy that is no longer read). A proposal of a removed token scores 0."""
+    out = logits.clone()
+    out[..., eot_id] = -torch.inf
+    if temperature == 0:
+        out[..., eos_id] = -torch.inf
+    return out
 
 
 def uniform(shape, device: torch.device, gen: torch.Generator | None) -> torch.Tensor:
@@ -145,12 +171,19 @@ def generate(
     parallel: str = "none",
     threshold: float = 0.9,
     factor: float = 1.0,
+    parallel_floor: str = "schedule",
+    factor_rule: str = "as_stated",
+    confidence_dtype: str = "float64",
+    logits_eos_inf: bool = False,
+    confidence_eos_eot_inf: bool = False,
+    rcr_scope: str = "sequence",
     schedule: str = "linear",
     ass_blocks: int = 1,
     eoser: bool = False,
     eos_min_gamma: float | None = None,
     eos_max_gamma: float = 1.0,
     eos_id: int | None = None,
+    eot_id: int | None = None,
     record_trajectory: bool = False,
     generator: torch.Generator | None = None,
     aux_policy: AuxPolicy | None = None,
@@ -159,8 +192,11 @@ def generate(
 ) -> SampleOutput:
     """Sample completions of ``completion_length`` tokens for ``prompt_ids`` [N, P] (left-padded).
 
-    ``kv_cache`` (none | prefix | dual) and ``parallel`` (none | threshold | factor, with ``threshold`` and
-    ``factor``): Fast-dLLM's accelerations, see the module docstring. ``remasking: rcr``, ``schedule`` (linear |
+    ``kv_cache`` (none | prefix | dual) and ``parallel`` (none | threshold | factor, with ``threshold``, ``factor``,
+    ``parallel_floor``: schedule | one and ``factor_rule``: as_stated | fast_dllm_release): Fast-dLLM's
+    accelerations, see the module docstring. ``confidence_dtype`` (float64 | float32): the softmax of the confidence.
+    ``logits_eos_inf`` (needs ``eos_id``) and ``confidence_eos_eot_inf`` (needs ``eos_id`` and ``eot_id``): LLaDA's
+    options of those names. ``remasking: rcr`` (with ``rcr_scope``: sequence | block), ``schedule`` (linear |
     ass; ASS takes floor(log2 L) steps and ignores ``steps``), ``eoser`` (needs ``eos_id``; ``eos_min_gamma`` None
     is 0.4 with the linear schedule, 0.01 with ASS) and ``record_trajectory``: ``ddmrl.samplers.schedules``.
     ``aux_policy``: a learned unmasking policy (``ddmrl.aux_policies.UnmaskingPolicy``) chooses the positions each
@@ -178,14 +214,30 @@ def generate(
         raise ValueError(f"unknown remasking '{remasking}'; choose one of {', '.join(REMASKINGS)}")
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}; choose one of {SCHEDULES}")
-    if eoser and eos_id is None:
-        raise ValueError("eoser needs the EOS token id (eos_id)")
+    if (eoser or logits_eos_inf or confidence_eos_eot_inf) and eos_id is None:
+        raise ValueError("eoser, logits_eos_inf and confidence_eos_eot_inf need the EOS token id (eos_id)")
+    if confidence_eos_eot_inf and eot_id is None:
+        raise ValueError("confidence_eos_eot_inf needs the end-of-turn token id (eot_id)")
+    if confidence_dtype not in CONFIDENCE_DTYPES:
+        raise ValueError(f"unknown confidence_dtype {confidence_dtype!r}; choose one of {tuple(CONFIDENCE_DTYPES)}")
+    if parallel_floor not in PARALLEL_FLOORS:
+        raise ValueError(f"unknown parallel_floor {parallel_floor!r}; choose one of {PARALLEL_FLOORS}")
+    if factor_rule not in FACTOR_RULES:
+        raise ValueError(f"unknown factor_rule {factor_rule!r}; choose one of {FACTOR_RULES}")
+    if rcr_scope not in RCR_SCOPES:
+        raise ValueError(f"unknown rcr_scope {rcr_scope!r}; choose one of {RCR_SCOPES}")
+    if parallel_floor != "schedule" and parallel == "none":
+        raise ValueError("parallel_floor one: a floor under a parallel-decoding rule; set parallel")
+    dtype = CONFIDENCE_DTYPES[confidence_dtype]
+    eos = {"eos_id": eos_id, "eot_id": eot_id, "logits_eos_inf": logits_eos_inf, "eos_eot": confidence_eos_eot_inf}
     options = [o for o, on in (("remasking rcr", remasking == "rcr"), ("schedule ass", schedule == "ass"),
                                ("eoser", eoser), ("record_trajectory", record_trajectory),
                                ("tempered_confidence", tempered_confidence)) if on]  # fmt: skip
     if options and (kv_cache != "none" or parallel != "none"):
         raise ValueError(f"{', '.join(options)}: the plain sampler only (kv_cache none, parallel none)")
     if aux_policy is not None:
+        if logits_eos_inf or confidence_eos_eot_inf:
+            raise ValueError("logits_eos_inf, confidence_eos_eot_inf: a confidence rule; not with an aux_policy")
         if kv_cache != "none" or parallel != "none" or options:
             raise ValueError(
                 "a learned unmasking policy replaces the confidence rules: kv_cache, parallel: none, and none of "
@@ -206,7 +258,7 @@ def generate(
     if kv_cache != "none" or parallel != "none":
         return _generate_fast(
             model, prompt_ids, completion_length, mask_id, block_length, steps, temperature, remasking, cfg_scale,
-            kv_cache, parallel, threshold, factor, generator,
+            kv_cache, parallel, threshold, factor, parallel_floor, factor_rule, dtype, eos, generator,
         )  # fmt: skip
     p = prompt_ids.shape[1]
     x, reveal = init_canvas(prompt_ids, completion_length, mask_id)
@@ -216,6 +268,7 @@ def generate(
     total = sum(n for _, _, n, _ in blocks)
     gamma_min = EOS_MIN_GAMMA[schedule] if eos_min_gamma is None else eos_min_gamma
     recorder = TrajectoryRecorder() if record_trajectory else None
+    running = torch.zeros(x.shape[0], completion_length, dtype=torch.float64, device=x.device)  # RCR's confidences
     step, nfe = 0, 0
     for lo, hi, steps_in_block, counts in blocks:
         lo, hi = p + lo, p + hi
@@ -223,33 +276,31 @@ def generate(
             transfer = transfer_schedule((x[:, lo:hi] == mask_id).sum(1), steps_in_block)  # [N, S]
         else:
             transfer = torch.tensor(counts, device=x.device).expand(x.shape[0], steps_in_block)
-        running = torch.zeros(x.shape[0], hi - lo, dtype=torch.float64, device=x.device)  # RCR's confidences
+        if rcr_scope == "block":  # the block's own confidences only
+            running = torch.zeros_like(running)
         for s in range(steps_in_block):
             logits = guided_logits(model, x, p, mask_id, cfg_scale).float()  # [N, T, V]
             nfe += 2 if cfg_scale else 1
             never = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
             never[mask_id] = True  # never propose the mask token itself
             logits = logits.masked_fill(never, -torch.inf)
-            proposal = gumbel_argmax(logits, temperature, generator)  # [N, T]
-            scored = logits / temperature if tempered_confidence and temperature > 0 else logits
-            if remasking == "random":
-                conf = uniform(proposal.shape, proposal.device, generator)
-            else:
-                conf = proposal_prob(scored, proposal).double()
+            scored = logits / temperature if tempered_confidence and temperature > 0 else logits  # MDPO's release
+            proposal, conf = _propose(logits, temperature, remasking, dtype, eos, generator, p, scored)  # [N, T] each
             if recorder is not None:
-                prob = conf if remasking != "random" else proposal_prob(scored, proposal)
+                prob = conf if remasking != "random" else proposal_prob(scored, proposal, dtype)
                 recorder.add(x[:, p:], proposal[:, p:], prob[:, p:], mask_id)
             if eoser:
                 gamma = eos_gamma(step, total, schedule, gamma_min, eos_max_gamma)
                 conf = torch.where(proposal == eos_id, conf * gamma, conf)
-            if remasking == "rcr":
+            if remasking == "rcr":  # over the completion so far (MDPO's rule) or the block only (rcr_scope: block)
+                a = p if rcr_scope == "sequence" else lo
                 keep_masked = transfer[:, s + 1 :].sum(1)  # [N] masks the schedule leaves in the block
-                block, running, kept = rcr_step(
-                    x[:, lo:hi], proposal[:, lo:hi], conf[:, lo:hi], running, keep_masked, mask_id
+                span, run, kept = rcr_step(
+                    x[:, a:hi], proposal[:, a:hi], conf[:, a:hi], running[:, a - p : hi - p], keep_masked, mask_id
                 )
-                x[:, lo:hi] = block
-                rb = reveal[:, lo - p : hi - p]
-                reveal[:, lo - p : hi - p] = torch.where(kept, step, rb).masked_fill(block == mask_id, -1)
+                x[:, a:hi], running[:, a - p : hi - p] = span, run
+                rb = reveal[:, a - p : hi - p]
+                reveal[:, a - p : hi - p] = torch.where(kept, step, rb).masked_fill(span == mask_id, -1)
             else:
                 selectable = torch.zeros_like(x, dtype=torch.bool)
                 selectable[:, lo:hi] = x[:, lo:hi] == mask_id
@@ -274,9 +325,31 @@ def _blocks(schedule: str, length: int, block_length: int, steps: int, ass_block
     return [(b * block_length, min(length, (b + 1) * block_length), per_block, None) for b in range(num_blocks)]
 
 
+def _propose(
+    logits, temperature: float, remasking: str, dtype: torch.dtype, eos: dict, generator, start: int = 0, scored=None
+):  # fmt: skip
+    """[N, T] proposals (Gumbel-max, EOS excluded under ``logits_eos_inf``) and their confidences in float64:
+    random numbers (``random``) or the proposal's probability, the softmax in ``dtype`` of ``scored`` (default:
+    ``logits``; the tempered logits under ``tempered_confidence``), changed by ``confidence_eos_eot_inf``, taken from
+    position ``start`` on only (-inf before it: the prompt, never committed; a float64 softmax of the prompt's logits
+    would only cost memory). ``logits`` has the mask token at -inf."""
+    scored = logits if scored is None else scored
+    if eos["logits_eos_inf"]:
+        logits, scored = logits.clone(), scored.clone()
+        logits[..., eos["eos_id"]] = scored[..., eos["eos_id"]] = -torch.inf
+    proposal = gumbel_argmax(logits, temperature, generator)
+    if remasking == "random":
+        return proposal, uniform(proposal.shape, proposal.device, generator)
+    logits, conf = scored[:, start:], torch.full(proposal.shape, -torch.inf, dtype=torch.float64, device=logits.device)
+    if eos["eos_eot"]:
+        logits = confidence_logits(logits, temperature, eos["eos_id"], eos["eot_id"])
+    conf[:, start:] = proposal_prob(logits, proposal[:, start:], dtype)
+    return proposal, conf
+
+
 def _generate_fast(
     model, prompt_ids, completion_length, mask_id, block_length, steps, temperature, remasking, cfg_scale,
-    kv_cache, parallel, threshold, factor, generator,
+    kv_cache, parallel, threshold, factor, parallel_floor, factor_rule, dtype, eos, generator,
 ) -> SampleOutput:  # fmt: skip
     """The sampler with a KV cache and/or a parallel-decoding rule, working on one block's positions at a time."""
     if remasking not in ("low_confidence", "random"):
@@ -290,7 +363,7 @@ def _generate_fast(
     for b in range(num_blocks):
         lo, hi = p + b * block_length, p + min(completion_length, (b + 1) * block_length)
         past = None  # the block's cache, refreshed at its first step
-        for s in range(steps_per_block):
+        for s in range(steps_per_block if parallel_floor == "schedule" else hi - lo):
             masked = x[:, lo:hi] == mask_id  # [N, K]
             if not bool(masked.any()):
                 break
@@ -298,16 +371,14 @@ def _generate_fast(
             nfe += 2 if cfg_scale else 1
             logits = logits.float().clone()  # [N, K, V], a copy: the model's output is left alone
             logits[..., mask_id] = -torch.inf  # never propose the mask token itself
-            proposal = gumbel_argmax(logits, temperature, generator)  # [N, K]
-            if remasking == "low_confidence":
-                conf = torch.softmax(logits, -1).gather(-1, proposal[..., None]).squeeze(-1).double()
-            else:
-                conf = uniform(proposal.shape, proposal.device, generator)
+            proposal, conf = _propose(logits, temperature, remasking, dtype, eos, generator)  # [N, K] each
             conf = conf.masked_fill(~masked, -torch.inf)
-            # LLaDA's schedule of the remaining masks over the remaining steps: its first entry, ceil(masked / left)
-            k = -(-masked.sum(1, keepdim=True) // (steps_per_block - s))  # [N, 1]
+            if parallel_floor == "schedule":  # LLaDA's schedule of the remaining masks over the remaining steps:
+                k = -(-masked.sum(1, keepdim=True) // (steps_per_block - s))  # [N, 1] its first entry, ceil(.)
+            else:  # Fast-dLLM: one token
+                k = masked.any(1, keepdim=True).long()
             rank = conf.argsort(dim=1, descending=True, stable=True).argsort(dim=1)  # [N, K] 0 = most confident
-            commit = ((rank < k) | parallel_commits(conf, parallel, threshold, factor)) & masked
+            commit = ((rank < k) | parallel_commits(conf, parallel, threshold, factor, factor_rule)) & masked
             x[:, lo:hi] = torch.where(commit, proposal, x[:, lo:hi])
             reveal[:, lo - p : hi - p][commit] = step
             step += 1

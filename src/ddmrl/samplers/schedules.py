@@ -8,9 +8,15 @@
   EOS token is multiplied by gamma(s), rising from ``gamma_min`` to ``gamma_max`` over the steps, so that a
   fully-diffusion decoder does not fill the completion with EOS early (:func:`eos_gamma`).
 * RCR, running-confidence remasking (He et al. 2025, arXiv 2508.13148, MDPO's released ``diffusion_generate`` with
-  ``rcr=True``): at each step every masked token of the block takes its proposal and records that proposal's
-  confidence; then the block's tokens of lowest recorded confidence are re-masked until the block holds as many
-  masks as the schedule leaves, so a committed token of low confidence can still be revised (:func:`rcr_step`).
+  ``rcr=True``): at each step every masked token up to the end of the current block takes its proposal and records
+  that proposal's confidence; then the tokens of lowest recorded confidence are re-masked until as many masks are
+  left as the block's schedule leaves, so a committed token of low confidence can still be revised
+  (:func:`rcr_step`). As in the release, the candidates are the whole completion so far, earlier blocks included;
+  only positions never filled (the blocks to come) are protected (``rcr_scope: sequence``, the default). With
+  ``rcr_scope: block`` they are the current block's tokens only (ddmrl's rule before 2026-07; with one block the two
+  agree). Two details of the release are not copied: it protects a never-filled position by giving it confidence 1,
+  so a committed token of confidence exactly 1 ties with it (here never-filled positions are never candidates), and
+  it keeps the running confidences in float32 (here float64, which holds any float32 value exactly).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import torch
 
 SCHEDULES = ("linear", "ass")
+RCR_SCOPES = ("sequence", "block")
 #: EOSER's gamma_min when none is given: the released ``sampling`` (linear steps) and ``ass_sampling`` defaults
 EOS_MIN_GAMMA = {"linear": 0.4, "ass": 0.01}
 
@@ -82,15 +89,16 @@ def rcr_step(
     block: torch.Tensor, proposal: torch.Tensor, conf: torch.Tensor, running: torch.Tensor, keep_masked: torch.Tensor,
     mask_id: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
-    """One step of running-confidence remasking on a block's tokens.
+    """One step of running-confidence remasking on a span of tokens (the completion up to the end of the current
+    block, or the block alone).
 
     Args:
-        block: [N, K] the block's tokens before the step (``mask_id`` where masked).
+        block: [N, K] the span's tokens before the step (``mask_id`` where masked).
         proposal, conf: [N, K] the step's proposals and their confidences.
         running: [N, K] the confidence each token had when it was last committed.
-        keep_masked: [N] how many of the block's tokens the schedule leaves masked after this step.
+        keep_masked: [N] how many of the span's tokens the schedule leaves masked after this step.
     Returns:
-        the block after the step [N, K], the updated running confidences, and the tokens committed at this step and
+        the span after the step [N, K], the updated running confidences, and the tokens committed at this step and
         kept (bool [N, K]). Ties in confidence re-mask the earlier position first.
     """
     masked = block == mask_id

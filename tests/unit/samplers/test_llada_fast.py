@@ -2,7 +2,7 @@
 
 What GRPO needs from every option: reveal steps and NFE recorded per token, seeds that reproduce a rollout exactly,
 and, with every option off, today's sampler bit for bit (checked against a transcription of the sampler as it was
-before the options existed, commit 9591c2d).
+before the options existed, commit 9591c2d, whose confidence is a float32 softmax: ``confidence_dtype: float32``).
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def test_options_off_is_the_sampler_before_them_bit_for_bit(kw):
     for seed in (0, 1):
         gen = torch.Generator().manual_seed(seed)
         ids, reveal, nfe = reference_generate(m, prompts(), 12, mask_id=MASK, block_length=block, generator=gen, **kw)
-        out = sample(m, block=block, seed=seed, kv_cache="none", parallel="none", **kw)
+        out = sample(m, block=block, seed=seed, kv_cache="none", parallel="none", confidence_dtype="float32", **kw)
         assert torch.equal(out.completion_ids, ids) and torch.equal(out.reveal_step, reveal) and out.nfe == nfe
 
 

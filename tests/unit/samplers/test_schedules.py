@@ -269,19 +269,27 @@ def test_rcr_is_mdpo_running_confidence_remasking(sharp_model, steps):
         assert bool(revised.any()), "RCR re-masks committed low-confidence tokens"
 
 
-def test_rcr_reveal_step_is_the_last_commit_and_blocks_stay_in_order(sharp_model):
+@pytest.mark.parametrize("rcr_scope", ["sequence", "block"])
+def test_rcr_reveal_step_is_the_last_commit_and_only_block_scope_keeps_blocks_in_order(sharp_model, rcr_scope):
     """Blocks of 4, 6 steps over 12 tokens (2 per block, 2 tokens each): a token's reveal step is the last step at
-    which it became (and stayed) unmasked; every block is finished before the next starts."""
+    which it became (and stayed) unmasked. With rcr_scope block every block is finished before the next starts; with
+    MDPO's rule (sequence) a token of an earlier block can be re-masked and revised during a later block (here some
+    are), and the masks left after each step still follow the schedule."""
     model = sharp_model
     kw = {"mask_id": MASK, "block_length": 4, "steps": 6, "remasking": "rcr", "temperature": 1.0}
-    out = generate(model, prompts(), 12, **kw, record_trajectory=True, generator=torch.Generator().manual_seed(0))
+    out = generate(
+        model, prompts(), 12, **kw, rcr_scope=rcr_scope, record_trajectory=True,
+        generator=torch.Generator().manual_seed(0),
+    )  # fmt: skip
     after = next_states(out.trajectory.states, out.completion_ids)
     for i in range(3):
         for k in range(12):
             unmasked_from = [s for s in range(6) if bool((after[s:, i, k] != MASK).all())]
             assert out.reveal_step[i, k].item() == min(unmasked_from)
+    assert [(after[s] == MASK).sum(1).tolist() for s in range(6)] == [[10 - 2 * s] * 3 for s in range(6)]
     blocks = out.reveal_step.view(3, 3, 4)
-    assert bool((blocks[:, :-1].amax(-1) < blocks[:, 1:].amin(-1)).all())
+    in_order = bool((blocks[:, :-1].amax(-1) < blocks[:, 1:].amin(-1)).all())
+    assert in_order == (rcr_scope == "block")
 
 
 # --------------------------------------------------------------------------- stored trajectories
