@@ -10,9 +10,10 @@ mu inner iterations on views drawn from stored seeds, token-level clipped ratio 
         --config-out data/grpo/rebrl_sudoku4_s0/config.yaml \
         --checkpoints data/checkpoints/grpo_rebrl_sudoku4_s0 --log-dir logs/grpo_rebrl_sudoku4_s0
 
-With ``save_steps`` the run checkpoints to ``--checkpoints`` and a rerun after a kill resumes there. Each rollout
-batch's row is appended to ``--curve`` as soon as it is done and goes to the trackers of ``report_to`` (TensorBoard
-and DVCLive under ``--log-dir`` by default); ``--config-out`` gets the run's resolved hyperparameters.
+With ``save_steps`` the run checkpoints to ``--checkpoints`` and a rerun after a kill resumes there; on SIGUSR1 (a
+scheduler's warning before its time limit) it checkpoints at the end of the current rollout batch and exits with 75.
+Each rollout batch's row is appended to ``--curve`` as soon as it is done and goes to the trackers of ``report_to``
+(TensorBoard and DVCLive under ``--log-dir`` by default); ``--config-out`` gets the run's resolved hyperparameters.
 
 On several GPUs the same command runs under accelerate (``grpo.launch``; docs/distributed.md), e.g.
 ``accelerate launch --config_file configs/accelerate/zero2.yaml --num_processes 8 stages/grpo.py ...``: every process
@@ -38,6 +39,7 @@ from ddmrl.rollout import sampler_steps
 from ddmrl.seeding import derive_seed, seed_everything
 from ddmrl.tasks.store import load_task, training_draw
 from ddmrl.training import distributed as dist
+from ddmrl.training import preempt
 from ddmrl.training.grpo import train_grpo
 from ddmrl.training.resume import Checkpointer, fingerprint
 from ddmrl.training.tracking import RunLog, plain, start_trackers, trackers, without_trackers
@@ -94,6 +96,7 @@ def main() -> None:
         *dist.fingerprint_parts(acc),
     )
     ckpt = Checkpointer(args.checkpoints, run_id, gcfg.save_total_limit)
+    preempt.install()  # SIGUSR1 (sbatch --signal=USR1@600): checkpoint at the next rollout batch, exit 75
     print(f"grpo: process {acc.process_index + 1}/{acc.num_processes} on {acc.device}", flush=True)
     start_trackers(acc, name, resolved, args.log_dir)
     log = RunLog(args.curve)  # a row per rollout batch, appended as it comes (main process)

@@ -230,6 +230,27 @@ def test_grpo_killed_after_a_checkpoint_resumes_to_the_uninterrupted_result(base
     assert [s for s, _ in rewards] == steps and rewards == tensorboard_steps(grpo_ref / dag.log_dir(GRPO), "reward")
 
 
+def test_grpo_warned_by_sigusr1_checkpoints_stops_and_resumes_to_the_uninterrupted_result(base_ws, grpo_ref, tmp_path):
+    """A scheduler's warning before its time limit (sbatch --signal=USR1@600): the stage checkpoints at the end of the
+    rollout batch it is in, exits with 75 and one line, and the same command resumes from exactly that step."""
+    ws = clone(base_ws, tmp_path / "ws")
+    st, root, curve = stage(ws, GRPO), ws / dag.checkpoints(GRPO), ws / stage(ws, GRPO).plots[0]
+    proc = popen(stage_argv(ws, GRPO), ws, tmp_path / "warned.log")
+    while proc.poll() is None and not (curve.exists() and len(curve.read_text().splitlines()) > 1):
+        time.sleep(0.002)  # the first rollout batch's row: the handler is installed, the run is mid-way
+    proc.send_signal(signal.SIGUSR1)
+    assert proc.wait(timeout=300) == 75, (tmp_path / "warned.log").read_text()[-3000:]
+    stopped = [ln for ln in (tmp_path / "warned.log").read_text().splitlines() if ln.startswith("grpo: stopped on")]
+    assert len(stopped) == 1 and "SIGUSR1" in stopped[0], (tmp_path / "warned.log").read_text()[-3000:]
+    assert_incomplete(ws, st, grpo_ref)
+    last = int(read_curve(curve)[-1]["step"])
+    assert steps_present(root)[-1] == last < OVERLAY["grpo"]["max_steps"]  # saved where it stopped, not before
+
+    out = run_stage(ws, GRPO)
+    assert resumed_step(out, "grpo") == last
+    assert_same_outputs(grpo_ref, ws, st)
+
+
 def test_a_running_grpo_stage_streams_its_curve_and_writes_trackers_and_its_resolved_config(base_ws, tmp_path):
     ws = clone(base_ws, tmp_path / "ws")
     st = stage(ws, GRPO)

@@ -62,6 +62,7 @@ from ddmrl.rollout import Rollouts, rewards, rollout, step_rewards
 from ddmrl.seeding import derive_seed
 from ddmrl.tasks.base import Example, Task
 from ddmrl.training import distributed as dist
+from ddmrl.training import preempt
 from ddmrl.training.resume import Checkpointer
 from ddmrl.training.tracking import RunLog
 
@@ -460,10 +461,14 @@ def train_grpo(
             {"reward": f"{row['reward']:.3f}", "kl": f"{row['kl']:.4f}", "s/step": f"{(t3 - t0) / inner:.2f}"}
         )
         it += 1
-        if checkpointer is not None and cfg.save_steps and step // cfg.save_steps > saved_at // cfg.save_steps:
-            if step < cfg.max_steps:
-                meta = {"curve": curve, "iteration": it, "skipped": skipped, "timing": asdict(timing)}
-                checkpointer.save(acc, step, meta)
+        due = cfg.save_steps and step // cfg.save_steps > saved_at // cfg.save_steps
+        # SIGUSR1 (a scheduler's warning before its time limit): checkpoint now, then stop (ddmrl.training.preempt)
+        stop = step < cfg.max_steps and checkpointer is not None and checkpointer.root and preempt.requested(acc)
+        if checkpointer is not None and step < cfg.max_steps and (due or stop):
+            meta = {"curve": curve, "iteration": it, "skipped": skipped, "timing": asdict(timing)}
+            checkpointer.save(acc, step, meta)
+        if stop:
+            raise preempt.Preempted("grpo", step)
     bar.close()
     policy.eval()
     return curve, timing
