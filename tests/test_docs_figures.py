@@ -49,10 +49,23 @@ def test_every_quoted_interval_is_in_the_committed_tables():
         assert not missing, f"{doc.name} quotes figures that no committed table of the main job holds: {missing}"
 
 
+def composed_tables(text: str) -> set[str]:
+    """Rows of the tables headed ``| what |``: figures of several committed tables set side by side (each figure is
+    checked on its own by the interval test)."""
+    rows, inside = set(), False
+    for line in text.splitlines():
+        inside = line.startswith("| what |") or (inside and line.startswith("|"))
+        if inside:
+            rows.add(line)
+    return rows
+
+
 def test_every_table_row_of_the_results_is_a_row_of_the_committed_tables():
     rows = set(table_rows(committed(PREVIOUS)))
     results = (REPO / "docs" / "results.md").read_text(encoding="utf-8")
-    quoted = [r for r in table_rows(results) if r.split("|")[1].strip() not in ("model", "task", "mode", "what")]
+    composed = composed_tables(results)
+    quoted = [r for r in table_rows(results) if r.split("|")[1].strip() not in ("model", "task", "mode")]
+    quoted = [r for r in quoted if r not in composed]
     assert quoted, "docs/results.md quotes no table"
     assert [r for r in quoted if r not in rows] == []
 
