@@ -46,7 +46,9 @@ def test_the_state_views_are_view_samplers():
 @pytest.mark.parametrize("kw", [{}, {"schedule": "ass", "steps": 0}, {"remasking": "rcr"}])
 def test_cj_grpo_views_are_the_rollouts_transitions(make_model, kw):
     """View s is the state x_s; its targets are the tokens step s unmasked, trained towards the state after the step;
-    every optimiser step uses every view; each token is a target exactly once (F = 1), under RCR too."""
+    every optimiser step uses every view; each token is a target once per commit: exactly once (F = 1) without
+    re-masking; under RCR (MDPO's rule, over the whole completion so far) a committed token can be re-masked in a
+    later block and committed again, and is then a target at each of its commits."""
     out = sample(make_model(max_positions=16), **kw)
     v = views("cj_grpo", out, trajectory=out.trajectory)
     traj = out.trajectory
@@ -56,7 +58,11 @@ def test_cj_grpo_views_are_the_rollouts_transitions(make_model, kw):
     after = next_states(traj.states, out.completion_ids)
     assert torch.equal(v.targets, (traj.states == MASK) & (after != MASK))
     assert torch.equal(v.states.target_ids, after) and torch.equal(v.states.inputs, traj.states)
-    assert bool((mask_frequency(v, torch.ones(4, 12, dtype=torch.bool)) == 1).all())
+    frequency = mask_frequency(v, torch.ones(4, 12, dtype=torch.bool))  # [N, L]
+    commits = ((traj.states == MASK) & (after != MASK)).sum(0)  # [N, L] transitions masked -> filled
+    assert torch.equal(frequency, commits) and bool((commits >= 1).all())
+    if kw.get("remasking") != "rcr":
+        assert bool((frequency == 1).all())
     for j in range(s):  # the model input is the state itself
         assert torch.equal(
             apply_view(prompts(), out.completion_ids, v, j, MASK), torch.cat([prompts(), traj.states[j]], 1)
