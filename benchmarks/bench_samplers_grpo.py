@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import flops, interleaved, machine_info, matmul_peak  # noqa: E402
 
 from ddmrl import config  # noqa: E402
-from ddmrl.config import METHOD_CONFIGS, GRPOConfig, SamplerConfig  # noqa: E402
+from ddmrl.config import GRPOConfig, SamplerConfig  # noqa: E402
 from ddmrl.config.schema import STATE_VIEWS  # noqa: E402
 from ddmrl.likelihood import token_logps  # noqa: E402
 from ddmrl.methods import METHODS  # noqa: E402
@@ -82,7 +82,7 @@ QUICK = Plan(1, 8, (8, 16), 2, (4, 2), (4, 8), (1, 2), (20, 40))
 SCALING_METHODS = ("diffu_grpo", "rebrl")
 #: the methods of part b: those that train the model alone (Co-GRPO and the unmasking policy add an auxiliary policy;
 #: IGPO's rollout augmenter needs a task with reasoning traces, which sudoku4 has not)
-TEXT_METHODS = tuple(m for m in METHODS if METHOD_CONFIGS[m]().aux_policy.kind == "none" and not METHODS[m].augmenter)
+TEXT_METHODS = tuple(m for m in METHODS if METHODS[m].params().aux_policy.kind == "none" and not METHODS[m].augmenter)
 
 # part a: label -> sampler settings (steps 0 = L / 2); temperature 1 as in GRPO rollouts
 SAMPLER_CASES = {
@@ -175,7 +175,7 @@ def grpo_config(cfg: config.Config, method: str, num_prompts: int, g: int, mu: i
     """params.yaml's run config of ``method`` (its grpo: defaults plus the method's own) at the given sizes,
     with ``max_steps = mu`` so that one rollout batch is trained on."""
     shared = dict(cfg.raw.get("grpo") or {})
-    if METHOD_CONFIGS[method]().remasking in STATE_VIEWS:  # views of the sampler's stored states: the plain sampler
+    if METHODS[method].params().remasking in STATE_VIEWS:  # views of the sampler's stored states: the plain sampler
         shared["sampler"] = {**shared.get("sampler", {}), "kv_cache": "none", "parallel": "none"}
     base = cfg.methods.get(method) or config.method_config(method, shared)
     return replace(base, num_prompts=num_prompts, num_generations=g, num_iterations=mu, max_steps=mu)

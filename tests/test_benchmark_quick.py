@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from ddmrl.config import METHOD_CONFIGS
 from ddmrl.methods import METHODS
 from ddmrl.samplers import SAMPLERS
 
@@ -34,7 +33,7 @@ def test_quick_benchmark_covers_every_sampler_and_method(tmp_path):
     assert {r["sampler"] for r in results["samplers"]} == SAMPLER_CASES
     assert {r["name"] for r in results["samplers"]} == set(SAMPLERS)
     assert all(r["tokens_per_s"] > 0 and min(r["nfe"]) >= 1 for r in results["samplers"])
-    plain = {m for m in METHODS if METHOD_CONFIGS[m]().aux_policy.kind == "none" and not METHODS[m].augmenter}
+    plain = {m for m in METHODS if METHODS[m].params().aux_policy.kind == "none" and not METHODS[m].augmenter}
     assert set(results["methods"]) == plain
     assert all(r["median"]["total"] > 0 for r in results["methods"].values())
     assert {r["method"] for r in results["scaling"]} == {"diffu_grpo", "rebrl"}

@@ -13,7 +13,6 @@ import pandas as pd
 from ddmrl import numerics
 from ddmrl.config import DEFAULT_PROFILE, ConfigError
 from ddmrl.io import DataError, DownloadError, atomic_path
-from ddmrl.training import preempt
 
 for _var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "DVC_NO_ANALYTICS"):
     os.environ.setdefault(_var, "1")  # no hub retries: a missing local file fails at once
@@ -29,9 +28,6 @@ def run_stage(main: Callable[[], None]) -> None:
     except (ConfigError, DataError, DownloadError, FileNotFoundError, numerics.NumericsError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    except preempt.Preempted as e:  # a stage that takes SIGUSR1 (preempt.install) saved its state and stopped
-        print(e, file=sys.stderr)
-        sys.exit(preempt.EXIT_CODE)
 
 
 def _check_dvc_profile() -> None:

@@ -10,19 +10,45 @@ module, with :func:`lazy_exports`). Both tables are dict literals of strings, wh
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Iterator, Mapping
+from importlib.metadata import entry_points
 from typing import Any
+
+#: a member outside the package, named by where it lives: ``package.module:attribute``
+IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 
 class Registry(Mapping[str, Any]):
-    """``name -> object``, each imported from its ``"module:attribute"`` spec when first looked up."""
+    """``name -> object``, each imported from its ``"module:attribute"`` spec when first looked up.
 
-    def __init__(self, specs: dict[str, str]) -> None:
-        self.specs = dict(specs)
+    Iterating lists the built-in members; looking up also finds a member outside the package: a name that is itself
+    an import path (``mylab.methods:MY_METHOD``), or the name of an entry point in ``group`` of an installed package.
+    """
+
+    def __init__(self, specs: dict[str, str], group: str = "") -> None:
+        self.specs, self.group = dict(specs), group
+
+    def spec(self, name: str) -> str | None:
+        """``"module:attribute"`` of member ``name`` (built in, an import path, or an entry point); None if unknown."""
+        if name in self.specs:
+            return self.specs[name]
+        if IMPORT_PATH.fullmatch(name):
+            return name
+        if self.group:
+            for ep in entry_points(group=self.group, name=name):
+                return ep.value
+        return None
 
     def __getitem__(self, name: str) -> Any:
-        module, _, attr = self.specs[name].partition(":")
+        spec = self.spec(name)
+        if spec is None:
+            raise KeyError(name)
+        module, _, attr = spec.partition(":")
         return getattr(importlib.import_module(module), attr)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.spec(name) is not None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.specs)
@@ -32,7 +58,10 @@ class Registry(Mapping[str, Any]):
 
     def module(self, name: str) -> str:
         """The dotted module that defines member ``name``."""
-        return self.specs[name].partition(":")[0]
+        spec = self.spec(name)
+        if spec is None:
+            raise KeyError(name)
+        return spec.partition(":")[0]
 
 
 def lazy_exports(package: str, exports: dict[str, str]):

@@ -31,25 +31,14 @@ import pandas as pd  # noqa: E402
 from ddmrl import stats  # noqa: E402
 from ddmrl.config import MAR_TASK, Config, mar_run_name, run_name  # noqa: E402
 from ddmrl.io import read_json, read_jsonl  # noqa: E402
+from ddmrl.methods import METHODS  # noqa: E402
 
+#: row labels that are not a method's own (a method's is its ``display``, ``ddmrl.methods``)
 DISPLAY = {
     "base": "base",
     "sft": "SFT",
-    "diffu_grpo": "diffu-GRPO",
-    "unigrpo": "UniGRPO",
-    "maskgrpo": "MaskGRPO",
-    "rebrl": "RebRL",
-    "tracerl": "TraceRL",
-    "gdpo": "GDPO",
-    "spg": "SPG",
-    "wd1": "wd1",
-    "mdpo": "MDPO",
     "mdpo_rcr": "MDPO + RCR",  # profiles/extended.yaml: MDPO with running-confidence remasking in its rollouts
-    "cj_grpo": "CJ-GRPO",
-    "cogrpo": "Co-GRPO",
     "cogrpo_schedule_only": "Co-GRPO (schedule only)",
-    "unmask_policy": "unmasking policy",
-    "igpo": "IGPO",
     "mar_base": "MAR base",
 }
 
@@ -59,10 +48,13 @@ MAR_DISPLAY = {"grpo_plain": "GRPO (no stabilisers)", "mar_grpo": "MAR-GRPO"}
 
 
 def display(name: str) -> str:
+    """A row's label: a method section named after its method gets the method's ``display``."""
     if name.startswith("mar_") and name not in DISPLAY:  # a MAR run's row: MAR + its section
         section = name.removeprefix("mar_")
         return f"MAR + {MAR_DISPLAY.get(section, section)}"
-    return DISPLAY.get(name, name)
+    if name in DISPLAY:
+        return DISPLAY[name]
+    return METHODS[name].display if name in METHODS.specs else name
 
 
 def labelled_runs(cfg: Config) -> list[tuple[str, str, int, str]]:

@@ -356,6 +356,10 @@ def test_touching_library_code_reruns_only_the_stages_that_run_it(cfg, stages):
     clipped = {r for r in cfg.run_names() if r.split("_")[0] in ("diffu", "unigrpo", "maskgrpo", "rebrl", "tracerl")}
     credit = {f"credit_{m}_{t}" for m in ("diffu_grpo", "unigrpo", "maskgrpo", "rebrl", "tracerl") for t in cfg.tasks}
     assert users(stages, "src/ddmrl/objectives/token_clip.py") == {f"grpo_{r}" for r in clipped} | credit
+    rebrl = {f"grpo_rebrl_{t}_s{s}" for t in cfg.tasks for s in cfg.grpo.seeds} | {
+        f"credit_rebrl_{t}" for t in cfg.tasks
+    }
+    assert users(stages, "src/ddmrl/methods/rebrl.py") == rebrl | {"tables"}  # a method's module: its runs, the rows
     task = cfg.tasks[-1]  # a task's module: the stages that build or train on every task, and its own stages
     assert users(stages, f"src/ddmrl/tasks/{task}.py") == {"download", "sft", "tables"} | {
         s.name for s in stages if dict(s.wildcards).get("task") == task

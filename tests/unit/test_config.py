@@ -16,7 +16,6 @@ import pytest
 import yaml
 
 from ddmrl.config import (
-    METHOD_CONFIGS,
     TASK_MODALITY,
     TASK_PARAMS,
     ConfigError,
@@ -350,9 +349,9 @@ def code_default(defaults, path):
     if path[:2] == ("image", "grpo"):
         node, path = GRPOConfig(), path[2:]
     elif path[:2] == ("image", "method_overrides"):
-        node, path = METHOD_CONFIGS[path[2]](), path[3:]
+        node, path = METHODS[path[2]].params(), path[3:]
     elif path[0] == "methods" and path[1] not in defaults.methods:  # a section named for its row (rebrl_t1)
-        node, path = METHOD_CONFIGS[load(REPO / "params.yaml").methods[path[1]].method](), path[2:]
+        node, path = METHODS[load(REPO / "params.yaml").methods[path[1]].method].params(), path[2:]
     elif "task_params" in path[:2]:
         at = path.index("task_params") + 1
         node, path = TASK_PARAMS[path[at]](), path[at + 1 :]
@@ -424,7 +423,10 @@ IMPORTED = "import {}, sys; print(sorted(m for m in sys.modules if m.startswith(
     [
         (
             "ddmrl.config",
-            [*(f"ddmrl.config.{f[:-3]}" for f in CONFIG_FILES[1:]), "ddmrl.config", "ddmrl.errors"],
+            [
+                *(f"ddmrl.config.{f[:-3]}" for f in CONFIG_FILES[1:]),
+                *("ddmrl.config", "ddmrl.errors", "ddmrl.methods", "ddmrl.methods.base", "ddmrl.registry"),
+            ],
         ),
         ("ddmrl.errors", ["ddmrl.errors"]),
         ("ddmrl.io", ["ddmrl.errors", "ddmrl.io"]),
@@ -441,14 +443,15 @@ def test_leaf_modules_import_nothing_heavy(module, modules):
 
 
 def test_the_code_deps_of_a_config_user_are_configs_own_files(tmp_path):
-    """Every stage imports ddmrl.config: through it, a stage depends on the config package, ddmrl.errors and the
-    numerics ddmrl pins only (ddmrl.pipeline.dag.code_files follows every ddmrl import, those inside functions
-    included)."""
+    """Every stage imports ddmrl.config: through it, a stage depends on the config package, ddmrl.errors, the
+    numerics ddmrl pins, and the method registry and contract only (ddmrl.pipeline.dag.code_files follows every
+    ddmrl import, those inside functions included; a method's own module is a dep of its runs only)."""
     for text in ("from ddmrl import config\n", "from ddmrl.config import ConfigError, load\n"):
         (tmp_path / "stage.py").write_text(text)
         assert code_files(tmp_path / "stage.py", REPO) == tuple(
             sorted(
-                ["src/ddmrl/__init__.py", "src/ddmrl/errors.py", "src/ddmrl/numerics.py"]
+                ["src/ddmrl/__init__.py", "src/ddmrl/errors.py", "src/ddmrl/numerics.py", "src/ddmrl/registry.py"]
+                + ["src/ddmrl/methods/__init__.py", "src/ddmrl/methods/base.py"]
                 + [f"src/ddmrl/config/{f}" for f in CONFIG_FILES]
             )
         )

@@ -1,4 +1,4 @@
-"""The method records (ddmrl.methods), their models in the params schema (ddmrl.config.METHOD_CONFIGS) and how
+"""The methods (ddmrl.methods: one module each, its section model ``Params`` and its ``METHOD`` record) and how
 params.yaml resolves a method section (ddmrl.config.load, ddmrl.config.method_config).
 
 Precedence: the method model's defaults < explicit ``grpo:`` keys, except those the method fixes (a ``Literal`` of one
@@ -12,8 +12,8 @@ from typing import get_args
 
 import pytest
 
-from ddmrl.config import METHOD_CONFIGS, ConfigError, GRPOConfig, fixed_values, load, method_config
-from ddmrl.config.schema import MethodName, ViewSampler
+from ddmrl.config import ConfigError, GRPOConfig, load, method_config
+from ddmrl.config.schema import ViewSampler
 from ddmrl.masking import VIEWS
 from ddmrl.methods import METHODS
 from ddmrl.objectives import OBJECTIVES
@@ -64,18 +64,18 @@ def test_every_method_record_is_well_formed():
     assert {m.objective for m in METHODS.values()} == set(OBJECTIVES)
 
 
-def test_the_schema_knows_the_methods_and_view_samplers_of_the_registries():
-    """The params schema spells out the names it shares with ddmrl.methods and ddmrl.masking (it imports neither):
-    they must agree, and each method's model defaults to its record's view sampler."""
-    assert list(METHOD_CONFIGS) == list(get_args(MethodName)) and set(METHOD_CONFIGS) == set(METHODS)
+def test_every_method_module_declares_its_params():
+    """Each method's module holds its section model, a GRPOConfig whose method is the method's name; the schema's
+    view-sampler names agree with ddmrl.masking (the schema does not import it)."""
     assert set(get_args(ViewSampler)) == set(VIEWS)
-    for name, model in METHOD_CONFIGS.items():
-        assert issubclass(model, GRPOConfig) and model().method == name
-        assert model().remasking == METHODS[name].remasking, name
+    for name, m in METHODS.items():
+        assert issubclass(m.params, GRPOConfig) and m.params().method == name
+        assert m.params.__module__ == METHODS.module(name) == f"ddmrl.methods.{name}"
+        assert m.display and m.display != name or name == "wd1", name
 
 
 def test_what_each_method_fixes():
-    assert {m: fixed_values(m) for m in ALL + AUX if fixed_values(m)} == {
+    assert {m: METHODS[m].fixed() for m in ALL + AUX if METHODS[m].fixed()} == {
         "gdpo": {"scale_rewards": "none"},
         "spg": {"beta": 0.0},
         "wd1": {"scale_rewards": "none", "beta": 0.0},
@@ -90,7 +90,7 @@ def test_every_method_loads_with_its_defaults_and_fixed_values(tmp_path):
     assert cfg.grpo.methods == tuple(ALL) and set(cfg.methods) == set(ALL)
     assert len(cfg.run_names()) == len(ALL) * len(cfg.tasks) * len(cfg.grpo.seeds)
     for name in ALL:  # no grpo: keys but the run list: every run is its method model's defaults
-        assert cfg.methods[name] == METHOD_CONFIGS[name](), name
+        assert cfg.methods[name] == METHODS[name].params(), name
     assert cfg.methods["gdpo"].views_per_step == 3 and cfg.methods["gdpo"].scale_rewards == "none"
     assert cfg.methods["spg"].beta == 0.0 and cfg.methods["spg"].eubo_mix == 0.5
     assert cfg.methods["wd1"].beta == 0.0 and cfg.methods["wd1"].scale_rewards == "none"
@@ -216,7 +216,7 @@ def test_method_config_resolves_as_load_does(tmp_path):
         section = {"views_per_step": 4} if name == "gdpo" else {}
         assert method_config(name, shared, **section) == cfg.methods[name], name
     assert method_config("spg", {"beta": 0.04}).beta == 0.0
-    assert isinstance(method_config("rebrl"), METHOD_CONFIGS["rebrl"])
+    assert isinstance(method_config("rebrl"), METHODS["rebrl"].params)
     with pytest.raises(ConfigError, match="beta = 0.1: spg requires 0.0 by definition"):
         method_config("spg", beta=0.1)
     with pytest.raises(ConfigError, match="methods.ppo = 'ppo': unknown method"):
@@ -225,5 +225,5 @@ def test_method_config_resolves_as_load_does(tmp_path):
 
 def test_a_method_model_refuses_a_bad_value_in_one_line_when_built_directly():
     with pytest.raises(ConfigError) as info:
-        METHOD_CONFIGS["maskgrpo"](gamma=0.3)
+        METHODS["maskgrpo"].params(gamma=0.3)
     assert str(info.value).startswith("gamma = 0.3: AR-like fading needs gamma >= 0.5")

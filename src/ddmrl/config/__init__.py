@@ -9,32 +9,31 @@ Profiles of scale: ``profile: tiny`` is the default embedded run and needs no ot
 overlays ``profiles/NAME.yaml`` (next to params.yaml) onto params.yaml, key by key, before validation.
 
 Runs: ``grpo.methods`` names sections of ``methods:``; each section is validated by its method's model
-(``schema.METHOD_CONFIGS``, chosen by the section's ``method``, which defaults to its name) after it is resolved:
+(``Params`` in the method's module, ``ddmrl.methods``; chosen by the section's ``method``, which defaults to its name)
+after it is resolved:
 the method's defaults, then the ``grpo:`` keys except what the method fixes (SPG has no KL), then the section's own
 keys, which may not contradict what the method fixes. Every resolved run is a flat :class:`GRPOConfig` that holds
 every knob of every method, so library code reads ``cfg.gamma`` or ``cfg.shrink`` on any run.
 
 The schema (``ddmrl.config.schema``) is a leaf: it imports only the standard library, yaml, pydantic and
-``ddmrl.errors``. ``docs/params.md`` is generated from it: ``python -m ddmrl.config.docs``. Hyperparameter names
+``ddmrl.errors``; the loader imports the method registry and, to validate a section, its method's module.
+``docs/params.md`` is generated from it: ``python -m ddmrl.config.docs``. Hyperparameter names
 follow TRL's ``GRPOConfig`` where the concept matches.
 """
 
-from ddmrl.config._base import deep_merge
+from ddmrl.config._base import deep_merge, refuse, section
 from ddmrl.config.loader import load, method_config, profile_path, read_params
 from ddmrl.config.schema import (
     DEFAULT_PROFILE,
     DEFAULT_TRACKERS,
     MAR_TASK,
-    METHOD_CONFIGS,
     TASK_MODALITY,
     TASK_PARAMS,
     TRACKERS,
     TRAIN_LOSSES,
     Config,
-    DiffuGRPOConfig,
     DownloadConfig,
     EvaluateConfig,
-    GDPOConfig,
     GRPOConfig,
     GRPOSection,
     HubItem,
@@ -47,20 +46,12 @@ from ddmrl.config.schema import (
     MarPretrainConfig,
     MarRunConfig,
     MarSamplerConfig,
-    MaskGRPOConfig,
-    MethodConfig,
     ModelConfig,
     ModelSpec,
-    RebRLConfig,
     RolloutConfig,
     SamplerConfig,
     SFTConfig,
-    SPGConfig,
-    TraceRLConfig,
     TrainConfig,
-    UniGRPOConfig,
-    Wd1Config,
-    fixed_values,
     is_commit,
     mar_run_name,
     run_name,
@@ -70,17 +61,14 @@ from ddmrl.errors import ConfigError
 __all__ = [
     "DEFAULT_PROFILE",
     "DEFAULT_TRACKERS",
-    "METHOD_CONFIGS",
     "TASK_MODALITY",
     "TASK_PARAMS",
     "TRACKERS",
     "TRAIN_LOSSES",
     "Config",
     "ConfigError",
-    "DiffuGRPOConfig",
     "DownloadConfig",
     "EvaluateConfig",
-    "GDPOConfig",
     "GRPOConfig",
     "GRPOSection",
     "HubItem",
@@ -94,21 +82,15 @@ __all__ = [
     "MarPretrainConfig",
     "MarRunConfig",
     "MarSamplerConfig",
-    "MaskGRPOConfig",
-    "MethodConfig",
     "ModelConfig",
     "ModelSpec",
-    "RebRLConfig",
     "RolloutConfig",
     "SFTConfig",
-    "SPGConfig",
     "SamplerConfig",
-    "TraceRLConfig",
     "TrainConfig",
-    "UniGRPOConfig",
-    "Wd1Config",
     "deep_merge",
-    "fixed_values",
+    "refuse",
+    "section",
     "is_commit",
     "load",
     "mar_run_name",

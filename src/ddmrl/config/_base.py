@@ -42,6 +42,7 @@ Bool = StrictBool
 Str = StrictStr
 
 REFUSED = "refused"  # the error type of the schema's own cross-field checks (see refuse)
+DESCRIBED = "described"  # a sub-model's error, already described below the loc (a method section's, ddmrl.methods)
 
 
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -279,6 +280,8 @@ def describe(error: ValidationError, root: Any, prefix: str = "") -> str:
     if kind == REFUSED:  # a cross-field check: the key and value come with the error
         loc, value = loc + tuple(ctx["key"].split(".")), ctx["value"]
     place = locate(root, loc, prefix)
+    if kind == DESCRIBED:
+        return f"{place.key}.{ctx['text']}"
     if kind in ("extra_forbidden", "unexpected_keyword_argument"):
         allowed = fields_of(place.owner)
         guess = difflib.get_close_matches(str(loc[-1]), allowed, n=1)

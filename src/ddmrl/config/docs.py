@@ -18,7 +18,8 @@ from typing import Any
 import yaml
 
 from ddmrl.config._base import bounds, choices, field_type, fields_of, is_section, strip, union_members
-from ddmrl.config.schema import METHOD_CONFIGS, Config, GRPOConfig, fixed_values
+from ddmrl.config.schema import Config, GRPOConfig
+from ddmrl.methods import METHODS
 
 OUT = Path("docs/params.md")
 
@@ -60,10 +61,6 @@ def _collect(cls: type, path: str, used: dict[type, list[str]]) -> None:
     for name in fields_of(cls):
         key = f"{path}.{name}" if path else name
         for inner, suffix in _sections_in(field_type(cls.__pydantic_fields__[name])):
-            if inner in METHOD_CONFIGS.values():  # a method section: GRPOConfig's keys (methods: see _methods)
-                inner = GRPOConfig
-                if key + suffix in used.get(inner, []):
-                    continue
             _collect(inner, key + suffix, used)
 
 
@@ -140,9 +137,10 @@ def _methods() -> str:
         "what its definition fixes (a section may not set those to another value).\n",
     ]
     base = GRPOConfig.__pydantic_fields__
-    for method, cls in METHOD_CONFIGS.items():
+    for method in METHODS:
+        cls = METHODS[method].params
         out.append(f"### `{method}`\n\n{_doc(cls)}\n")
-        fixed = fixed_values(method)
+        fixed = METHODS[method].fixed()
         rows = ["| key | default | |", "|---|---|---|"]
         for name, info in cls.__pydantic_fields__.items():
             if name == "method" or (info.default == base[name].default and name not in fixed):

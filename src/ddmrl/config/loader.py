@@ -12,19 +12,12 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from ddmrl.config._base import deep_merge, describe, fields_of
-from ddmrl.config.schema import (
-    DEFAULT_PROFILE,
-    METHOD_CONFIGS,
-    Config,
-    GRPOConfig,
-    GRPOSection,
-    MethodConfig,
-    fixed_values,
-)
+from ddmrl.config.schema import DEFAULT_PROFILE, Config, GRPOConfig, GRPOSection
 from ddmrl.errors import ConfigError
+from ddmrl.methods import METHODS
+from ddmrl.methods.base import Method
 
 _CONFIG = TypeAdapter(Config)
-_METHOD = TypeAdapter(MethodConfig)
 _RUN_LISTS = ("methods", "seeds")  # the grpo: keys that are not hyperparameters
 _SECTION_NAME = re.compile(r"[A-Za-z0-9_]+")
 
@@ -70,10 +63,12 @@ def method_config(method: str, shared: Mapping[str, Any] | None = None, /, **sec
     method's defaults, then the ``shared`` keys (a ``grpo:`` section; its methods and seeds are ignored) except what
     the method fixes, then ``section``'s keys. Raises :class:`ConfigError` naming the key."""
     shared = {k: v for k, v in (shared or {}).items() if k not in _RUN_LISTS}
+    merged = _run_section(method, section, shared, "methods", False)
+    params = METHODS[merged["method"]].params
     try:
-        return _METHOD.validate_python(_run_section(method, section, shared, "methods", False))
+        return TypeAdapter(params).validate_python(merged)
     except ValidationError as e:
-        raise ConfigError(describe(e, MethodConfig)) from None
+        raise ConfigError(describe(e, params)) from None
 
 
 # ------------------------------------------------------------------------------------------------ resolution
@@ -114,19 +109,36 @@ def _resolved(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_section(name: Any, section: Any, shared: dict[str, Any], where: str, listed: bool) -> Any:
-    """Section ``name`` merged over the ``shared`` keys that its method does not fix, with its ``method`` set."""
+    """Section ``name`` merged over the ``shared`` keys that its method does not fix, with its ``method`` set (the
+    schema validates it by the method's ``Params``)."""
     section = {} if section is None else section
     if not isinstance(name, str) or not _SECTION_NAME.fullmatch(name) or not isinstance(section, dict):
         return section  # the schema refuses it
     method = section.get("method", name)
-    if not isinstance(method, str) or method not in METHOD_CONFIGS:
-        if "method" in section:
-            key = f"{where}.{name}.method"
-        else:
-            key = "grpo.methods" if listed and where == "methods" else f"{where}.{name}"
-        raise ConfigError(f"{key} = {method!r}: unknown method; choose one of {', '.join(METHOD_CONFIGS)}")
-    fixed = fixed_values(method)
+    if "method" in section:
+        key = f"{where}.{name}.method"
+    else:
+        key = "grpo.methods" if listed and where == "methods" else f"{where}.{name}"
+    m = method_named(method, key)
+    fixed = m.fixed()
     return deep_merge({k: v for k, v in shared.items() if k not in fixed}, {**section, "method": method})
+
+
+def method_named(method: Any, key: str = "method") -> Method:
+    """The method a section names (``ddmrl.methods.METHODS``: a built-in name, ``module:attribute`` or an entry
+    point), imported; :class:`ConfigError` naming ``key`` when there is none or it cannot be imported."""
+    if not isinstance(method, str) or method not in METHODS:
+        choices = ", ".join(METHODS)
+        raise ConfigError(f"{key} = {method!r}: unknown method; choose one of {choices} (or module:attribute)")
+    try:
+        m = METHODS[method]
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"{key} = {method!r}: cannot be imported ({e}); is its module on PYTHONPATH?") from None
+    if not isinstance(m, Method):
+        raise ConfigError(f"{key} = {method!r}: is a {type(m).__name__}, not a ddmrl.methods.base.Method")
+    if not issubclass(m.params, GRPOConfig):
+        raise ConfigError(f"{key} = {method!r}: its params must subclass ddmrl.config.GRPOConfig")
+    return m
 
 
 def _merged(section: Any, override: Any) -> Any:

@@ -9,14 +9,29 @@ check that they agree with the registries.
 
 from __future__ import annotations
 
+import functools
 import re
-from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, WrapValidator, model_validator
 from pydantic import dataclasses as pdc
+from pydantic_core import PydanticCustomError
 
-from ddmrl.config._base import Bool, Float, Int, Section, Str, checked_as, deep_merge, refuse, section
+from ddmrl.config._base import (
+    DESCRIBED,
+    Bool,
+    Float,
+    Int,
+    Section,
+    Str,
+    checked_as,
+    deep_merge,
+    describe,
+    refuse,
+    section,
+)
 from ddmrl.errors import ConfigError
+from ddmrl.methods import METHODS
 
 DEFAULT_PROFILE = "tiny"
 
@@ -25,10 +40,6 @@ DEFAULT_PROFILE = "tiny"
 TextTask = Literal["sudoku4", "chain", "arith", "countdown3", "gsm8k", "math500"]
 ImageTask = Literal["geneval_mini", "geneval"]
 ImageBenchmark = Literal["hps", "dpg"]  # evaluation only (image.eval_tasks)
-MethodName = Literal[
-    "diffu_grpo", "unigrpo", "maskgrpo", "rebrl", "tracerl", "gdpo", "spg", "wd1", "mdpo", "cj_grpo", "cogrpo",
-    "unmask_policy", "igpo",
-]  # fmt: skip
 ViewSampler = Literal[
     "full_completion", "unigrpo", "maskgrpo_fading", "maskgrpo_random", "rebrl_linear", "tracerl",
     "gdpo_quadrature", "block_random", "cj_grpo", "mdpo_topk",
@@ -882,217 +893,25 @@ class GRPOSection(GRPOConfig):
 # -------------------------------------------------------------------------------------- methods (ddmrl.methods)
 
 
-@section
-class DiffuGRPOConfig(GRPOConfig):
-    """diffu-GRPO (d1; Zhao et al. 2025, arXiv 2504.12216): the whole completion masked, the prompt masked with
-    p_mask_prompt, one-step token log-probs. Paper runs: epsilon 0.5, beta 0.04, mu 12."""
-
-    method: Literal["diffu_grpo"] = "diffu_grpo"
-    remasking: ViewSampler = "full_completion"
+@functools.cache
+def _adapter(params: type) -> TypeAdapter:
+    return TypeAdapter(params)
 
 
-@section
-class UniGRPOConfig(GRPOConfig):
-    """UniGRPO (MMaDA; Yang et al. 2025, arXiv 2505.15809, Algorithm 1): mask ratios evenly spaced from a random
-    start up to fully masked."""
-
-    method: Literal["unigrpo"] = "unigrpo"
-    remasking: ViewSampler = "unigrpo"
-
-
-@section
-class MaskGRPOConfig(GRPOConfig):
-    """MaskGRPO (Ma et al. 2026, ICLR, arXiv 2510.02880): truncated ratios t_j = gamma + (1 - gamma) j / mu with
-    AR-like fading (text; images: maskgrpo_random, gamma 0.8). Paper runs: epsilon 0.2, beta 0.01, mu 12."""
-
-    method: Literal["maskgrpo"] = "maskgrpo"
-    remasking: ViewSampler = "maskgrpo_fading"
+def _method_section(value: Any, handler: Any) -> Any:
+    """A resolved method section, validated by its method's model (``Params`` in its ``ddmrl.methods`` module);
+    a problem is described as that model describes it, below the section's key."""
+    method = value.get("method") if isinstance(value, dict) else None
+    if not isinstance(method, str) or method not in METHODS:
+        return handler(value)
+    params = METHODS[method].params
+    try:
+        return _adapter(params).validate_python(value)
+    except ValidationError as e:
+        raise PydanticCustomError(DESCRIBED, "{text}", {"text": describe(e, params)}) from None
 
 
-@section
-class RebRLConfig(GRPOConfig):
-    """RebRL (Zhang et al. 2026, CVPR, Rebalanced Timestep Credits): a plug-in reweighting of UniGRPO's objective,
-    lambda(t) = t and the token factor 1/F (rebrl_mode: token) on UniGRPO's own views (remasking: unigrpo);
-    rebrl_linear gives its t_j = j / mu schedule instead."""
-
-    method: Literal["rebrl"] = "rebrl"
-    remasking: ViewSampler = "unigrpo"
-
-    def _check_method(self) -> None:
-        if self.remasking == "full_completion":
-            raise refuse(
-                "remasking",
-                self.remasking,
-                "RebRL's 1/F rebalancing is a no-op on fully masked views; "
-                "use rebrl_linear, unigrpo or maskgrpo_fading",
-            )
-
-
-@section
-class TraceRLConfig(GRPOConfig):
-    """TraceRL / TraDo (Wang et al. 2026, ICLR, arXiv 2509.06949): views rebuilt from the sampler's own order,
-    consecutive steps merged by shrink, every token a target exactly once per rollout batch, the trace steps spread
-    over the num_iterations optimiser steps (so that every method takes the same steps per rollout batch); per-row
-    mean, KL against the old policy (dLLM-RL's train/rl_llada.py)."""
-
-    method: Literal["tracerl"] = "tracerl"
-    remasking: ViewSampler = "tracerl"
-    loss_type: Literal["token_mean", "seq_mean"] = "seq_mean"
-    kl_target: Literal["ref", "old"] = "old"
-
-
-@section
-class GDPOConfig(GRPOConfig):
-    """GDPO (Rojas et al. 2026, ICLR, arXiv 2510.08554): the sequence ratio of a Gauss-Legendre ELBO over
-    views_per_step nodes (one mask per node); mean-only advantages by definition."""
-
-    method: Literal["gdpo"] = "gdpo"
-    remasking: ViewSampler = "gdpo_quadrature"
-    views_per_step: Int = Field(3, ge=1)
-    scale_rewards: Literal["none"] = "none"
-
-
-@section
-class SPGConfig(GRPOConfig):
-    """SPG (Wang et al. 2026, ICLR, arXiv 2510.09541): REINFORCE with an ELBO proxy for positive advantages and an
-    EUBO/ELBO mix for the others, views_per_step block-random masks per step; no KL by definition."""
-
-    method: Literal["spg"] = "spg"
-    remasking: ViewSampler = "block_random"
-    beta: Literal[0.0] = 0.0
-
-
-@section
-class Wd1Config(GRPOConfig):
-    """wd1 (Tang et al. 2026, ICLR, arXiv 2507.08838): ratio-free weighted likelihood with group-softmax weights of
-    +-A and d1's one-step log-likelihood; by definition no KL and mean-only advantages."""
-
-    method: Literal["wd1"] = "wd1"
-    remasking: ViewSampler = "full_completion"
-    beta: Literal[0.0] = 0.0
-    scale_rewards: Literal["none"] = "none"
-
-
-@section
-class MDPOConfig(GRPOConfig):
-    """MDPO (He et al. 2025, arXiv 2508.13148; autonomousvision/mdpo): rollouts keep every step's state and full
-    prediction x̂_0^(s); each prediction is rewarded; per-step advantages (its code's adv-v4: the step's reward gain
-    + 1 + the mean reward of the later predictions, z-scored per step over the group); the sample_train_steps steps
-    of largest |advantage| are trained, input x_s, targets x̂_0^(s), weighted by L/|M| and the sampler's confidence;
-    k2 KL. Paper and code: LLaDA-8B-Instruct, lr 1e-5 (demo config) or 7e-7 (README), temperature 0.1-0.4, 128
-    steps, 512 tokens in one block, G 4, sample_train_steps 8-16, beta 0 (config) or 0.02 (README), one update per
-    rollout batch. Optional: running-confidence remasking in the rollouts (sampler.remasking: rcr). As its release, by
-    default: every masked position a target, EOS padding included (loss_after_eos), and the rollouts' ranking and
-    confidence weights the tempered probability (mdpo_tempered_confidence); docs/reproduction.md."""
-
-    method: Literal["mdpo"] = "mdpo"
-    remasking: Literal["mdpo_topk"] = "mdpo_topk"
-    loss_type: Literal["token_mean", "seq_mean"] = "seq_mean"
-    loss_after_eos: Bool = True
-    mdpo_tempered_confidence: Bool = True
-
-
-@section
-class CJGRPOConfig(GRPOConfig):
-    """CJ-GRPO (Yang et al. 2025, arXiv 2509.23924; yjyddq/EOSER-ASS-RL): rollouts keep every state; the loss
-    averages over the sampler steps the clipped token surrogate (plus beta k3 KL against the reference) over the
-    tokens each step unmasked, with log-probs from the state before the step, so that optimisation follows the
-    rollout's trajectory; meant with EOSER and ASS rollouts (sampler: schedule ass, eoser true). Paper and code
-    (d1-based): LLaDA-8B-Instruct, lr 3e-6, beta 0.04, epsilon 0.5, G 6, mu 8 (Countdown, Sudoku) or 12 (GSM8K,
-    MATH), mean-only advantages, 256 tokens, ASS log2 L = 8 steps, EOSER gamma 0.01 -> 1, LoRA r 128. Every
-    transition trained, the EOS padding's included (loss_after_eos, as its release)."""
-
-    method: Literal["cj_grpo"] = "cj_grpo"
-    remasking: Literal["cj_grpo"] = "cj_grpo"
-    loss_after_eos: Bool = True
-
-
-@section
-class CoGRPOConfig(GRPOConfig):
-    """Co-GRPO (Zhou et al. 2025, arXiv 2512.22288): the model and a schedule policy (per-step masked fraction,
-    temperature and guidance of MaskGIT's sampler) trained together by GRPO under one reward; the model on its
-    trajectory (TraceRL's views: each token at the state it was revealed from, shrink steps merged), the schedule
-    per step. Its backbone is an image MDM (Meissonic-class): image runs only, sampler maskgit."""
-
-    method: Literal["cogrpo"] = "cogrpo"
-    remasking: ViewSampler = "tracerl"
-    shrink: Int = Field(3, ge=1)
-    sampler: SamplerConfig = Field(
-        default_factory=lambda: SamplerConfig(name="maskgit", steps=12, temperature=1.0, cfg_scale=1.0)
-    )
-    aux_policy: AuxPolicyConfig = Field(default_factory=lambda: AuxPolicyConfig(kind="schedule"))
-
-    def _check_method(self) -> None:
-        if self.aux_policy.kind != "schedule":
-            raise refuse("aux_policy.kind", self.aux_policy.kind, "Co-GRPO trains a schedule policy: use schedule")
-
-
-@section
-class UnmaskPolicyConfig(GRPOConfig):
-    """A learned unmasking policy (Jazbec, Olausson et al. 2025, arXiv 2512.09106): a single-layer AdaLN transformer
-    over the model's confidences reveals positions by Bernoulli draws; GRPO with mean-only advantages and no KL (by
-    definition), the multiplicative correctness x speed reward, the model frozen (freeze_model: false trains it
-    jointly on TraceRL's views of the policy's trajectories)."""
-
-    method: Literal["unmask_policy"] = "unmask_policy"
-    remasking: ViewSampler = "tracerl"
-    sampler: SamplerConfig = Field(default_factory=lambda: SamplerConfig(temperature=0.0))  # the paper's greedy model
-    beta: Literal[0.0] = 0.0
-    scale_rewards: Literal["none"] = "none"
-    aux_policy: AuxPolicyConfig = Field(
-        default_factory=lambda: AuxPolicyConfig(kind="unmasking", freeze_model=True, speed_alpha=1.0)
-    )
-
-    def _check_method(self) -> None:
-        if self.aux_policy.kind != "unmasking":
-            raise refuse("aux_policy.kind", self.aux_policy.kind, "this method trains an unmasking policy")
-
-
-@section
-class IGPOConfig(GRPOConfig):
-    """IGPO (Zhao et al. 2026, ICLR, arXiv 2509.10396; facebookresearch/igpo): d1's objective and views, plus a
-    rollout augmenter: in a group whose samples are all wrong, G more samples are drawn with chunks of the
-    ground-truth reasoning clamped as hints (eta ~ U[inpaint_ratio_low, inpaint_ratio_high] of the chunks), and up
-    to max_replacements wrong samples are replaced by verified-correct inpainted ones; only the hint_entropy_top
-    highest-entropy hint positions get gradient; clip-higher (epsilon 0.2, epsilon_high 0.28). Needs a task with
-    reasoning traces and the llada sampler (the inpainted samples are drawn without its KV cache or parallel
-    decoding). Paper (LLaDA-8B-Instruct): eta U[0.2, 0.6], chunks U[4, 8], tau 0.2, clip-higher 0.28, temperature
-    1.2. Released run script: lr 5e-7, mu 4, G 8, beta 0.01, chunks U[5, 10], max_replacement 4, epsilon_high 0.2
-    and GSPO's sequence ratio with d1_masking views (whole completion masked, prompt never: p_mask_prompt 0), the loss
-    over every completion position (loss_after_eos: true); released config defaults: eta U[0.1, 0.5],
-    max_replacements 1."""
-
-    method: Literal["igpo"] = "igpo"
-    remasking: ViewSampler = "full_completion"
-    epsilon_high: Float = Field(0.28, ge=0, lt=1)
-
-    def _check_method(self) -> None:
-        if self.sampler.name != "llada":
-            raise refuse("sampler.name", self.sampler.name, "IGPO's inpainting clamps positions in the llada sampler")
-        if self.sampler.remasking == "rcr":
-            raise refuse("sampler.remasking", "rcr", "would re-mask IGPO's clamped hints: low_confidence or random")
-        if self.aux_policy.kind != "none":
-            raise refuse("aux_policy.kind", self.aux_policy.kind, "IGPO's inpainting runs without an auxiliary policy")
-
-
-METHOD_CONFIGS: dict[str, type[GRPOConfig]] = {
-    c.__pydantic_fields__["method"].default: c
-    for c in (
-        DiffuGRPOConfig, UniGRPOConfig, MaskGRPOConfig, RebRLConfig, TraceRLConfig, GDPOConfig, SPGConfig, Wd1Config,
-        MDPOConfig, CJGRPOConfig, CoGRPOConfig, UnmaskPolicyConfig, IGPOConfig,
-    )
-}  # fmt: skip
-MethodConfig = Annotated[Union[tuple(METHOD_CONFIGS.values())], Field(discriminator="method")]  # noqa: UP007
-
-
-def fixed_values(method: str) -> dict[str, Any]:
-    """What the method's definition fixes (a ``Literal`` of one value in its model, e.g. SPG's beta 0)."""
-    out = {}
-    for name, info in METHOD_CONFIGS[method].__pydantic_fields__.items():
-        values = get_args(info.annotation) if get_origin(info.annotation) is Literal else ()
-        if name != "method" and len(values) == 1:
-            out[name] = values[0]
-    return out
+MethodSection = Annotated[GRPOConfig, WrapValidator(_method_section)]
 
 
 # ------------------------------------------------------------------------------------------------ task parameters
@@ -1586,7 +1405,7 @@ def check_budget(sections: dict[str, GRPOConfig], shared: dict[str, Any], where:
             value, want = getattr(run, key), shared[key]
             if value != want and f"{token}{value}" not in parts:
                 raise refuse(
-                    f"{where}.{name}.{run.method}.{key}",  # the method: the union's tag on the way to the key
+                    f"{where}.{name}.{key}",
                     value,
                     f"differs from the comparison's {key} = {want}: every row gets the same budget (prompts per "
                     f"rollout batch, generations, mu, optimiser steps); set it in grpo:, or name the row for it "
@@ -1617,7 +1436,7 @@ class Config(Section):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="The rollout and reward stages.")
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="Held-out evaluation (text).")
     grpo: GRPOSection = Field(default_factory=GRPOSection, description="The GRPO runs and their shared keys.")
-    methods: dict[SectionName, MethodConfig] = Field(
+    methods: dict[SectionName, MethodSection] = Field(
         default_factory=dict,
         description="Method sections: every key of GRPOConfig; method defaults to the section's name.",
         json_schema_extra={"type": "mapping: section name to a [method section](#methods)"},
@@ -1627,7 +1446,7 @@ class Config(Section):
     rebrl_ablation: RebRLAblation = Field(
         default_factory=RebRLAblation, description="RebRL's ablation rows (off by default; docs/results.md)."
     )
-    image_sections: dict[SectionName, MethodConfig] = Field(
+    image_sections: dict[SectionName, MethodSection] = Field(
         default_factory=dict, json_schema_extra={**_INTERNAL, "key": "image.method_overrides"}
     )  # the image runs' sections, resolved (every section named by image.methods or image.method_overrides)
     raw: dict[str, Any] = Field(default_factory=dict, json_schema_extra=_INTERNAL)  # the merged file, as written

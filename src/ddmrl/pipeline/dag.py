@@ -246,17 +246,27 @@ class StageFactory:
         )
 
     def uses(
-        self, tasks: tuple[str, ...] = (), sampler: str = "", section: str = "", image: bool = False, aux: str = ""
+        self,
+        tasks: tuple[str, ...] = (),
+        sampler: str = "",
+        section: str = "",
+        image: bool = False,
+        aux: str = "",
+        methods: tuple[str, ...] = (),
     ) -> tuple[str, ...]:
         """The modules a stage runs that no static import names: its tasks' and sampler's (registry members), the
-        objective of method ``section``, the auxiliary policy of kind ``aux`` and the sampler that consults it, the
-        hub and the model adapters for a real model, GenEval's evaluator for an image task."""
+        module and objective of method ``section`` and the modules of ``methods``, the auxiliary policy of kind ``aux``
+        and the sampler that consults it, the hub and the model adapters for a real model, GenEval's evaluator for an
+        image task. (Validating params.yaml imports every section's method module; only a stage's own ones are its
+        deps: another method's module decides nothing a stage writes.)"""
         cfg, modules = self.cfg, []
         modules += [member_module("ddmrl.tasks", "TASKS", t) for t in tasks]
         modules += [member_module("ddmrl.samplers", "SAMPLERS", sampler)] if sampler else []
         run = (cfg.image_methods if image else cfg.methods).get(section)
         if run is not None:
+            modules.append(METHODS.module(run.method))
             modules.append(member_module("ddmrl.objectives", "OBJECTIVES", METHODS[run.method].objective))
+        modules += [METHODS.module(m) for m in methods]
         if aux and aux != "none":
             modules.append(member_module("ddmrl.aux_policies", "AUX_POLICIES", aux))
             modules += ["ddmrl.samplers.unmasking"] if aux == "unmasking" else []  # LLaDA's sampler hands it its steps
@@ -572,8 +582,15 @@ def tables(new: StageFactory) -> Stage:
                 "mar.methods", "mar.seeds", "rebrl_ablation", "image.eval_tasks"),
         outs=tuple(f"{out}/{n}" for n in (*names, *TABLES_COMPARISONS, TABLES_CURVES)),
         dir_outs=(f"{out}/{CONTACT_SHEETS}",) if cfg.image.tasks else (), metrics=(f"{out}/{TABLES_METRICS}",),
-        uses=new.uses(cfg.tasks),  # the per-item scores of the intervals come from each text task's scorer
+        # the per-item scores of the intervals come from each text task's scorer; row labels from the methods
+        uses=new.uses(cfg.tasks, methods=row_methods(cfg)),
     )  # fmt: skip
+
+
+def row_methods(cfg: Config) -> tuple[str, ...]:
+    """The methods of the tables' rows (their labels): every run section's."""
+    sections = [*(cfg.methods[m] for m in cfg.text_methods if m in cfg.methods), *cfg.image_methods.values()]
+    return tuple(dict.fromkeys(run.method for run in sections))
 
 
 def grpo_keys(cfg: Config) -> tuple[str, ...]:
@@ -707,8 +724,9 @@ def member_module(package: str, table: str, name: str) -> str | None:
 def _module_files(module: str, root: Path) -> tuple[Path, ...]:
     """Files that importing ``module`` executes: each package's ``__init__.py`` on the way, then the module."""
     parts, files = module.split("."), []
+    where = root / "src" if parts[0] == "ddmrl" else root  # a researcher's own member: a module in the workspace
     for i in range(1, len(parts) + 1):
-        base = root / "src" / Path(*parts[:i])
+        base = where / Path(*parts[:i])
         if (base / "__init__.py").is_file():
             files.append(base / "__init__.py")
         elif base.with_suffix(".py").is_file():

@@ -468,7 +468,7 @@ def train_grpo(
             meta = {"curve": curve, "iteration": it, "skipped": skipped, "timing": asdict(timing)}
             checkpointer.save(acc, step, meta)
         if stop:
-            raise preempt.Preempted("grpo", step)
+            preempt.stop("grpo", step)
     bar.close()
     policy.eval()
     return curve, timing

@@ -10,6 +10,12 @@ meaning (stop now); a run killed that way resumes from its last periodic checkpo
 from __future__ import annotations
 
 import signal
+import sys
+from typing import NoReturn
+
+import torch
+
+from ddmrl.training import distributed as dist
 
 #: the exit status of a stage stopped on request with its state saved (BSD's EX_TEMPFAIL: try again)
 EXIT_CODE = 75
@@ -18,14 +24,23 @@ SIGNAL = signal.SIGUSR1
 _received: list[int] = []
 
 
-class Preempted(Exception):
-    """A stage stopped on :data:`SIGNAL` after checkpointing ``step``."""
+class Preempted(SystemExit):
+    """A stage stopped on :data:`SIGNAL` after checkpointing ``step``: a ``SystemExit`` with :data:`EXIT_CODE`, so
+    that the process ends with it wherever it is raised (``message`` says what happened; :func:`stop` prints it)."""
 
     def __init__(self, stage: str, step: int) -> None:
-        super().__init__(
+        super().__init__(EXIT_CODE)
+        self.message = (
             f"{stage}: stopped on {signal.Signals(SIGNAL).name} after step {step}, its state saved; "
             "run the same command again to resume"
         )
+
+
+def stop(stage: str, step: int) -> NoReturn:
+    """Say on stderr that ``stage`` stopped on request after ``step``, then end it with :data:`EXIT_CODE`."""
+    error = Preempted(stage, step)
+    print(error.message, file=sys.stderr, flush=True)
+    raise error
 
 
 def install() -> None:
@@ -38,8 +53,4 @@ def requested(acc=None) -> bool:
     :data:`SIGNAL`. Collective with ``acc``: every process calls it at the same point, so that all stop together."""
     if acc is None or acc.num_processes == 1:
         return bool(_received)
-    import torch
-
-    from ddmrl.training import distributed as dist
-
     return bool(dist.gather(acc, torch.tensor([float(bool(_received))])).any())

@@ -16,7 +16,7 @@ from fake_rewards import varied_reward
 
 import ddmrl.objectives.token_clip as losses_module
 import ddmrl.training.grpo as grpo_module
-from ddmrl.config import METHOD_CONFIGS, GRPOConfig, SamplerConfig, method_config
+from ddmrl.config import GRPOConfig, SamplerConfig, method_config
 from ddmrl.methods import METHODS
 from ddmrl.models import build_tokenizer
 from ddmrl.tasks import make_task
@@ -48,7 +48,7 @@ def config(method: str, **kw) -> GRPOConfig:
 
 # the methods with an auxiliary policy (test_grpo_aux.py) or a rollout augmenter (test_grpo_igpo.py: IGPO needs a task
 # with reasoning traces) have their own tests
-TEXT = sorted(m for m in METHODS if METHOD_CONFIGS[m]().aux_policy.kind == "none" and not METHODS[m].augmenter)
+TEXT = sorted(m for m in METHODS if METHODS[m].params().aux_policy.kind == "none" and not METHODS[m].augmenter)
 TOKEN_CLIP = [m for m in TEXT if METHODS[m].objective == "token_clip"]
 
 

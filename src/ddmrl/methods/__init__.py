@@ -1,0 +1,29 @@
+"""The methods: one module each (``ddmrl.methods.<name>``: its section model ``Params`` and its ``METHOD`` record,
+:class:`ddmrl.methods.base.Method`). ``METHODS`` is the only list of their names; a section may also name a method
+outside the package, as ``module:attribute`` on the Python path or as an entry point of the ``ddmrl.methods`` group
+of an installed package (docs/extending.md). Looking a method up imports its module only, so a run depends on its own
+method's module, not on the others'.
+"""
+
+from __future__ import annotations
+
+from ddmrl.registry import Registry
+
+METHODS = Registry(
+    {
+        "diffu_grpo": "ddmrl.methods.diffu_grpo:METHOD",
+        "unigrpo": "ddmrl.methods.unigrpo:METHOD",
+        "maskgrpo": "ddmrl.methods.maskgrpo:METHOD",
+        "rebrl": "ddmrl.methods.rebrl:METHOD",
+        "tracerl": "ddmrl.methods.tracerl:METHOD",
+        "gdpo": "ddmrl.methods.gdpo:METHOD",
+        "spg": "ddmrl.methods.spg:METHOD",
+        "wd1": "ddmrl.methods.wd1:METHOD",
+        "mdpo": "ddmrl.methods.mdpo:METHOD",
+        "cj_grpo": "ddmrl.methods.cj_grpo:METHOD",
+        "cogrpo": "ddmrl.methods.cogrpo:METHOD",
+        "unmask_policy": "ddmrl.methods.unmask_policy:METHOD",
+        "igpo": "ddmrl.methods.igpo:METHOD",
+    },
+    group="ddmrl.methods",
+)

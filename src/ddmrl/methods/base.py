@@ -1,0 +1,54 @@
+"""The contract of a method: one module declares its section's model (``Params``) and a :class:`Method` naming its
+components; ``ddmrl.methods.METHODS`` lists the built-in ones."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, get_args, get_origin
+
+
+@dataclass(frozen=True)
+class Method:
+    """A GRPO-family method for masked diffusion models.
+
+    The sampler (LLaDA semi-AR), the likelihood (one-step token log-probabilities of a view) and the loop are shared;
+    a method chooses the rest by registry key. Shared knobs (epsilon, beta, learning rate, advantage scaling) come from
+    ``grpo:`` so that methods are compared on equal terms; its ``Params`` changes the defaults its paper chooses and
+    fixes (a ``Literal`` of one value) what its definition requires.
+
+    Attributes:
+        name: the name a ``methods:`` section gives as its ``method`` (its section name by default).
+        params: its section's model, a subclass of ``ddmrl.config.GRPOConfig`` decorated with
+            ``ddmrl.config.section``; its ``remasking`` default is the method's view sampler (``ddmrl.masking.VIEWS``).
+        display: its row label in the tables.
+        weighting: key in ``ddmrl.objectives.WEIGHTINGS``: per-(view, token) loss weights.
+        paper: citation for the docs and tables.
+        objective: key in ``ddmrl.objectives.OBJECTIVES``: the loss of one optimiser step.
+        step_advantage: key in ``ddmrl.objectives.advantages.STEP_ADVANTAGES``: per-step advantages from the task
+            reward of each step's prediction (MDPO), or "" (one advantage per rollout).
+        augmenter: key in ``ddmrl.augmenters.AUGMENTERS``: edits the scored groups before the advantages (IGPO's
+            inpainting of all-wrong groups), or "" (none).
+    """
+
+    name: str
+    params: type
+    display: str
+    weighting: str
+    paper: str
+    objective: str = "token_clip"
+    step_advantage: str = ""
+    augmenter: str = ""
+
+    @property
+    def remasking(self) -> str:
+        """The view sampler its sections use unless they set ``remasking``."""
+        return self.params.__pydantic_fields__["remasking"].default
+
+    def fixed(self) -> dict[str, Any]:
+        """What its definition fixes: each field of ``params`` typed as a ``Literal`` of one value (SPG's beta 0)."""
+        out = {}
+        for name, info in self.params.__pydantic_fields__.items():
+            values = get_args(info.annotation) if get_origin(info.annotation) is Literal else ()
+            if name != "method" and len(values) == 1:
+                out[name] = values[0]
+        return out

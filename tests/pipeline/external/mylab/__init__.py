@@ -1,0 +1,1 @@
+"""A researcher's own package, outside ddmrl (copied into a workspace by tests/pipeline/test_external_members.py)."""

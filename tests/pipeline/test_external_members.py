@@ -1,0 +1,79 @@
+"""A researcher's own member, from a module outside ``src/ddmrl`` (``tests/pipeline/external/mylab``, copied into
+the workspace and put on ``PYTHONPATH``): validated, run and rerun like a built-in one.
+
+Today: a method (``method: mylab.methods:REBALANCED``). The workspace is the smoke profile cut to one task, no image
+branch and the external method beside UniGRPO (about a minute on 2 cores).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import pytest
+from helpers import BIN, ENV, REPO, copy_repo, edit_params, planned, run
+
+from ddmrl.config import ConfigError, load
+from ddmrl.pipeline import dag
+
+MINE = "mylab.methods:REBALANCED"
+
+
+def _own_method(raw: dict) -> None:
+    raw.update(profile="smoke", seed=0)
+    raw["grpo"] = {**raw.get("grpo", {}), "methods": ["unigrpo", "mine"], "seeds": [0]}
+    raw["methods"] = {**(raw.get("methods") or {}), "mine": {"method": MINE}}
+    raw["image"] = {**raw.get("image", {}), "tasks": [], "methods": []}
+    raw["rebrl_ablation"] = {**raw.get("rebrl_ablation", {}), "enabled": False}
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    ws = copy_repo(tmp_path_factory.mktemp("external") / "ws")
+    shutil.copytree(REPO / "tests" / "pipeline" / "external" / "mylab", ws / "mylab")
+    edit_params(ws, _own_method)
+    edit_params(ws, lambda raw: raw.update(image={"tasks": [], "methods": []}), "profiles/smoke.yaml")
+    env = {**ENV, "PYTHONPATH": os.pathsep.join([str(ws), ENV.get("PYTHONPATH", "")])}
+    run([BIN / "snakemake", "--cores", "2"], ws, env=env)
+    sys.path.insert(0, str(ws))  # this process's planner (load, dag.build) imports it too
+    yield ws, env
+    sys.path.remove(str(ws))
+    for name in [m for m in sys.modules if m == "mylab" or m.startswith("mylab.")]:
+        del sys.modules[name]
+
+
+def test_an_outside_method_is_validated_like_a_built_in_one(workspace):
+    ws, _ = workspace
+    cfg = load(ws / "params.yaml")
+    mine = cfg.methods["mine"]
+    assert mine.method == MINE and type(mine).__module__ == "mylab.methods"  # validated by its own Params
+    assert mine.epsilon == cfg.methods["unigrpo"].epsilon != 0.1  # grpo:'s keys win over its defaults, as for any
+    assert mine.remasking == "unigrpo"
+    (ws / "bad.yaml").write_text((ws / "params.yaml").read_text().replace("method: " + MINE, "method: mylab.nope:X"))
+    with pytest.raises(ConfigError, match=r"methods\.mine\.method = 'mylab\.nope:X': cannot be imported"):
+        load(ws / "bad.yaml")
+
+
+def test_an_outside_method_runs_through_the_dag_tables_included(workspace):
+    ws, _ = workspace
+    metrics = ws / "data" / "grpo" / "mine_sudoku4_s0" / "metrics.json"
+    assert metrics.is_file() and (ws / "data" / "evaluate" / "mine_sudoku4_s0" / "sudoku4.json").is_file()
+    assert "| mine |" in (ws / "data" / "tables" / "text_table.md").read_text()
+
+
+def test_editing_an_outside_method_reruns_only_its_runs(workspace, tmp_path):
+    ws, env = workspace
+    copy = tmp_path / "ws"
+    shutil.copytree(ws, copy, symlinks=True)
+    with (copy / "mylab" / "methods.py").open("a") as f:
+        f.write("# touched\n")
+    env = {**env, "PYTHONPATH": env["PYTHONPATH"].replace(str(ws), str(copy))}
+    stages = dag.build(load(copy / "params.yaml"))
+    assert {s.name for s in stages if "mylab/methods.py" in dag.code(s, copy)} == {
+        "grpo_mine_sudoku4_s0",
+        "credit_mine_sudoku4",
+        "tables",
+    }
+    names = set(planned(run([BIN / "snakemake", "-n", "--cores", "2"], copy, env=env).stdout))
+    assert names == {"grpo_mine_sudoku4_s0", "credit_mine_sudoku4", "evaluate_mine_sudoku4_s0", "tables"}
