@@ -9,6 +9,7 @@ SAMPLERS = Registry(
         "llada": "ddmrl.samplers.llada:generate",
         "maskgit": "ddmrl.samplers.maskgit:generate",
         "emerge": "ddmrl.samplers.emerge:generate",
+        "dream": "ddmrl.samplers.dream:generate",
     }
 )
 

@@ -1,0 +1,150 @@
+"""Dream-7B (Ye et al. 2025; HKUNLP, ``Dream-org/Dream-v0-Instruct-7B``): a masked diffusion LM initialised from
+Qwen2.5-7B that keeps the autoregressive shift.
+
+What sets it apart from LLaDA, and what this module does about it:
+
+* **The shift.** ``DreamModel``'s logits at position i predict the token at i + 1, so a masked token at i is read
+  from the logits at i - 1 (Dream's ``_sample`` rolls the logits right by one, position 0 keeping its own).
+  :func:`aligned_logits` (and :meth:`DreamAdapter.logits`) return them rolled, so that everywhere in ddmrl the logits
+  at i are the prediction for position i, as for LLaDA. :func:`token_logps` are the completion's token
+  log-probabilities under that reading: the same quantity as ``ddmrl.likelihood.token_logps`` on LLaDA.
+* **Padding.** Dream's ``_sample`` turns a padding mask into positions counted from the first real token and
+  attention where neither query nor key is a pad (:func:`padding_inputs`). The copy of ``modeling_dream.py`` that
+  dLLM-RL (and so DARE) vendors casts a boolean mask to the activations' dtype (True -> +1.0, added to the scores:
+  pads are not masked) and takes a third positional argument as ``is_causal``; ddmrl therefore passes an additive
+  float mask (0 or the dtype's minimum) and ``position_ids`` by keyword, which means the same under both copies.
+  A left-padded row then gives the unpadded row's logits (tested).
+* **Tokens.** Mask ``<|mask|>`` (151666), pad = EOS = ``<|endoftext|>`` (151643), from ``config.json``.
+* **Loading.** The checkpoint's own ``modeling_dream.py`` (remote code, ``trust_remote_code: true``), run under
+  transformers 5 through ``ddmrl.models.compat`` (its rotary embedding needs the ``default`` RoPE bridge).
+* **LoRA targets** (:data:`LORA_TARGETS`): every decoder layer's attention (q, k, v, o) and SwiGLU MLP (gate, up,
+  down) projections, never ``lm_head`` or ``embed_tokens``.
+
+Dream's sampler is ``ddmrl.samplers.dream``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+
+from ddmrl.models.adapters import (
+    DTYPES,
+    ModelAdapter,
+    _checked_mask_id,
+    _config_json,
+    _load,
+    _local_dir,
+    _refuse_remote_code,
+    _remote_model,
+)
+
+__all__ = [
+    "DREAM_MASK_ID",
+    "LORA_TARGETS",
+    "DreamAdapter",
+    "aligned_logits",
+    "load_dream",
+    "padding_inputs",
+    "shift_logits",
+    "token_logps",
+]
+
+DREAM_MASK_ID = 151666  # <|mask|> of Dream-v0 (config.json's mask_token_id)
+#: peft's regular-expression form: the decoder layers' attention and MLP projections, by Qwen2's names
+LORA_TARGETS = r".*\.layers\.\d+\.(self_attn\.(q_proj|k_proj|v_proj|o_proj)|mlp\.(gate_proj|up_proj|down_proj))"
+
+
+def shift_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Dream's raw logits [B, L, V] (position i predicts token i + 1) -> logits aligned with the tokens they
+    predict: ``out[:, i] = logits[:, i - 1]`` for i >= 1 and ``out[:, 0] = logits[:, 0]``, as Dream's ``_sample``."""
+    return torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
+
+
+def padding_inputs(attention_mask: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(attention_mask [B, 1, L, L] additive float, position_ids [B, L])`` for a 0/1 padding mask [B, L], as
+    Dream's ``_sample`` builds them: positions count from each row's first real token (pads get 1), and a real
+    query attends real keys only. A pad query attends every key (its output is never read; a row with no key left
+    would give NaN that then reaches real positions through 0 * NaN)."""
+    valid = attention_mask.bool()  # [B, L]
+    position_ids = attention_mask.long().cumsum(-1) - 1
+    position_ids.masked_fill_(~valid, 1)
+    allowed = valid[:, None, None, :] | ~valid[:, None, :, None]  # [B, 1, L, L] key real, or query a pad
+    bias = torch.zeros(allowed.shape, dtype=dtype, device=attention_mask.device)
+    return bias.masked_fill_(~allowed, torch.finfo(dtype).min), position_ids
+
+
+def raw_logits(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """``DreamModel``'s own logits [B, L, V] (unshifted), pads handled as :func:`padding_inputs`, no KV cache."""
+    if attention_mask is None or bool(attention_mask.all()):
+        return model(input_ids, use_cache=False).logits
+    bias, position_ids = padding_inputs(attention_mask, model.get_input_embeddings().weight.dtype)
+    return model(input_ids, attention_mask=bias, position_ids=position_ids, use_cache=False).logits
+
+
+def aligned_logits(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """[B, L] -> [B, L, V], the logits at i predicting the token at i (:func:`shift_logits` of the model's)."""
+    return shift_logits(raw_logits(model, input_ids, attention_mask))
+
+
+def token_logps(
+    model: Any, input_ids: torch.Tensor, completion_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """One-step token log-probabilities log p(o_k | x^t) [N, L] of the clean completion ``completion_ids`` [N, L]
+    under the view ``input_ids`` [N, P + L] (P >= 1): completion position P + k is read from the logits at
+    P + k - 1. The meaning of ``ddmrl.likelihood.token_logps`` on LLaDA (callers weight the masked positions); the
+    log-softmax in float32."""
+    length = completion_ids.shape[1]
+    if input_ids.shape[1] <= length:
+        raise ValueError("Dream reads position i from the logits at i - 1: the view needs at least one prompt token")
+    logits = raw_logits(model, input_ids, attention_mask)[:, -length - 1 : -1]  # [N, L, V]
+    return torch.log_softmax(logits.float(), -1).gather(-1, completion_ids[..., None]).squeeze(-1)
+
+
+class DreamAdapter(ModelAdapter):
+    """Dream-v0: mask id from config.json, prompts through its (Qwen2.5) chat template, logits aligned with the
+    tokens they predict (:func:`aligned_logits`) and padding as Dream's own sampler handles it."""
+
+    kind = "dream"
+
+    def build_prompt(self, question: str, system_prompt: str | None = None) -> str:
+        """One user turn ``system_prompt + "\\n\\n" + question`` (as for LLaDA) through Dream's chat template with
+        ``add_generation_prompt=True`` (its template adds Qwen's default system turn)."""
+        content = super().build_prompt(question, system_prompt)
+        return self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
+        )
+
+    def logits(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return aligned_logits(model, input_ids, attention_mask)
+
+
+class _Where(NamedTuple):  # what the remote-code policy reads of a model spec
+    path_or_id: str
+    revision: str | None
+    trust_remote_code: bool
+
+
+def load_dream(
+    path_or_id: str, revision: str | None = None, trust_remote_code: bool = False, dtype: str = "float32"
+) -> tuple[Any, Any, DreamAdapter]:
+    """``(model, tokenizer, adapter)`` of a Dream checkpoint directory (or a hub id in the HF cache), in eval mode on
+    the CPU, under ddmrl's remote-code policy (``ddmrl.models.adapters``): ``DreamModel`` is the checkpoint's own
+    code, run only with ``trust_remote_code`` (a hub id also needs a pinned commit), bridged by
+    ``ddmrl.models.compat``. Pads with EOS when the tokenizer has no pad token."""
+    where = _Where(path_or_id, revision, trust_remote_code)
+    local = _local_dir(where)
+    _refuse_remote_code(where, local, " (DreamModel lives in the checkpoint's modeling_dream.py)")
+    model = _remote_model(local, ("AutoModel",), DTYPES[dtype])
+    tok = _load("tokenizer", local, _tokenizer, trust_remote_code=True, padding_side="left")
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    mask_id = _checked_mask_id(_config_json(local).get("mask_token_id", tok.mask_token_id), model, str(local))
+    return model.eval(), tok, DreamAdapter(tok, mask_id)
+
+
+def _tokenizer(local, **kwargs):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(local, **kwargs)
