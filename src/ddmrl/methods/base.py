@@ -6,6 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, get_args, get_origin
 
+#: the group advantages' epsilon: TRL's (``ddmrl.objectives.advantages.group_advantages``)
+ADVANTAGE_EPS = 1e-4
+
 
 @dataclass(frozen=True)
 class Method:
@@ -43,6 +46,30 @@ class Method:
     def remasking(self) -> str:
         """The view sampler its sections use unless they set ``remasking``."""
         return self.params.__pydantic_fields__["remasking"].default
+
+    # ---------------------------------------------------------------- hooks into the loop (ddmrl.training.grpo)
+    # A method that needs more than its components overrides these in a subclass (MaskGRPO's released-code mode,
+    # MDPO's tempered confidence); ``cfg`` is the run's resolved section.
+
+    def rollout_options(self, cfg: Any) -> dict[str, Any]:
+        """Keyword arguments the method adds to the rollout sampler (``ddmrl.rollout.rollout``); default none."""
+        return {}
+
+    def advantage_eps(self, cfg: Any) -> float:
+        """The epsilon added to the group reward's std in the advantages (TRL's)."""
+        return ADVANTAGE_EPS
+
+    def legacy_views(self, cfg: Any) -> bool:
+        """Whether the views reproduce a released code's own draws (``ddmrl.masking.build_views``' ``legacy``)."""
+        return False
+
+    def broadcast_weighting(self, cfg: Any) -> bool:
+        """Whether a view's token weights are broadcast over the rows (d1's quirk, ``legacy_broadcast_weighting``)."""
+        return cfg.legacy_broadcast_weighting
+
+    def view_index(self, cfg: Any, micro_step: int, num_views: int) -> tuple[int, ...] | None:
+        """The views of micro-step ``micro_step`` when the method indexes them its own way; None: the schedule's."""
+        return None
 
     def fixed(self) -> dict[str, Any]:
         """What its definition fixes: each field of ``params`` typed as a ``Literal`` of one value (SPG's beta 0)."""

@@ -3,6 +3,8 @@ definition fixes, its checks) and its training components (``METHOD``), register
 
 from __future__ import annotations
 
+from typing import Any
+
 from ddmrl.config._base import Str, section
 from ddmrl.config.schema import GRPOConfig, ViewSampler
 from ddmrl.methods.base import Method
@@ -17,8 +19,30 @@ class Params(GRPOConfig):
     remasking: ViewSampler = "maskgrpo_fading"
 
 
+#: MaskGRPO's released code: its advantages' epsilon (its ``compute_loss``)
+LEGACY_ADVANTAGE_EPS = 1e-5
+
+
+class MaskGRPO(Method):
+    """``maskgrpo_legacy`` reproduces the released text objective (docs/reproduction.md): its seeded fading views,
+    weights broadcast over rows, its view index ``m % mu`` (``_step % mu - 1`` after the increment, -1 read as
+    mu - 1) and its advantage epsilon."""
+
+    def advantage_eps(self, cfg: Any) -> float:
+        return LEGACY_ADVANTAGE_EPS if cfg.maskgrpo_legacy else super().advantage_eps(cfg)
+
+    def legacy_views(self, cfg: Any) -> bool:
+        return cfg.maskgrpo_legacy
+
+    def broadcast_weighting(self, cfg: Any) -> bool:
+        return cfg.maskgrpo_legacy or super().broadcast_weighting(cfg)
+
+    def view_index(self, cfg: Any, micro_step: int, num_views: int) -> tuple[int, ...] | None:
+        return (micro_step % num_views,) if cfg.maskgrpo_legacy else None
+
+
 # text runs: gamma 0.6, AR-like fading (paper runs: eps 0.2, beta 0.01, mu 12; its t2t_grpo_train.sh)
-METHOD = Method(
+METHOD = MaskGRPO(
     name="maskgrpo",
     params=Params,
     display="MaskGRPO",

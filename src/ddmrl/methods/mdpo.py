@@ -3,7 +3,7 @@ definition fixes, its checks) and its training components (``METHOD``), register
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from ddmrl.config._base import Bool, Str, section
 from ddmrl.config.schema import GRPOConfig
@@ -29,8 +29,16 @@ class Params(GRPOConfig):
     mdpo_tempered_confidence: Bool = True
 
 
+class MDPO(Method):
+    """The rollouts rank, re-mask and weight by the tempered probability softmax(logits / T) when
+    ``mdpo_tempered_confidence`` (its release's sampler)."""
+
+    def rollout_options(self, cfg: Any) -> dict[str, Any]:
+        return {"tempered_confidence": cfg.mdpo_tempered_confidence}
+
+
 # per-step rewards of each step's prediction, adv-v4, top-K steps, L/|M| x confidence, k2 KL
-METHOD = Method(
+METHOD = MDPO(
     name="mdpo",
     params=Params,
     display="MDPO",

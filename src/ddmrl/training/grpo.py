@@ -1,6 +1,6 @@
 """The online GRPO loop for masked diffusion models, shared by every method.
 
-Per rollout batch (TRL's buffering, as in d1 and MaskGRPO):
+Per rollout batch (TRL's buffering):
   1. draw ``num_prompts`` training prompts and sample ``num_generations`` completions each (LLaDA semi-AR);
   2. score them with the task reward and compute group advantages;
   3. build the method's training views from the rollout seed, and their token weights;
@@ -8,14 +8,18 @@ Per rollout batch (TRL's buffering, as in d1 and MaskGRPO):
   5. for each step of the views' schedule (view j at step j for most methods): current log-probs on the step's
      views, the method's objective, one optimiser step (over ``gradient_accumulation_steps`` micro-batches).
 
+Each phase is a function below (:func:`sample`, :func:`score`, :func:`views`, :func:`old_and_reference`,
+:func:`update`, :func:`curve_row`); the method (``ddmrl.methods``) enters through its components (view sampler, token
+weighting, objective, per-step advantages, augmenter: registry keys) and its hooks (``Method.rollout_options``,
+``advantage_eps``, ``legacy_views``, ``broadcast_weighting``, ``view_index``); no method is named here.
+
 Each view is consumed at its own step (the paper intent). d1 indexes views by the micro-step counter
 (``_step % mu`` after the increment), which with gradient accumulation gives each micro-batch only every A-th view
-(d1's ``compute_loss``); ``legacy_micro_step_views`` reproduces d1's indexing, and ``maskgrpo_legacy`` MaskGRPO's
-copy, shifted by one (``m % mu``, MaskGRPO's ``compute_loss``), with the rest of its released text objective. Every
-method takes ``num_iterations`` optimiser steps per rollout batch (equal budgets), and the curve counts rollout
-batches and samples as well as optimiser steps. Every random draw comes from a generator derived from
-(seed, purpose, iteration), never from the global RNG, so a run resumed from a checkpoint at a rollout-batch
-boundary continues exactly as the uninterrupted run would have.
+(d1's ``compute_loss``); ``legacy_micro_step_views`` reproduces d1's indexing, and a method may index its views its
+own way (``Method.view_index``). Every method takes ``num_iterations`` optimiser steps per rollout batch (equal
+budgets), and the curve counts rollout batches and samples as well as optimiser steps. Every random draw comes from
+a generator derived from (seed, purpose, iteration), never from the global RNG, so a run resumed from a checkpoint at
+a rollout-batch boundary continues exactly as the uninterrupted run would have.
 
 Numerical faults (``on_nonfinite``): a non-finite reward or advantage skips the whole rollout batch, a non-finite
 loss skips its optimiser step; both are counted (``nonfinite_skipped``). With ``stop`` the run ends with a
@@ -33,9 +37,10 @@ then adds its clipped per-step loss to the method's (one backward pass, its own 
 ``num_iterations`` optimiser steps of the policy per rollout batch. A sample's reward may be scaled by its speed
 (``aux_policy.speed_alpha``: the unmasking paper's multiplicative reward).
 
-A method's rollout augmenter (``ddmrl.augmenters``: IGPO's inpainting of all-wrong groups) edits the scored batch
-between step 2's rewards and advantages, and its counts join the curve. A weighting that needs the old policy's
-entropy (IGPO's hint filter, ``ENTROPY_WEIGHTINGS``) gets it from the old pass of step 4.
+A method's rollout augmenter (``ddmrl.augmenters``) edits the scored batch between step 2's rewards and advantages,
+and its counts join the curve. A weighting that needs the old policy's entropy (``ENTROPY_WEIGHTINGS``) gets it from
+the old pass of step 4. A method with per-step advantages (``Method.step_advantage``) has every step's prediction
+rewarded, and the curve gains the share of rollouts an earlier step's prediction scored higher (``over_denoising``).
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ from ddmrl.config.schema import STATE_VIEWS
 from ddmrl.likelihood import token_logps, token_logps_entropy
 from ddmrl.masking import Views, apply_view, build_views
 from ddmrl.methods import METHODS
+from ddmrl.methods.base import Method
 from ddmrl.objectives import OBJECTIVES, ObjectiveInputs, group_advantages, token_weights
 from ddmrl.objectives.advantages import STEP_ADVANTAGES
 from ddmrl.objectives.weights import ENTROPY_WEIGHTINGS, hint_entropy_filter, realised_ratio
@@ -94,14 +100,14 @@ class Batch(NamedTuple):
     z: torch.Tensor | None  # [N]
     inputs: torch.Tensor | None  # [V, N, P + L] the model input of every view (None: the model is frozen)
     target_ids: torch.Tensor | None = None  # [V, N, L] the tokens each view is trained towards (None: the completion)
-    view_advantages: torch.Tensor | None = None  # [V, N] per-view advantages (MDPO's per-step ones)
+    view_advantages: torch.Tensor | None = None  # [V, N] per-view advantages (a method's per-step ones)
 
 
 def make_views(
     cfg: GRPOConfig, batch: Rollouts, seed: int, pad_id: int, mask_id: int, step_advantages: torch.Tensor | None = None
 ):
     """The method's views of a rollout batch, their weights and model inputs (steps 3 of the loop);
-    ``step_advantages`` [N, S]: per-step advantages (MDPO's views select steps by them)."""
+    ``step_advantages`` [N, S]: per-step advantages (views may select steps by them)."""
     method = METHODS[cfg.method]
     views = build_views(
         cfg.remasking or method.remasking,
@@ -122,9 +128,9 @@ def make_views(
         trajectory=batch.trajectory,
         step_advantages=step_advantages,
         train_steps=cfg.sample_train_steps,
-        legacy=cfg.maskgrpo_legacy,
+        legacy=method.legacy_views(cfg),
     )
-    broadcast = cfg.legacy_broadcast_weighting or cfg.maskgrpo_legacy
+    broadcast = method.broadcast_weighting(cfg)
     weights, z = token_weights(method.weighting, views, batch.completion_mask, cfg.rebrl_mode, broadcast)
     inputs = torch.stack(
         [apply_view(batch.prompt_ids, batch.completion_ids, views, v, mask_id) for v in range(views.masks.shape[0])]
@@ -134,8 +140,8 @@ def make_views(
 
 def loss_positions(cfg: GRPOConfig, batch: Rollouts) -> Rollouts:
     """The rollouts as the loss sees them: their completion mask (up to and including the first EOS), or with
-    ``loss_after_eos`` every completion position, the EOS padding included (the MDPO, CJ-GRPO and IGPO releases
-    train every masked or unmasked completion position; their masks are not cut at the first EOS)."""
+    ``loss_after_eos`` every completion position, the EOS padding included (some releases train every masked or
+    unmasked completion position; their masks are not cut at the first EOS: docs/reproduction.md)."""
     if not cfg.loss_after_eos:
         return batch
     return batch._replace(completion_mask=torch.ones_like(batch.completion_mask))
@@ -201,19 +207,14 @@ def step_views(views: Views, step: int, micro: int, cfg: GRPOConfig) -> tuple[in
     """View indices of inner step ``step`` for micro-batch ``micro``.
 
     Paper intent: the schedule's entry for the step, whatever the micro-batch. ``legacy_micro_step_views``: d1's
-    ``(_step % mu)`` after the increment, with one count per micro-batch; ``maskgrpo_legacy``: MaskGRPO's
-    ``_step % mu - 1`` (-1 read as mu - 1) after the increment, that is ``m % mu`` for micro-step m.
+    ``(_step % mu)`` after the increment, with one count per micro-batch; a method may index its views its own way
+    (``Method.view_index`` of micro-step m).
     """
     mu, m = views.masks.shape[0], step * cfg.gradient_accumulation_steps + micro
     if cfg.legacy_micro_step_views:
         return ((m + 1) % mu,)
-    if cfg.maskgrpo_legacy:
-        return (m % mu,)
-    return views.steps[step]
-
-
-#: group-advantage epsilon: TRL's, and MaskGRPO's released code (its ``compute_loss``)
-ADVANTAGE_EPS, MASKGRPO_ADVANTAGE_EPS = 1e-4, 1e-5
+    own = METHODS[cfg.method].view_index(cfg, m, mu) if cfg.method else None  # a bare GRPOConfig names none
+    return views.steps[step] if own is None else own
 
 
 def objective_inputs(b: Batch, old, ref, logps, ids: tuple[int, ...], rows: slice, g: int) -> ObjectiveInputs:
@@ -232,6 +233,213 @@ def objective_inputs(b: Batch, old, ref, logps, ids: tuple[int, ...], rows: slic
         num_generations=g,
         view_advantages=None if b.view_advantages is None else b.view_advantages[v][:, rows],
     )
+
+
+@dataclass
+class Loop:
+    """What the phases of a run share, set up once by :func:`train_grpo` (models prepared by the accelerator)."""
+
+    acc: object
+    cfg: GRPOConfig
+    method: Method
+    policy: object
+    ref: object
+    tok: object
+    task: Task
+    rseed: int  # this process's own draws (process 0: the run's seed)
+    aux: object = None  # the auxiliary policy being trained (DDP-wrapped), or None
+    acting: AuxPolicy | None = None  # what the sampler consults (no wrapper)
+    augmenter: object = None
+
+    @property
+    def frozen(self) -> bool:
+        """The model is only an auxiliary policy's environment: no views, no old or reference passes."""
+        return self.cfg.aux_policy.freeze_model
+
+    @property
+    def guidance(self) -> dict:
+        return logp_guidance(self.cfg, self.tok.mask_token_id)
+
+
+class Scored(NamedTuple):
+    """A rollout batch after :func:`score`."""
+
+    batch: Rollouts
+    rewards: torch.Tensor  # [N]
+    advantages: torch.Tensor  # [N]
+    zero_std: torch.Tensor  # [B]
+    step_rewards: torch.Tensor | None  # [N, S] the reward of every step's prediction (per-step advantages)
+    step_advantages: torch.Tensor | None  # [N, S]
+    augmented: dict[str, float]  # the augmenter's counts
+
+
+def sample(run: Loop, examples: list[Example], it: int) -> Rollouts:
+    """1. ``num_generations`` completions of each of this process's prompts, with its own sampling seed (on the CPU
+    afterwards); the sampler records its states when the method's views are built from them."""
+    acc, cfg = run.acc, run.cfg
+    run.policy.eval()
+    if run.acting is not None:
+        run.acting.train()  # the exploration distribution its log-probs refer to
+    gen = dist.device_generator(acc.device, run.rseed, "rollout", it)
+    record = (cfg.remasking or run.method.remasking) in STATE_VIEWS
+    batch = rollout(run.policy, run.tok, run.task, examples, cfg.num_generations, cfg.sampler, gen,
+                    record_trajectory=record, aux_policy=run.acting, **run.method.rollout_options(cfg))  # fmt: skip
+    return dist.to_device(batch, torch.device("cpu"))
+
+
+def score(run: Loop, examples: list[Example], batch: Rollouts, it: int) -> Scored:
+    """2. Task rewards; the method's augmenter edits the scored groups; a reward scaled by speed; group advantages,
+    and per-step ones when the method has them (a fault in any step's makes the rollout's advantage non-finite)."""
+    acc, cfg, g = run.acc, run.cfg, run.cfg.num_generations
+    r = rewards(run.task, examples, batch, g)  # [N]
+    augmented = {}
+    if run.augmenter is not None:
+        gen_aug, seed_aug = (
+            dist.device_generator(acc.device, run.rseed, "augment", it),
+            derive_seed(run.rseed, "aug", it),
+        )
+        batch, r, augmented = run.augmenter.augment(
+            AugmentInputs(run.policy, run.tok, run.task, examples, batch, r, g, cfg, gen_aug, seed_aug)
+        )
+    if cfg.aux_policy.speed_alpha:
+        steps_taken = batch.aux.active.sum(1)  # [N] the model evaluations (steps) of every sample
+        r = speed_reward(r, steps_taken, run.task.completion_length, cfg.aux_policy.speed_alpha)
+    adv, zero_std = group_advantages(r, g, cfg.scale_rewards, run.method.advantage_eps(cfg))
+    step_r = step_adv = None
+    if run.method.step_advantage:
+        step_r = step_rewards(run.tok, run.task, examples, batch, g)  # [N, S]
+        step_adv = STEP_ADVANTAGES[run.method.step_advantage](step_r, g)
+        adv = torch.where(torch.isfinite(step_adv).all(1), adv, torch.nan)
+    return Scored(batch, r, adv, zero_std, step_r, step_adv, augmented)
+
+
+def views(run: Loop, s: Scored, it: int) -> Batch:
+    """3. The method's views of the batch, their weights and model inputs, all from the rollout seed (on the CPU),
+    then everything on the run's device."""
+    views = weights = z = inputs = targets = per_view = None
+    scored = loss_positions(run.cfg, s.batch)  # the completion mask the loss uses (the curve keeps the true lengths)
+    if not run.frozen:
+        views, weights, z, inputs = make_views(
+            run.cfg, scored, derive_seed(run.rseed, "views", it), run.tok.pad_token_id, run.tok.mask_token_id,
+            s.step_advantages,
+        )  # fmt: skip
+        targets, per_view = view_targets(views, s.batch.completion_ids), view_advantages(views, s.step_advantages)
+    b = Batch(scored, s.rewards, s.advantages, s.zero_std, views, weights, z, inputs, targets, per_view)
+    return dist.to_device(b, run.acc.device)
+
+
+def old_and_reference(run: Loop, b: Batch) -> tuple[Batch, torch.Tensor | None, torch.Tensor | None]:
+    """4. Old and KL-target log-probs [V, N, L] on identical views, once per rollout batch, without gradients (eval
+    mode, or TRL's train mode: dropout active as in the update's forward pass); a weighting that needs the old
+    policy's entropy filters the batch's weights here."""
+    acc, cfg, policy, guidance = run.acc, run.cfg, run.policy, run.guidance
+    inputs, target_ids = b.inputs, b.target_ids  # [V, N, P + L], [V, N, L]
+    policy.train(cfg.old_logp_mode == "train")
+    old = kl_ref = None
+    with torch.no_grad():
+        if not run.frozen and b.rollouts.hints is not None and run.method.weighting in ENTROPY_WEIGHTINGS:
+            old, entropy = view_logps(policy, inputs, target_ids, entropy=True, **guidance)  # [V, N, L] each
+            valid = b.views.target_masks & b.rollouts.completion_mask[None]
+            kept = hint_entropy_filter(b.weights, valid, entropy, b.rollouts.hints, cfg.hint_entropy_top)
+            b = b._replace(weights=kept)
+        elif not run.frozen:
+            old = view_logps(policy, inputs, target_ids, **guidance)  # [V, N, L]
+        if cfg.beta and not run.frozen:
+            if cfg.kl_target == "old":
+                kl_ref = old
+            elif run.ref is None:  # LoRA: the reference is the base model, the adapters switched off
+                with dist.adapters_disabled(acc, policy):
+                    kl_ref = view_logps(policy, inputs, target_ids, **guidance)
+            else:
+                with acc.autocast():
+                    kl_ref = view_logps(run.ref, inputs, target_ids, **guidance)
+    return b, old, kl_ref
+
+
+class Update(NamedTuple):
+    """What :func:`update` did: the mean of its losses and statistics, the optimiser steps taken and skipped."""
+
+    stats: dict[str, float]
+    steps: int
+    skipped: int
+
+
+def update(run: Loop, b: Batch, old, kl_ref, steps: int, optimisers: list, bar) -> Update:
+    """5. ``steps`` optimiser steps, one per entry of the views' schedule, each over ``gradient_accumulation_steps``
+    micro-batches of whole prompt groups: the method's objective on the step's views plus the auxiliary policy's
+    clipped loss (one backward pass); a non-finite loss skips its step."""
+    acc, cfg, policy, aux = run.acc, run.cfg, run.policy, run.aux
+    g, ga = cfg.num_generations, cfg.gradient_accumulation_steps
+    rows_per_micro = b.rewards.shape[0] // ga
+    micro_rows = [slice(a * rows_per_micro, (a + 1) * rows_per_micro) for a in range(ga)]
+    objective, guidance = OBJECTIVES[run.method.objective], run.guidance
+    if not run.frozen:
+        policy.train()
+    keys = ["loss", "kl", "clip_ratio"] + ([] if aux is None else ["aux_loss", "aux_clip_ratio"])
+    stats, skipped = dict.fromkeys(keys, 0.0), 0
+    trained = [m for m in (None if run.frozen else policy, aux) if m is not None]
+    for s in range(steps):
+        acc.sync_gradients = True
+        for o in optimisers:
+            o.zero_grad(set_to_none=True)
+        finite = True
+        for a, rows in enumerate(micro_rows):
+            acc.sync_gradients = a == ga - 1  # DeepSpeed steps its engine at the accumulation boundary
+            with dist.no_sync_unless(acc, trained, a == ga - 1):
+                loss, parts = torch.zeros((), device=acc.device), {}
+                if not run.frozen:
+                    ids = step_views(b.views, s, a, cfg)
+                    logps = torch.stack(
+                        [token_logps(policy, b.inputs[v, rows], b.target_ids[v, rows], **guidance) for v in ids]
+                    )
+                    out = objective(objective_inputs(b, old, kl_ref, logps, ids, rows, g), cfg)
+                    loss, parts = loss + out.loss, {"kl": out.kl, "clip_ratio": out.clip_ratio}
+                if aux is not None:
+                    trace = b.rollouts.aux.rows(rows)
+                    logp = aux(trace.obs, trace.actions)  # [n, S] with gradient
+                    aux_out = aux_clip_loss(logp, trace.logp, trace.active, b.advantages[rows], cfg.epsilon)
+                    loss = loss + aux_out.loss
+                    parts |= {"aux_loss": aux_out.loss.item(), "aux_clip_ratio": aux_out.clip_ratio}
+                finite = dist.all_processes(acc, bool(torch.isfinite(loss)))
+                if not finite:
+                    break
+                acc.backward(loss)  # divides by gradient_accumulation_steps
+            for key, value in {"loss": loss.item(), **parts}.items():
+                stats[key] += value / (ga * steps)
+        acc.sync_gradients = True
+        if finite:
+            for model, o in zip(trained, optimisers, strict=True):
+                acc.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+                o.step()
+        else:
+            if dist.is_deepspeed(acc):
+                raise NonFiniteError(f"step {bar.n + 1}: non-finite loss (cannot be skipped under DeepSpeed)")
+            skipped += 1
+            _nonfinite(cfg, f"step {bar.n + 1}: non-finite loss", 1)
+        bar.update(1)
+    return Update(stats, steps, skipped)
+
+
+def curve_row(run: Loop, s: Scored, u: Update, step: int, it: int, skipped: int, timing: Timing) -> dict[str, float]:
+    """6. The curve's row of rollout batch ``it`` (rewards and losses gathered over processes)."""
+    acc, cfg, g = run.acc, run.cfg, run.cfg.num_generations
+    r_all, zero_all = dist.gather(acc, s.rewards), dist.gather(acc, s.zero_std.float())  # [N * world], [B * world]
+    lengths = dist.gather(acc, s.batch.completion_mask.sum(1).float())
+    return {
+        "step": step,
+        "rollout_batch": it + 1,
+        "samples": (it + 1) * cfg.num_prompts * g,  # completions sampled so far (skipped batches included)
+        "reward": r_all.mean().item(),
+        "reward_std": r_all.view(-1, g).std(1).mean().item(),
+        "frac_reward_zero_std": zero_all.mean().item(),
+        **dist.mean_over_processes(acc, u.stats),
+        "completions/mean_length": lengths.mean().item(),
+        **({} if s.step_rewards is None else over_denoising(acc, s.step_rewards)),
+        **({} if run.acting is None else dist.mean_over_processes(acc, run.acting.summary(s.batch.aux))),
+        **{k: dist.gather(acc, torch.tensor([v])).sum().item() for k, v in s.augmented.items()},
+        "nonfinite_skipped": skipped,
+        "time": timing.gen + timing.old_ref_logp + timing.update,
+    }
 
 
 def train_grpo(
@@ -262,10 +470,7 @@ def train_grpo(
     """
     acc = accelerator or dist.local_accelerator(policy, cfg.mixed_precision, cfg.gradient_accumulation_steps)
     rank, world = acc.process_index, acc.num_processes
-    rseed = dist.rank_seed(seed, rank)  # this process's own draws (process 0: the run's seed)
     method = METHODS[cfg.method]
-    objective = OBJECTIVES[method.objective]
-    record = (cfg.remasking or method.remasking) in STATE_VIEWS  # the views are the sampler's stored states
     dist.check_supported(acc, cfg.lora)
     augmenter = AUGMENTERS[method.augmenter] if method.augmenter else None
     if augmenter is not None:
@@ -279,18 +484,14 @@ def train_grpo(
         opt = torch.optim.AdamW(
             dist.trainable(policy), lr=cfg.learning_rate, betas=(0.9, 0.99), weight_decay=cfg.weight_decay
         )
-    g, ga = cfg.num_generations, cfg.gradient_accumulation_steps
-    guidance = logp_guidance(cfg, tok.mask_token_id)
-    local_prompts = cfg.num_prompts // world
+    ga = cfg.gradient_accumulation_steps
     if cfg.num_prompts % (world * ga):
         raise ConfigError(
             f"grpo.num_prompts = {cfg.num_prompts}: must be a multiple of processes x gradient_accumulation_steps = "
             f"{world} x {ga} (every micro-batch holds whole prompt groups)"
         )
-    rows_per_micro = local_prompts * g // ga
-    micro_rows = [slice(a * rows_per_micro, (a + 1) * rows_per_micro) for a in range(ga)]
     dist.set_accumulation(acc, ga)
-    dist.configure_deepspeed(acc, rows_per_micro, ga, cfg.max_grad_norm)
+    dist.configure_deepspeed(acc, cfg.num_prompts // world * cfg.num_generations // ga, ga, cfg.max_grad_norm)
     aux, aux_opt = aux_policy, None
     if aux is not None:
         aux_lr = cfg.aux_policy.learning_rate
@@ -304,6 +505,8 @@ def train_grpo(
         policy, opt = acc.prepare(policy, opt)
     ref = dist.place_reference(acc, ref)
     acting = None if aux is None else acc.unwrap_model(aux)  # what the sampler consults (no DDP wrapper)
+    run = Loop(acc, cfg, method, policy, ref, tok, task, dist.rank_seed(seed, rank), aux, acting, augmenter)
+    optimisers = [o for o in (opt, aux_opt) if o is not None]
     timing, curve, step, it, skipped, consecutive = Timing(), [], 0, 0, 0, 0
     if checkpointer is not None and (found := checkpointer.latest(acc)):
         path, meta = found
@@ -318,147 +521,31 @@ def train_grpo(
     )
     while step < cfg.max_steps:
         saved_at = step
-        # 1-2. rollouts, rewards, advantages (this process's share of the prompts, its own sampling seed)
         t0 = time.time()
-        policy.eval()
-        if acting is not None:
-            acting.train()  # the exploration distribution its log-probs refer to
-        examples = dist.shard(draw_prompts(it), rank, world, "grpo.num_prompts")
-        gen = dist.device_generator(acc.device, rseed, "rollout", it)
-        batch = rollout(policy, tok, task, examples, g, cfg.sampler, gen, record_trajectory=record, aux_policy=acting,
-                        tempered_confidence=cfg.mdpo_tempered_confidence)  # fmt: skip
-        batch = dist.to_device(batch, torch.device("cpu"))
-        r = rewards(task, examples, batch, g)  # [N]
-        augmented = {}
-        if augmenter is not None:  # edits the scored groups before their advantages (IGPO)
-            gen_aug, seed_aug = dist.device_generator(acc.device, rseed, "augment", it), derive_seed(rseed, "aug", it)
-            batch, r, augmented = augmenter.augment(
-                AugmentInputs(policy, tok, task, examples, batch, r, g, cfg, gen_aug, seed_aug)
-            )
-        if cfg.aux_policy.speed_alpha:
-            steps_taken = batch.aux.active.sum(1)  # [N] the model evaluations (steps) of every sample
-            r = speed_reward(r, steps_taken, task.completion_length, cfg.aux_policy.speed_alpha)
-        eps = MASKGRPO_ADVANTAGE_EPS if cfg.maskgrpo_legacy else ADVANTAGE_EPS
-        adv, zero_std = group_advantages(r, g, cfg.scale_rewards, eps)
-        step_r = step_adv = None
-        if method.step_advantage:  # MDPO: the task reward of every step's prediction, per-step advantages
-            step_r = step_rewards(tok, task, examples, batch, g)  # [N, S]
-            step_adv = STEP_ADVANTAGES[method.step_advantage](step_r, g)
-            adv = torch.where(torch.isfinite(step_adv).all(1), adv, torch.nan)  # a fault in any step skips the batch
-        if not dist.all_processes(acc, bool(torch.isfinite(r).all() and torch.isfinite(adv).all())):
+        examples = dist.shard(draw_prompts(it), rank, world, "grpo.num_prompts")  # this process's share
+        s = score(run, examples, sample(run, examples, it), it)
+        if not dist.all_processes(acc, bool(torch.isfinite(s.rewards).all() and torch.isfinite(s.advantages).all())):
             skipped, consecutive, it = skipped + 1, consecutive + 1, it + 1
             _nonfinite(cfg, f"rollout batch {it - 1}: non-finite reward or advantage", consecutive)
             continue
         consecutive = 0
-        # 3. views and weights, all from the rollout seed (on the CPU), then everything on the run's device
-        views = weights = z = inputs = targets = per_view = None
-        scored = loss_positions(cfg, batch)  # the completion mask the loss uses (the curve keeps the true lengths)
-        if not frozen:
-            views, weights, z, inputs = make_views(
-                cfg, scored, derive_seed(rseed, "views", it), tok.pad_token_id, tok.mask_token_id, step_adv
-            )
-            targets, per_view = view_targets(views, batch.completion_ids), view_advantages(views, step_adv)
-        b = Batch(scored, r, adv, zero_std, views, weights, z, inputs, targets, per_view)
-        b = dist.to_device(b, acc.device)
-        inputs, target_ids = b.inputs, b.target_ids  # [V, N, P + L], [V, N, L]
-        schedule = ((),) * cfg.num_iterations if frozen else views.steps  # the views of every optimiser step
+        b = views(run, s, it)
+        schedule = ((),) * cfg.num_iterations if frozen else b.views.steps  # the views of every optimiser step
         _same_schedule(acc, len(schedule))
         t1 = time.time()
-        # 4. old and KL-target log-probs on identical views, once per rollout batch (eval mode, or TRL's train mode:
-        # dropout active as in the update's forward pass)
-        policy.train(cfg.old_logp_mode == "train")
-        old = kl_ref = None
-        with torch.no_grad():
-            if not frozen and b.rollouts.hints is not None and method.weighting in ENTROPY_WEIGHTINGS:
-                old, entropy = view_logps(policy, inputs, target_ids, entropy=True, **guidance)  # [V, N, L] each
-                valid = b.views.target_masks & b.rollouts.completion_mask[None]
-                kept = hint_entropy_filter(b.weights, valid, entropy, b.rollouts.hints, cfg.hint_entropy_top)
-                b = b._replace(weights=kept)
-            elif not frozen:
-                old = view_logps(policy, inputs, target_ids, **guidance)  # [V, N, L]
-            if cfg.beta and not frozen:
-                if cfg.kl_target == "old":
-                    kl_ref = old
-                elif ref is None:  # LoRA: the reference is the base model, the adapters switched off
-                    with dist.adapters_disabled(acc, policy):
-                        kl_ref = view_logps(policy, inputs, target_ids, **guidance)
-                else:
-                    with acc.autocast():
-                        kl_ref = view_logps(ref, inputs, target_ids, **guidance)
+        b, old, kl_ref = old_and_reference(run, b)
         t2 = time.time()
-        # 5. one optimiser step per entry of the schedule
-        if not frozen:
-            policy.train()
-        keys = ["loss", "kl", "clip_ratio"] + ([] if aux is None else ["aux_loss", "aux_clip_ratio"])
-        stats = dict.fromkeys(keys, 0.0)
-        inner = min(len(schedule), cfg.max_steps - step)
-        trained = [m for m in (None if frozen else policy, aux) if m is not None]
-        optimisers = [o for o in (opt, aux_opt) if o is not None]
-        for s in range(inner):
-            acc.sync_gradients = True
-            for o in optimisers:
-                o.zero_grad(set_to_none=True)
-            finite = True
-            for a, rows in enumerate(micro_rows):
-                acc.sync_gradients = a == ga - 1  # DeepSpeed steps its engine at the accumulation boundary
-                with dist.no_sync_unless(acc, trained, a == ga - 1):
-                    loss, parts = torch.zeros((), device=acc.device), {}
-                    if not frozen:
-                        ids = step_views(views, s, a, cfg)
-                        logps = torch.stack(
-                            [token_logps(policy, inputs[v, rows], target_ids[v, rows], **guidance) for v in ids]
-                        )
-                        out = objective(objective_inputs(b, old, kl_ref, logps, ids, rows, g), cfg)
-                        loss, parts = loss + out.loss, {"kl": out.kl, "clip_ratio": out.clip_ratio}
-                    if aux is not None:
-                        trace = b.rollouts.aux.rows(rows)
-                        logp = aux(trace.obs, trace.actions)  # [n, S] with gradient
-                        aux_out = aux_clip_loss(logp, trace.logp, trace.active, b.advantages[rows], cfg.epsilon)
-                        loss = loss + aux_out.loss
-                        parts |= {"aux_loss": aux_out.loss.item(), "aux_clip_ratio": aux_out.clip_ratio}
-                    finite = dist.all_processes(acc, bool(torch.isfinite(loss)))
-                    if not finite:
-                        break
-                    acc.backward(loss)  # divides by gradient_accumulation_steps
-                for key, value in {"loss": loss.item(), **parts}.items():
-                    stats[key] += value / (ga * inner)
-            acc.sync_gradients = True
-            if finite:
-                for model, o in zip(trained, optimisers, strict=True):
-                    acc.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-                    o.step()
-            else:
-                if dist.is_deepspeed(acc):
-                    raise NonFiniteError(f"step {step + 1}: non-finite loss (cannot be skipped under DeepSpeed)")
-                skipped += 1
-                _nonfinite(cfg, f"step {step + 1}: non-finite loss", 1)
-            step += 1
-            bar.update(1)
+        u = update(run, b, old, kl_ref, min(len(schedule), cfg.max_steps - step), optimisers, bar)
+        step, skipped = step + u.steps, skipped + u.skipped
         t3 = time.time()
         timing.gen += t1 - t0
         timing.old_ref_logp += t2 - t1
         timing.update += t3 - t2
-        r_all, zero_all = dist.gather(acc, r), dist.gather(acc, zero_std.float())  # [N * world], [B * world]
-        lengths = dist.gather(acc, batch.completion_mask.sum(1).float())
-        row = {
-            "step": step,
-            "rollout_batch": it + 1,
-            "samples": (it + 1) * cfg.num_prompts * g,  # completions sampled so far (skipped batches included)
-            "reward": r_all.mean().item(),
-            "reward_std": r_all.view(-1, g).std(1).mean().item(),
-            "frac_reward_zero_std": zero_all.mean().item(),
-            **dist.mean_over_processes(acc, stats),
-            "completions/mean_length": lengths.mean().item(),
-            **({} if step_r is None else over_denoising(acc, step_r)),
-            **({} if acting is None else dist.mean_over_processes(acc, acting.summary(batch.aux))),
-            **{k: dist.gather(acc, torch.tensor([v])).sum().item() for k, v in augmented.items()},
-            "nonfinite_skipped": skipped,
-            "time": timing.gen + timing.old_ref_logp + timing.update,
-        }
+        row = curve_row(run, s, u, step, it, skipped, timing)
         curve.append(row)
         run_log.log(row)
         bar.set_postfix(
-            {"reward": f"{row['reward']:.3f}", "kl": f"{row['kl']:.4f}", "s/step": f"{(t3 - t0) / inner:.2f}"}
+            {"reward": f"{row['reward']:.3f}", "kl": f"{row['kl']:.4f}", "s/step": f"{(t3 - t0) / u.steps:.2f}"}
         )
         it += 1
         due = cfg.save_steps and step // cfg.save_steps > saved_at // cfg.save_steps
@@ -475,8 +562,8 @@ def train_grpo(
 
 
 def over_denoising(acc, step_r: torch.Tensor) -> dict[str, float]:
-    """MDPO's diagnostic of a rollout batch with per-step rewards [N, S]: the share of rollouts an earlier step's
-    prediction scored higher than the completion ("over-denoising", or answer backslide)."""
+    """The share of rollouts [N, S] an earlier step's prediction scored higher than the completion ("over-denoising",
+    or answer backslide; He et al. 2025, arXiv 2508.13148): a diagnostic of a rollout batch with per-step rewards."""
     worse = dist.gather(acc, (step_r.max(1).values > step_r[:, -1]).float())
     return {"over_denoising": worse.mean().item()}
 
