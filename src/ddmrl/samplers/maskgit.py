@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ddmrl.aux_policies.base import AuxTrace, stack_steps
-from ddmrl.samplers.llada import SampleOutput, combine_guidance, guided_logits, init_canvas, with_unconditional
+from ddmrl.samplers.base import SampleOutput, combine_guidance, guided_logits, init_canvas, with_unconditional
 from ddmrl.samplers.parallel import PARALLEL_RULES, parallel_commits
 
 if TYPE_CHECKING:

@@ -19,6 +19,8 @@ import operator
 import re
 from collections.abc import Callable, Sequence
 
+from ddmrl.tasks.d1_math import is_equiv, last_boxed_only_string, remove_boxed
+
 __all__ = [
     "countdown_correct",
     "countdown_extract",
@@ -357,8 +359,6 @@ def math_reward(completion: str, answer: str, legacy_reward_quirks: bool = False
     >>> math_reward(text, "\\\\frac12"), math_reward(text, "3", legacy_reward_quirks=True)
     (3.0, 0.75)
     """
-    from ddmrl.tasks.d1_eval import is_equiv, last_boxed_only_string, remove_boxed
-
     has_box = "\\boxed" in completion
     boxed = last_boxed_only_string(completion) if has_box else None
     correct = boxed is not None and is_equiv(remove_boxed(boxed), answer)
