@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from ddmrl.io import DataError, read_json, read_jsonl
-from ddmrl.tasks import d1_eval, d1_math
+from ddmrl.tasks import d1_eval
 
 __all__ = ["PROTOCOLS", "TASKS", "main", "parse_ground_truth", "score_item", "score_records", "summarize"]
 
@@ -182,7 +182,7 @@ def score_item(task: str, generation: str, gold: Any, protocol: str = "d1") -> d
         return {"correct": prediction is not None and gold is not None and prediction == gold, "extracted": prediction}
     if task == "math500":
         prediction = d1_eval.math_extract(generation)
-        return {"correct": prediction is not None and d1_math.is_equiv(prediction, gold), "extracted": prediction}
+        return {"correct": prediction is not None and d1_eval.is_equiv(prediction, gold), "extracted": prediction}
     if task == "countdown":
         numbers, target = gold
         return {

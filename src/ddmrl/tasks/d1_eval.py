@@ -2,8 +2,7 @@
 
 These reproduce the offline scorer that produced the LLaDA numbers in d1 (Zhao et al. 2025, diffu-GRPO):
 ``eval/parse_and_get_acc.py`` (``parse_gsm_answers``, ``parse_math_answers``, ``parse_countdown_answers``,
-``parse_sudoku_answers``), with its Hendrycks-style helpers in ``eval/parser_helper.py`` (:mod:`ddmrl.tasks.d1_math`,
-which d1's MATH training reward uses too), as described in
+``parse_sudoku_answers``) and its Hendrycks-style helpers in ``eval/parser_helper.py``, as described in
 dllm-reasoning/d1 at commit 837888f and checked against forks of d1's ``eval/`` directory. The rules are
 restated here, not copied. Where d1 relied on exceptions (an ``int()`` that fails, an index past the end of a
 string) the same inputs still raise here at the same point, so the verdicts agree.
@@ -23,7 +22,7 @@ The quirks are kept on purpose, because the point is to reproduce d1's numbers:
 
 One deliberate difference: d1 evaluates Countdown expressions with ``eval``, so a power with an astronomically large
 result (``9**9**9``) hangs it or raises ``OverflowError`` out of the whole run; here such an item is scored wrong
-(:func:`ddmrl.tasks.d1_scoring.evaluate_arithmetic` refuses results beyond ~100k bits).
+(:func:`ddmrl.tasks.arithmetic.evaluate_arithmetic` refuses results beyond ~100k bits).
 
 Besides the unit tests, the four parsers were compared with a local transcription of d1's functions on 80,000
 random and structured generations (not part of the test suite): the extracted answers and verdicts agreed on every
@@ -38,8 +37,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ddmrl.tasks.d1_math import is_equiv, last_boxed_only_string, remove_boxed
-from ddmrl.tasks.d1_scoring import SUDOKU_CELLS, evaluate_arithmetic
+from ddmrl.tasks.arithmetic import evaluate_arithmetic
 
 __all__ = [
     "countdown_eval_correct",
@@ -48,12 +46,18 @@ __all__ = [
     "gsm8k_correct",
     "gsm8k_extract",
     "gsm8k_gold",
+    "is_equiv",
+    "last_boxed_only_string",
     "math_correct",
     "math_extract",
+    "remove_boxed",
+    "strip_string",
     "sudoku_eval_cells",
     "sudoku_eval_extract",
     "sudoku_puzzle_from_question",
 ]
+
+SUDOKU_CELLS = 16  # d1's 4x4 Sudoku
 
 _GSM_GOLD = re.compile(r"####\s*\$?([\d,]+(?:\.\d+)?)")  # no minus sign: -10 and -3 give None
 _GSM_BOXED = re.compile(r"\\boxed{(.*?)}")  # non-greedy, no DOTALL: a box spanning lines is not seen
@@ -152,6 +156,159 @@ def gsm8k_correct(generation: str, gold: float | None) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------------- MATH500
+
+
+def last_boxed_only_string(text: str) -> str | None:
+    """d1's variant of Hendrycks' ``last_boxed_only_string``.
+
+    If ``"\\boxed "`` (with a space) occurs anywhere, returns ``"\\boxed "`` plus the text after its *last*
+    occurrence up to the next ``$``. Otherwise finds the last ``\\boxed`` (else the last ``\\fbox``) and returns
+    it through the brace that brings the count of open braces back to zero, or ``None`` when that never happens.
+    With neither ``\\boxed`` nor ``\\fbox`` d1 returns the *whole text* (Hendrycks returns ``None``).
+
+    >>> last_boxed_only_string("so \\\\boxed{\\\\frac{1}{2}} done")
+    '\\\\boxed{\\\\frac{1}{2}}'
+    >>> last_boxed_only_string("$\\\\boxed 5$ and \\\\boxed{6}")
+    '\\\\boxed 5'
+    >>> last_boxed_only_string("\\\\boxed{5") is None, last_boxed_only_string("no box")
+    (True, 'no box')
+    """
+    idx = text.rfind("\\boxed")
+    if "\\boxed " in text:
+        return "\\boxed " + text.split("\\boxed ")[-1].split("$")[0]
+    if idx < 0:
+        idx = text.rfind("\\fbox")
+        if idx < 0:
+            return text
+    depth = 0
+    for i in range(idx, len(text)):
+        if text[i] == "{":
+            depth += 1
+        if text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[idx : i + 1]
+    return None
+
+
+def remove_boxed(boxed: str) -> str:
+    """d1's ``remove_boxed``: drop a leading ``\\boxed `` or a ``\\boxed{...}`` wrapper; anything else unchanged.
+
+    >>> remove_boxed("\\\\boxed{5}"), remove_boxed("\\\\boxed 5"), remove_boxed("\\\\fbox{5}")
+    ('5', '5', '\\\\fbox{5}')
+    """
+    if "\\boxed " in boxed:
+        if not boxed.startswith("\\boxed "):
+            raise ValueError(f"malformed boxed string: {boxed!r}")  # d1: AssertionError (never reached)
+        return boxed[len("\\boxed ") :]
+    if boxed.startswith("\\boxed{") and boxed.endswith("}"):
+        return boxed[len("\\boxed{") : -1]
+    return boxed
+
+
+def _fix_fracs(string: str) -> str:
+    substrs = string.split("\\frac")
+    new_str = substrs[0]
+    for substr in substrs[1:]:
+        new_str += "\\frac"
+        if substr[0] == "{":  # IndexError on an empty piece, as in d1 (is_equiv then compares raw strings)
+            new_str += substr
+            continue
+        if len(substr) < 2:
+            return string
+        a, b = substr[0], substr[1]
+        if b != "{":
+            new_str += "{" + a + "}{" + b + "}" + substr[2:]
+        else:
+            new_str += "{" + a + "}" + b + substr[2:]
+    return new_str
+
+
+def _fix_a_slash_b(string: str) -> str:
+    parts = string.split("/")
+    if len(parts) != 2:
+        return string
+    a, b = int(parts[0]), int(parts[1])  # ValueError for non-integers is NOT caught, as in d1
+    if string != f"{a}/{b}":
+        return string
+    return "\\frac{" + str(a) + "}{" + str(b) + "}"
+
+
+def _remove_right_units(string: str) -> str:
+    if "\\text{ " in string:
+        splits = string.split("\\text{ ")
+        if len(splits) != 2:
+            raise ValueError("more than one '\\text{ ' unit")  # d1: AssertionError
+        return splits[0]
+    return string
+
+
+def _fix_sqrt(string: str) -> str:
+    if "\\sqrt" not in string:
+        return string
+    splits = string.split("\\sqrt")
+    new_string = splits[0]
+    for split in splits[1:]:
+        if split[0] != "{":  # IndexError when "\sqrt" ends the string, as in d1
+            new_string += "\\sqrt{" + split[0] + "}" + split[1:]
+        else:
+            new_string += "\\sqrt" + split
+    return new_string
+
+
+def strip_string(string: str) -> str:
+    """d1's (Hendrycks') answer normaliser; raises where d1's raises (see :func:`is_equiv`).
+
+    >>> strip_string("\\\\dfrac{1}{2}"), strip_string("0.5"), strip_string("1/2"), strip_string("x = 3")
+    ('\\\\frac{1}{2}', '\\\\frac{1}{2}', '\\\\frac{1}{2}', '3')
+    >>> strip_string("\\\\left( 3, \\\\sqrt2 \\\\right)"), strip_string("10\\\\%"), strip_string(".25")
+    ('(3,\\\\sqrt{2})', '10', '0.25')
+    """
+    string = string.replace("\n", "")
+    string = string.replace("\\!", "")
+    string = string.replace("\\\\", "\\")
+    string = string.replace("tfrac", "frac").replace("dfrac", "frac")
+    string = string.replace("\\left", "").replace("\\right", "")
+    string = string.replace("^{\\circ}", "").replace("^\\circ", "")
+    string = string.replace("\\$", "")
+    string = _remove_right_units(string)
+    string = string.replace("\\%", "")  # d1 does this twice ("\\%" and "\%" are the same string)
+    string = string.replace(" .", " 0.").replace("{.", "{0.")
+    if len(string) == 0:
+        return string
+    if string[0] == ".":
+        string = "0" + string
+    sides = string.split("=")
+    if len(sides) == 2 and len(sides[0]) <= 2:
+        string = sides[1]
+    string = _fix_sqrt(string)
+    string = string.replace(" ", "")
+    string = _fix_fracs(string)
+    if string == "0.5":
+        string = "\\frac{1}{2}"
+    return _fix_a_slash_b(string)
+
+
+def is_equiv(prediction: str | float | None, gold: str | float | None) -> bool:
+    """d1's ``is_equiv``: a float on either side compares numerically (``< 1e-6``); otherwise the normalised
+    strings must be equal, and if normalising either side raises, the raw strings must be equal.
+
+    >>> is_equiv("\\\\frac12", "\\\\dfrac{1}{2}"), is_equiv("x/2", "\\\\frac{x}{2}"), is_equiv("x/2", "x/2")
+    (True, False, True)
+    """
+    if type(prediction) is float or type(gold) is float:
+        try:
+            return abs(float(prediction) - float(gold)) < 1e-6  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return False
+    if prediction is None and gold is None:
+        return True
+    if prediction is None or gold is None:
+        return False
+    try:
+        return strip_string(prediction) == strip_string(gold)
+    except Exception:  # d1 catches everything the normaliser raises
+        return prediction == gold
 
 
 def math_extract(generation: str) -> str | None:
