@@ -40,6 +40,6 @@ def requested(acc=None) -> bool:
         return bool(_received)
     import torch
 
-    from ddmrl.training import distributed as dist
+    from ddmrl.training import distributed as dist  # a distributed training loop's; every stage imports preempt
 
     return bool(dist.gather(acc, torch.tensor([float(bool(_received))])).any())
