@@ -25,8 +25,7 @@ from ddmrl.diagnostics import credit_by_reveal_step, credit_variants, token_cred
 from ddmrl.io import read_jsonl
 from ddmrl.methods import METHODS
 from ddmrl.models.checkpoint import load_checkpoint
-from ddmrl.objectives import group_advantages
-from ddmrl.objectives.advantages import STEP_ADVANTAGES
+from ddmrl.objectives.advantages import STEP_ADVANTAGES, group_advantages
 from ddmrl.rollout import Rollouts, rollout, step_rewards
 from ddmrl.rollout import rewards as rollout_rewards
 from ddmrl.seeding import generator

@@ -16,7 +16,7 @@ import torch
 from ddmrl import config
 from ddmrl.cli import run_stage
 from ddmrl.io import read_jsonl, write_json, write_jsonl
-from ddmrl.objectives import group_advantages
+from ddmrl.objectives.advantages import group_advantages
 from ddmrl.tasks.base import Example
 from ddmrl.tasks.store import load_task
 

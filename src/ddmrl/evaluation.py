@@ -19,7 +19,7 @@ from ddmrl.seeding import generator
 from ddmrl.tasks.base import Example, Task
 
 if TYPE_CHECKING:
-    from ddmrl.aux_policies import AuxPolicy
+    from ddmrl.aux_policies.base import AuxPolicy
 
 
 def evaluate(

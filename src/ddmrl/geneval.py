@@ -10,81 +10,21 @@ Mirrors djghosh13/geneval:
   % correct prompts (any image correct), per-tag accuracy over images, and Overall = the unweighted mean of the
   tag accuracies. GenEval prints Overall as a fraction; here every figure is a percentage.
 
-:func:`evaluate_folder` judges the PNGs with ``geneval_mini``'s exact detector and rules (CPU, no weights); the
-real GenEval (Mask2Former + CLIP) writes the same rows, so :func:`summarize` reads either.
+``geneval_mini`` writes this layout and judges its PNGs with its exact detector and rules (CPU, no weights;
+:func:`ddmrl.tasks.geneval_mini.evaluate_folder`); the real GenEval (Mask2Former + CLIP) writes the same rows, so
+:func:`summarize` reads either.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import re
 from pathlib import Path
 from typing import Any
 
-from ddmrl.io import DataError, atomic_path, read_jsonl
-from ddmrl.tasks.geneval_mini import Grid, check, read_png, render_png
+from ddmrl.io import read_jsonl
 
-__all__ = ["evaluate_folder", "format_summary", "summarize", "write_geneval_folder"]
+__all__ = ["format_summary", "summarize"]
 
 RESULT_KEYS = ("filename", "tag", "prompt", "correct", "reason", "metadata", "details")
-
-
-def write_geneval_folder(
-    root: str | Path, metadata: list[dict[str, Any]], images: list[list[Grid]], cell_px: int = 16
-) -> None:
-    """Write ``images[n][k]`` as ``<root>/<n:05d>/samples/<k:04d>.png`` next to ``<root>/<n:05d>/metadata.jsonl``.
-
-    The whole folder is built aside and renamed into place (an existing ``root`` is replaced).
-    """
-    if len(metadata) != len(images):
-        raise ValueError(f"write_geneval_folder: {len(metadata)} metadata lines but {len(images)} image lists")
-    with atomic_path(root) as tmp:
-        tmp.mkdir()
-        for n, (meta, grids) in enumerate(zip(metadata, images, strict=True)):
-            folder = tmp / f"{n:05d}"
-            (folder / "samples").mkdir(parents=True)
-            (folder / "metadata.jsonl").write_text(json.dumps(meta) + "\n")  # key order kept, as GenEval writes it
-            for k, grid in enumerate(grids):
-                render_png(grid, folder / "samples" / f"{k:04d}.png", cell_px=cell_px)
-
-
-def evaluate_folder(root: str | Path, height: int = 8, width: int = 8) -> list[dict[str, Any]]:
-    """One GenEval results row per image of a GenEval layout folder, judged with ``geneval_mini``'s rules.
-
-    Walks like ``evaluate_images.py``: all-digit subfolders only, images whose name matches ``\\d+\\.png``
-    (``re.match``); sorted here so that the rows come in a fixed order.
-    """
-    root = Path(root)
-    if not root.is_dir():
-        raise DataError(f"{root}: not a folder of GenEval images")
-    rows = []
-    for sub in sorted(os.listdir(root)):
-        folder = root / sub
-        if not folder.is_dir() or not sub.isdigit():
-            continue
-        try:
-            with open(folder / "metadata.jsonl") as fp:
-                metadata = json.load(fp)
-        except (OSError, json.JSONDecodeError) as e:
-            raise DataError(f"{folder / 'metadata.jsonl'}: cannot read one JSON object ({e})") from None
-        for name in sorted(os.listdir(folder / "samples")):
-            path = folder / "samples" / name
-            if not path.is_file() or not re.match(r"\d+\.png", name):
-                continue
-            correct, reason, details = check(read_png(path, height, width), metadata)
-            rows.append(
-                {
-                    "filename": str(path),
-                    "tag": metadata["tag"],
-                    "prompt": metadata["prompt"],
-                    "correct": correct,
-                    "reason": reason,
-                    "metadata": json.dumps(metadata),
-                    "details": json.dumps(details),
-                }
-            )
-    return rows
 
 
 def summarize(results: list[dict[str, Any]] | str | Path) -> dict[str, Any]:

@@ -46,7 +46,16 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
+from ddmrl import config
 from ddmrl.errors import ConfigError
+from ddmrl.likelihood import token_logps
+from ddmrl.models.tiny import TinyDDMConfig, TinyDDMForMaskedLM
+from ddmrl.rollout import sampler_kwargs
+from ddmrl.samplers.cache import cached_forward
+from ddmrl.samplers.llada import generate
+from ddmrl.training.data import encode_prompts
+from ddmrl.training.distributed import prepare_model
+from ddmrl.training.grpo import view_logps
 
 GIB = 2**30
 ENGINES = ("ddp", "zero2", "zero3", "fsdp")
@@ -227,8 +236,6 @@ def trace_training(policy: nn.Module, rows: int, prompt_length: int, completion_
     backward, and AdamW's first step (which makes its two moments). On fake tensors (:func:`fake_tensors`) it plans,
     on real ones it measures; ``count=False`` runs it uncounted (bytes and FLOPs 0), to time it. ``reference``: a
     separate frozen reference model (full fine-tuning), counted as weights."""
-    from ddmrl.likelihood import token_logps
-
     policy.zero_grad(set_to_none=True)  # as every optimiser step starts
     params = list(policy.parameters())
     trainable = [p for p in params if p.requires_grad]
@@ -260,8 +267,6 @@ def trace_logps(model: nn.Module, views: int, rows: int, prompt_length: int, com
     """Peak bytes over the weights of the old (or reference) log-probs of a rollout batch: ``views`` views of
     ``rows`` sequences through ``ddmrl.training.grpo.view_logps``, without gradients (autocast as in training);
     ``count=False``: uncounted (0), to time it."""
-    from ddmrl.training.grpo import view_logps
-
     device = next(model.parameters()).device
     inputs = torch.randint(0, vocab_size, (views, rows, prompt_length + completion_length), device=device)
     counter = _counter(count)
@@ -287,9 +292,6 @@ def trace_sampling(model: nn.Module, rows: int, prompt_length: int, completion_l
     and the FLOPs of s steps per block are F1 + (s - 1)(F2 - F1), exact for the plain, prefix and dual samplers.
     ``shortcut=False`` runs the sampler once as configured (to measure it); ``count=False`` also uncounted (bytes and
     FLOPs 0), to time it."""
-    from ddmrl.samplers.cache import cached_forward
-    from ddmrl.samplers.llada import generate
-
     device = next(model.parameters()).device
     prompts = torch.randint(0, vocab_size, (rows, prompt_length), device=device)
     counter = _counter(count)
@@ -402,9 +404,6 @@ def grpo_plan(build: Callable[[], nn.Module], cfg: Any, mask_id: int, prompt_len
               hw: Hardware, engine: str) -> StagePlan:  # fmt: skip
     """The GRPO stage of resolved run ``cfg`` (a ``GRPOConfig``) per process: sampling, the old and reference
     passes and the update; ``build()`` instantiates the model as the stage loads it (see :func:`model_builder`)."""
-    from ddmrl.rollout import sampler_kwargs
-    from ddmrl.training.distributed import prepare_model
-
     processes = cfg.launch.num_processes
     local_rows = cfg.num_prompts // processes * cfg.num_generations  # this process's rollouts
     micro_rows = max(1, local_rows // cfg.gradient_accumulation_steps)
@@ -452,6 +451,7 @@ def model_builder(spec: Any, model_dir: str | Path | None = None) -> tuple[Calla
     """``(build, mask_id)``: ``build()`` instantiates the model class of ``spec`` (a ``model:`` section) from its
     config alone, in the spec's dtype, no weights read. ``model_dir``: where config.json (and its
     remote code) is, if not ``spec.path_or_id``."""
+    # a real model's classes (and the hub's checks): the stages of a real model name the module in their uses
     from ddmrl.models.adapters import DTYPES, LLADA_MASK_ID, remote_class
 
     local = Path(model_dir or spec.path_or_id)
@@ -463,8 +463,6 @@ def model_builder(spec: Any, model_dir: str | Path | None = None) -> tuple[Calla
     dtype = DTYPES[spec.dtype] if spec.dtype != "auto" else torch.bfloat16
     raw = json.loads((local / "config.json").read_text())
     if spec.kind == "tiny":
-        from ddmrl.models.tiny import TinyDDMConfig, TinyDDMForMaskedLM
-
         cls, config = TinyDDMForMaskedLM, TinyDDMConfig.from_pretrained(local)
     else:
         cls, config, _ = remote_class(local, ("AutoModel", "AutoModelForCausalLM", "AutoModelForMaskedLM"))
@@ -510,8 +508,6 @@ def check_fits(run: Any, spec: Any, model_dir: str | Path, tok: Any, task: Any) 
     batch's longest prompt and the task's completion length, and refuse (:class:`DoesNotFit`) a peak above the
     declared memory. ``model_dir``: the stage's model (a tiny model's own directory; a checkpoint's pointer is read
     through ``spec``)."""
-    from ddmrl.training.data import encode_prompts
-
     prompt_length = encode_prompts(tok, task, task.generate(run.num_prompts, seed=0)).shape[1]
     local = model_dir if spec.kind == "tiny" else None
     hw = Hardware(memory_gib=run.launch.gpu_memory_gib, gpus_per_node=run.launch.num_processes)
@@ -532,8 +528,6 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
     p.add_argument("--json", help="also write the plan here")
     args = p.parse_args(argv)
-
-    from ddmrl import config
 
     cfg = config.load(args.params, args.profile)
     method = args.method or cfg.grpo.methods[0]

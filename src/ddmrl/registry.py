@@ -2,8 +2,7 @@
 
 A registry maps a name (``params.yaml``'s ``sampler.name``, a task, a method's objective) to an object given as
 ``"package.module:attribute"``, so that importing the registry imports none of its members: a stage runs, and
-depends on, only the members it uses. A package exports other names lazily the same way (``_LAZY``: name ->
-module, with :func:`lazy_exports`). Both tables are dict literals of strings, which the pipeline's dependency scan
+depends on, only the members it uses. Its table is a dict literal of strings, which the pipeline's dependency scan
 (:mod:`ddmrl.pipeline.dag`) reads from the source without importing anything.
 """
 
@@ -62,14 +61,3 @@ class Registry(Mapping[str, Any]):
         if spec is None:
             raise KeyError(name)
         return spec.partition(":")[0]
-
-
-def lazy_exports(package: str, exports: dict[str, str]):
-    """A module ``__getattr__`` (PEP 562) that imports ``name`` from ``exports[name]`` (a module) on first access."""
-
-    def __getattr__(name: str) -> Any:
-        if name not in exports:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        return getattr(importlib.import_module(exports[name]), name)
-
-    return __getattr__

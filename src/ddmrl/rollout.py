@@ -18,7 +18,7 @@ from ddmrl.tasks.base import Example, Task
 from ddmrl.training.data import completion_mask, encode_prompts
 
 if TYPE_CHECKING:
-    from ddmrl.aux_policies import AuxPolicy, AuxTrace
+    from ddmrl.aux_policies.base import AuxPolicy, AuxTrace
 
 
 class Rollouts(NamedTuple):
@@ -27,8 +27,8 @@ class Rollouts(NamedTuple):
     prompt_ids [N, P], completion_ids [N, L], completion_mask [N, L] (answer + first EOS),
     reveal_step [N, L] (the sampler step that committed each token), texts (decoded completions), nfe,
     trajectory (every step's state, prediction and confidence, ``ddmrl.samplers.trajectory``; None unless recorded).
-    aux: what an auxiliary policy did (``ddmrl.aux_policies.AuxTrace``: its inputs, actions and their log-probs per
-    step), None without one. hints [N, L]: positions clamped to ground-truth tokens while the row was sampled
+    aux: what an auxiliary policy did (``ddmrl.aux_policies.base.AuxTrace``: its inputs, actions and their log-probs
+    per step), None without one. hints [N, L]: positions clamped to ground-truth tokens while the row was sampled
     (IGPO's inpainted rows, ``ddmrl.augmenters``); None when no rollout augmenter ran.
     """
 

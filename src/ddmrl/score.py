@@ -50,6 +50,8 @@ from typing import Any
 
 from ddmrl.io import DataError, read_json, read_jsonl
 from ddmrl.tasks import d1_eval
+from ddmrl.tasks.math_verify_scoring import gsm8k_gold_text, math_verify_correct, require_math_verify
+from ddmrl.tasks.mbpp import MbppTests, extract_code, pass_at_1
 
 __all__ = ["PROTOCOLS", "TASKS", "main", "parse_ground_truth", "score_item", "score_records", "summarize"]
 
@@ -75,8 +77,6 @@ def _gsm8k_gold(ground_truth: Any, protocol: str) -> float | str | None:
         raise ValueError(f"gsm8k ground_truth must be a number, null or a string, got {type(ground_truth).__name__}")
     if "####" in ground_truth:
         if protocol == "math_verify":
-            from ddmrl.tasks.math_verify_scoring import gsm8k_gold_text
-
             return gsm8k_gold_text(ground_truth)
         return d1_eval.gsm8k_gold(ground_truth)
     try:
@@ -151,8 +151,6 @@ def parse_ground_truth(task: str, ground_truth: Any, question: str = "", protoco
     if task == "sudoku":
         return _sudoku_gold(ground_truth, question)
     if task == "mbpp":
-        from ddmrl.tasks.mbpp import MbppTests
-
         if not isinstance(ground_truth, dict):
             raise ValueError("mbpp ground_truth must be an object with 'test_list'")
         return MbppTests.from_record(ground_truth)
@@ -172,7 +170,6 @@ def score_item(task: str, generation: str, gold: Any, protocol: str = "d1") -> d
     if protocol == "math_verify":
         if task not in ("gsm8k", "math500"):
             raise ValueError(f"--protocol math_verify scores gsm8k and math500, not {task}")
-        from ddmrl.tasks.math_verify_scoring import math_verify_correct
 
         return {"correct": math_verify_correct(generation, gold, task), "extracted": None}
     if protocol != "d1":
@@ -199,8 +196,6 @@ def score_item(task: str, generation: str, gold: Any, protocol: str = "d1") -> d
             "empty_cells": empty,
         }
     if task == "mbpp":
-        from ddmrl.tasks.mbpp import extract_code, pass_at_1
-
         result = pass_at_1(generation, gold)
         return {
             "correct": result.passed,
@@ -265,8 +260,6 @@ def score_records(task: str, protocol: str, paths: Sequence[str | Path], details
     if protocol == "math_verify" and task not in ("gsm8k", "math500"):
         raise DataError(f"--protocol math_verify scores gsm8k and math500, not {task}")
     if protocol == "math_verify":
-        from ddmrl.tasks.math_verify_scoring import require_math_verify
-
         require_math_verify()
     scores, items = [], []
     for raw in paths:

@@ -32,6 +32,7 @@ from ddmrl import stats  # noqa: E402
 from ddmrl.config import MAR_TASK, Config, mar_run_name, run_name  # noqa: E402
 from ddmrl.io import read_json, read_jsonl  # noqa: E402
 from ddmrl.methods import METHODS  # noqa: E402
+from ddmrl.tasks import TASKS  # noqa: E402
 
 #: row labels that are not a method's own (a method's is its ``display``, ``ddmrl.methods``)
 DISPLAY = {
@@ -95,8 +96,6 @@ class Scores:
 
 def text_scores(path: str | Path, task: str) -> Scores:
     """Per-item scores from an evaluation's generations (``data/evaluate/<model>/<task>.jsonl``)."""
-    from ddmrl.tasks import TASKS
-
     records = read_jsonl(path, required=("id",))
     pairs = [TASKS[task].item_score(r) for r in records]
     return Scores(tuple(r["id"] for r in records), *map(np.array, zip(*pairs, strict=True)))

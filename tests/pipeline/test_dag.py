@@ -244,25 +244,26 @@ def test_code_files_follow_imports_transitively(tmp_path):
     )
 
 
-def test_code_files_follow_lazy_exports_and_skip_unused_optional_modules(tmp_path):
-    """A name a package exports lazily (its ``_LAZY`` table) brings its module; a registry member does not (a stage
-    names those it uses); an optional module imported inside a function is a dep only of a stage that uses it,
-    imported at module level it always is."""
+def test_code_files_follow_module_level_imports_and_leave_the_others_to_uses(tmp_path):
+    """A registry member is no dep (a stage names those it uses); a module imported inside a function is a dep only
+    of a stage that uses it, imported at module level it always is; a package export names no module of its own."""
     src = tmp_path / "src" / "ddmrl"
     (src / "pkg").mkdir(parents=True)
     (src / "__init__.py").write_text("")
-    (src / "pkg" / "__init__.py").write_text('_LAZY = {"f": "ddmrl.pkg.b"}\nREG = Registry({"c": "ddmrl.pkg.c:g"})\n')
+    (src / "pkg" / "__init__.py").write_text('REG = Registry({"c": "ddmrl.pkg.c:g"})\n')
     (src / "pkg" / "b.py").write_text("def f():\n    from ddmrl import hub\n")
     (src / "pkg" / "c.py").write_text("")
     (src / "hub.py").write_text("")
     (tmp_path / "stages").mkdir()
-    (tmp_path / "stages" / "x.py").write_text("from ddmrl.pkg import f, REG\n")
+    (tmp_path / "stages" / "x.py").write_text("from ddmrl.pkg import REG\nfrom ddmrl.pkg.b import f\n")
     base = ("src/ddmrl/__init__.py", "src/ddmrl/pkg/__init__.py", "src/ddmrl/pkg/b.py")
     assert dag.code_files("stages/x.py", tmp_path) == base
     assert dag.code_files("stages/x.py", tmp_path, ("ddmrl.pkg.c",)) == (*base, "src/ddmrl/pkg/c.py")
     assert dag.code_files("stages/x.py", tmp_path, ("ddmrl.hub",)) == tuple(sorted((*base, "src/ddmrl/hub.py")))
-    (tmp_path / "stages" / "y.py").write_text("from ddmrl.pkg import f\nimport ddmrl.hub\n")
+    (tmp_path / "stages" / "y.py").write_text("from ddmrl.pkg.b import f\nimport ddmrl.hub\n")
     assert "src/ddmrl/hub.py" in dag.code_files("stages/y.py", tmp_path)
+    (src / "pkg" / "b.py").write_text("from ddmrl import hub\n\n\ndef f():\n    pass\n")
+    assert "src/ddmrl/hub.py" in dag.code_files("stages/x.py", tmp_path)
 
 
 def test_code_files_skip_imports_for_type_checkers(tmp_path):

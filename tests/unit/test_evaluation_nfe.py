@@ -8,7 +8,7 @@ import dataclasses
 
 import torch
 
-from ddmrl.aux_policies import UnmaskingPolicy
+from ddmrl.aux_policies.unmasking import UnmaskingPolicy
 from ddmrl.config import SamplerConfig
 from ddmrl.evaluation import evaluate, row_nfe, unmasking_heuristics, with_heuristics
 from ddmrl.models import build_tokenizer

@@ -7,9 +7,16 @@ import random
 import pandas as pd
 import pytest
 
-from ddmrl.geneval import RESULT_KEYS, evaluate_folder, format_summary, summarize, write_geneval_folder
+from ddmrl.geneval import RESULT_KEYS, format_summary, summarize
 from ddmrl.io import DataError, write_jsonl
-from ddmrl.tasks.geneval_mini import GenEvalMini, check, make_metadata, parse_grid
+from ddmrl.tasks.geneval_mini import (
+    GenEvalMini,
+    check,
+    evaluate_folder,
+    make_metadata,
+    parse_grid,
+    write_geneval_folder,
+)
 
 
 @pytest.fixture(scope="module")

@@ -1,13 +1,14 @@
 """Auxiliary policies: trainable modules besides the model whose actions a sampler draws and records (Co-GRPO's
 schedule policy, a learned unmasking policy), trained by GRPO on their trajectories and saved with the model in
 ``<model>/aux_policy/``. ``AUX_POLICIES`` maps ``aux_policy.kind`` to its class, imported when first looked up (a
-run depends on its own policy's module only); every other name here is imported from its module on first use."""
+run depends on its own policy's module only); what they share is :mod:`ddmrl.aux_policies.base`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ddmrl.registry import Registry, lazy_exports
+from ddmrl.aux_policies.base import AUX_DIR, aux_config
+from ddmrl.registry import Registry
 
 AUX_POLICIES = Registry(
     {
@@ -15,21 +16,6 @@ AUX_POLICIES = Registry(
         "unmasking": "ddmrl.aux_policies.unmasking:UnmaskingPolicy",
     }
 )
-
-_LAZY = {
-    "AUX_DIR": "ddmrl.aux_policies.base",
-    "AuxLoss": "ddmrl.aux_policies.base",
-    "AuxPolicy": "ddmrl.aux_policies.base",
-    "AuxTrace": "ddmrl.aux_policies.base",
-    "aux_clip_loss": "ddmrl.aux_policies.base",
-    "aux_config": "ddmrl.aux_policies.base",
-    "speed_reward": "ddmrl.aux_policies.base",
-    "stack_steps": "ddmrl.aux_policies.base",
-    "trajectory_logp": "ddmrl.aux_policies.base",
-    "SchedulePolicy": "ddmrl.aux_policies.schedule",
-    "UnmaskingPolicy": "ddmrl.aux_policies.unmasking",
-}
-__getattr__ = lazy_exports(__name__, _LAZY)
 
 
 def new_aux_policy(cfg, rollout_steps: int):
@@ -56,8 +42,6 @@ def load_aux_policy(path: str | Path, device: str | None = None):
     """The ``AuxPolicy`` saved with the model in directory ``path`` (eval mode), or None when it has none."""
     from safetensors.torch import load_file
 
-    from ddmrl.aux_policies.base import AUX_DIR, aux_config
-
     config = aux_config(path)
     if config is None:
         return None
@@ -70,4 +54,4 @@ def load_aux_policy(path: str | Path, device: str | None = None):
     return policy.to(device or "cpu").eval()
 
 
-__all__ = ["AUX_POLICIES", "load_aux_policy", "new_aux_policy", *_LAZY]
+__all__ = ["AUX_POLICIES", "load_aux_policy", "new_aux_policy"]

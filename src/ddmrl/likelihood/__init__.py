@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ddmrl.samplers.llada import guided_logits
+from ddmrl.samplers.base import guided_logits
 
 
 def token_logps(

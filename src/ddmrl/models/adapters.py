@@ -38,6 +38,7 @@ from ddmrl.config import ConfigError
 from ddmrl.hub import PINNED_REVISIONS, check_revision, is_local, resolve_local
 from ddmrl.models import compat
 from ddmrl.models import mmada as mm
+from ddmrl.models.tiny import load_saved
 
 __all__ = [
     "KINDS",
@@ -282,15 +283,13 @@ def load_model(spec: ModelSpec) -> tuple[Any, Any, ModelAdapter]:
     ``RuntimeError`` (one line, saying what to download or install and where) for missing weights or code.
     """
     if spec.kind == "tiny":
-        from ddmrl.models.checkpoint import load_checkpoint
-
         if not is_local(spec.path_or_id):
             raise RuntimeError(
                 f"model.path_or_id = {spec.path_or_id!r}: the tiny model is built by the download stage; "
                 "no such directory"
             )
-        model, tok = load_checkpoint(spec.path_or_id)
-        return model, tok, TinyAdapter(tok, tok.mask_token_id)
+        model, tok = load_saved(spec.path_or_id)
+        return model.to("cpu").eval(), tok, TinyAdapter(tok, tok.mask_token_id)
 
     local = _local_dir(spec)
     remote, dtype = spec.trust_remote_code, spec.torch_dtype

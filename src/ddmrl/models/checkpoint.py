@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-import ddmrl.models.tiny  # noqa: F401  (registers TinyDDM with the Auto classes)
+from ddmrl.aux_policies.base import AUX_DIR
 from ddmrl.io import atomic_path, read_json, write_json
+from ddmrl.models.tiny import load_saved  # its module registers TinyDDM with the Auto classes
+from ddmrl.training.resume import file_digest
 
 POINTER = "ddmrl_model.json"
 _SPEC_ATTR = "_ddmrl_spec"  # set on a model loaded through a pointer: how to load what is saved from it
@@ -31,19 +32,15 @@ def load_checkpoint(path: str | Path, device: str = "cpu"):
     mode on ``device`` (``auto``: the GPU when there is one). The tokenizer's ``mask_token`` is the model's mask id
     and it has a pad token (EOS when it had none), so every sampler and trainer reads both from it."""
     path = Path(path)
-    if (path / POINTER).exists():
-        model, tok = _load_pointer(path)
-    elif (path / "config.json").exists():
-        model = AutoModelForMaskedLM.from_pretrained(path, use_safetensors=True)
-        tok = AutoTokenizer.from_pretrained(path)
-    else:
-        raise FileNotFoundError(f"{path}: no checkpoint here (expected config.json from save_pretrained)")
+    model, tok = _load_pointer(path) if (path / POINTER).exists() else load_saved(path)
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     return model.to(device).eval(), tok
 
 
 def _load_pointer(path: Path):
+    # a real model's code, only where a pointer is loaded: the stages of a real model name the module in their
+    # ``uses`` (ddmrl.pipeline.dag), the others neither import nor depend on it
     from ddmrl.models.adapters import ModelSpec, load_model
 
     fields = {k: v for k, v in read_json(path / POINTER).items() if k in ModelSpec.__dataclass_fields__}
@@ -73,8 +70,6 @@ def save_checkpoint(model, tok, path: str | Path, aux_policy=None) -> None:
         if spec is not None:
             write_pointer(tmp, {**spec, "path_or_id": ""})
         if aux_policy is not None:
-            from ddmrl.aux_policies import AUX_DIR
-
             aux_policy.save_pretrained(Path(tmp) / AUX_DIR)
 
 
@@ -87,7 +82,5 @@ def write_pointer(path: str | Path, spec: dict[str, Any]) -> None:
 def checkpoint_digest(path: str | Path) -> str:
     """What identifies a model directory in a resume fingerprint: the sha256 of ``model.safetensors`` (TinyDDM),
     else of the pointer (which holds the download manifest's digest, or the ``weights_id`` of a save)."""
-    from ddmrl.training.resume import file_digest
-
     path = Path(path)
     return file_digest(path / POINTER if (path / POINTER).exists() else path / "model.safetensors")

@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
+from ddmrl.models.checkpoint import adapter_of
 from ddmrl.models.mmada import T2ILayout, attention_bias
 from ddmrl.tasks.base import Task
 
@@ -112,8 +113,6 @@ def for_task(model: nn.Module, tok, task: Task) -> nn.Module:
 
 
 def _mmada_for_task(model: nn.Module, tok, task: Task) -> MMaDALayout:
-    from ddmrl.models.checkpoint import adapter_of
-
     adapter = adapter_of(model)
     if adapter is None or adapter.kind != "mmada":
         raise ValueError(f"task {task.name} needs MMaDA (image.model.kind: mmada), not {type(unwrap(model)).__name__}")

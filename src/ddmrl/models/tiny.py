@@ -13,11 +13,19 @@ window of the sequence against cached keys and values of the other positions (``
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PretrainedConfig, PreTrainedModel
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoTokenizer,
+    PretrainedConfig,
+    PreTrainedModel,
+)
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import MaskedLMOutput
 
@@ -233,3 +241,12 @@ def new_tiny_model(model_cfg, tok, max_positions: int) -> TinyDDMForMaskedLM:
 AutoConfig.register("tiny_ddm", TinyDDMConfig)
 AutoModel.register(TinyDDMConfig, TinyDDMForMaskedLM)
 AutoModelForMaskedLM.register(TinyDDMConfig, TinyDDMForMaskedLM)
+
+
+def load_saved(path: str | Path):
+    """(model, tokenizer) of a ``save_pretrained`` directory (a TinyDDM, or any masked LM the Auto classes know),
+    safetensors only; ``FileNotFoundError`` where there is no ``config.json``."""
+    path = Path(path)
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(f"{path}: no checkpoint here (expected config.json from save_pretrained)")
+    return AutoModelForMaskedLM.from_pretrained(path, use_safetensors=True), AutoTokenizer.from_pretrained(path)

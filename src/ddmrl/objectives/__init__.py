@@ -1,8 +1,8 @@
 """Objectives: advantages, token weights, the clipped policy loss with k3 KL, aggregation, and the policy
 objectives of the methods, one module each (``OBJECTIVES``, imported when first looked up: a run depends on its
-method's objective only). Every other name here is imported from its module on first use."""
+method's objective only). Import every other name from the module that defines it."""
 
-from ddmrl.registry import Registry, lazy_exports
+from ddmrl.registry import Registry
 
 OBJECTIVES = Registry(
     {
@@ -14,22 +14,5 @@ OBJECTIVES = Registry(
     }
 )
 
-_LAZY = {
-    "ADVANTAGES": "ddmrl.objectives.advantages",
-    "group_advantages": "ddmrl.objectives.advantages",
-    "ObjectiveInputs": "ddmrl.objectives.base",
-    "ObjectiveOutput": "ddmrl.objectives.base",
-    "TokenLoss": "ddmrl.objectives.policy_loss",
-    "aggregate": "ddmrl.objectives.policy_loss",
-    "clipped_token_loss": "ddmrl.objectives.policy_loss",
-    "k3_kl": "ddmrl.objectives.policy_loss",
-    "REBRL_LAMBDA": "ddmrl.objectives.weights",
-    "WEIGHTINGS": "ddmrl.objectives.weights",
-    "ENTROPY_WEIGHTINGS": "ddmrl.objectives.weights",
-    "hint_entropy_filter": "ddmrl.objectives.weights",
-    "realised_ratio": "ddmrl.objectives.weights",
-    "token_weights": "ddmrl.objectives.weights",
-}
-__getattr__ = lazy_exports(__name__, _LAZY)
 
-__all__ = ["OBJECTIVES", *_LAZY]
+__all__ = ["OBJECTIVES"]

@@ -67,8 +67,8 @@ class Stage:
     # DVC's deps when they are not ``deps``: the directories holding them, so that dvc.yaml does not list the
     # sweep (the tables stage, whose inputs are every run's files)
     dvc_deps: tuple[str, ...] = ()
-    # library modules the stage runs that only a registry lookup or an optional import reaches: its tasks, sampler,
-    # objective (:func:`code_files`)
+    # library modules the stage runs that only a registry lookup or an import inside a function reaches: its tasks,
+    # sampler, objective (:func:`code_files`)
     uses: tuple[str, ...] = ()
 
     @property
@@ -634,20 +634,16 @@ def param_values(cfg: Config, stage: Stage) -> dict[str, Any]:
 
 SRC = Path(__file__).resolve().parents[1]  # the installed package, whose registries say where their members live
 
-#: modules that functions import only on some paths (a checkpoint that is a pointer to a real model, an image task):
-#: imported inside a function, one is a dep only of the stages that use it (``Stage.uses``); a module-level import
-#: always runs, so it is always a dep
-OPTIONAL = (
-    "ddmrl.hub", "ddmrl.models.adapters", "ddmrl.geneval", "ddmrl.aux_policies.schedule", "ddmrl.samplers.unmasking"
-)  # fmt: skip
-
 
 def code_files(script: str | Path, root: str | Path = ".", uses: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """The library files (``src/ddmrl/**.py``) a stage runs: what ``script`` imports, directly or through other
-    library modules, and the modules it ``uses`` that a registry or a function imports only when needed (its task,
-    sampler and objective; :data:`OPTIONAL` modules). Found by parsing ``import`` statements, so the deps follow the
-    code: editing the tables code does not retrain a policy, nor one objective the runs of another. A package
-    import includes its ``__init__.py`` files; a name a package exports lazily (its ``_LAZY`` table) its module.
+    """The library files (``src/ddmrl/**.py``) a stage runs: the modules ``script`` and the modules it ``uses``
+    import, directly or through other library modules. Found by parsing ``import`` statements, so the deps follow
+    the code: editing the tables code does not retrain a policy, nor one objective the runs of another.
+
+    An import at module level always runs, so its module is always a dep; an import inside a function runs only on
+    some paths (a pointer to a real model, an image task, an auxiliary policy), so its module is a dep only of the
+    stages that name it in ``uses`` (as they name their registry members: tasks, sampler, objective). A package
+    import includes its ``__init__.py`` files.
     """
     root = Path(root)
     seen: set[Path] = set()
@@ -655,7 +651,7 @@ def code_files(script: str | Path, root: str | Path = ".", uses: tuple[str, ...]
     seen.update(todo[1:])
     while todo:
         for module, in_function in _ddmrl_imports(todo.pop(), root):
-            if in_function and module.startswith(OPTIONAL) and not module.startswith(uses):
+            if in_function and module not in uses:
                 continue
             for file in _module_files(module, root):
                 if file not in seen:
@@ -666,22 +662,20 @@ def code_files(script: str | Path, root: str | Path = ".", uses: tuple[str, ...]
 
 def _ddmrl_imports(path: Path, root: Path) -> frozenset[tuple[str, bool]]:
     """(dotted name, inside a function) of the ddmrl modules a file imports: ``from ddmrl.x import y`` gives
-    ddmrl.x, ddmrl.x.y and, when ddmrl.x exports y lazily, y's module."""
-    return _parse_imports(str(path), path.stat().st_mtime_ns, root / "src")
+    ddmrl.x and ddmrl.x.y (a module when y is one)."""
+    return _parse_imports(str(path), path.stat().st_mtime_ns)
 
 
 @functools.lru_cache(maxsize=1024)
-def _parse_imports(path: str, _mtime_ns: int, src: Path) -> frozenset[tuple[str, bool]]:
+def _parse_imports(path: str, _mtime_ns: int) -> frozenset[tuple[str, bool]]:
     names: set[tuple[str, bool]] = set()
 
     def visit(node: ast.AST, in_function: bool) -> None:
         if isinstance(node, ast.Import):
             names.update((a.name, in_function) for a in node.names if a.name.split(".")[0] == "ddmrl")
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "ddmrl":
-            lazy = _literal(src, node.module, "_LAZY")
             names.add((node.module, in_function))
             names.update((f"{node.module}.{a.name}", in_function) for a in node.names)
-            names.update((lazy[a.name], in_function) for a in node.names if a.name in lazy)
         if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
             for child in node.orelse:  # imports for type checkers only never run
                 visit(child, in_function)
@@ -697,13 +691,13 @@ def _parse_imports(path: str, _mtime_ns: int, src: Path) -> frozenset[tuple[str,
 def registry(package: str, name: str) -> dict[str, str]:
     """A registry's table (member -> ``module:attribute``), read from its package's source without importing it
     (``TASKS = Registry({...})``)."""
-    return _literal(SRC.parent, package, name)
+    return _registry(SRC.parent, package, name)
 
 
 @functools.lru_cache(maxsize=256)
-def _literal(src: Path, package: str, name: str) -> dict[str, str]:
-    """The dict literal assigned to ``name`` in ``package``'s ``__init__.py`` under ``src`` (``{}`` if none): a
-    registry's table, or a package's ``_LAZY`` table of names it exports lazily (name -> module)."""
+def _registry(src: Path, package: str, name: str) -> dict[str, str]:
+    """The table of the registry ``name = Registry({...})`` in ``package``'s ``__init__.py`` under ``src`` (``{}``
+    if none)."""
     init = src.joinpath(*package.split("."), "__init__.py")
     if not init.is_file():
         return {}

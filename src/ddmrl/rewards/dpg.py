@@ -35,6 +35,7 @@ from PIL import Image
 
 from ddmrl.io import DataError
 from ddmrl.rewards.interface import default_device, require_module, require_path
+from ddmrl.rewards.remote import encode_image, http_post
 
 log = logging.getLogger(__name__)
 
@@ -312,8 +313,6 @@ class VQAServerClient:
     def __call__(self, image: Image.Image, question: str) -> str:
         import base64
         import json
-
-        from ddmrl.rewards.remote import encode_image, http_post
 
         body = {"image": base64.b64encode(encode_image(image, "PNG")).decode("ascii"), "question": question}
         raw = http_post(self.url, json.dumps(body).encode(), headers={"Content-Type": "application/json"},

@@ -2,7 +2,7 @@
 the number of model evaluations. ``SAMPLERS`` maps ``sampler.name`` to its ``generate`` function, imported when
 first looked up (a stage runs, and depends on, only the sampler it uses)."""
 
-from ddmrl.registry import Registry, lazy_exports
+from ddmrl.registry import Registry
 
 SAMPLERS = Registry(
     {
@@ -13,11 +13,5 @@ SAMPLERS = Registry(
     }
 )
 
-_LAZY = {
-    "SampleOutput": "ddmrl.samplers.llada",
-    "generate": "ddmrl.samplers.llada",
-    "transfer_schedule": "ddmrl.samplers.llada",
-}
-__getattr__ = lazy_exports(__name__, _LAZY)
 
-__all__ = ["SAMPLERS", *_LAZY]
+__all__ = ["SAMPLERS"]

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from ddmrl.samplers.llada import SampleOutput, guided_logits, init_canvas
+from ddmrl.samplers.base import SampleOutput, guided_logits, init_canvas
 from ddmrl.samplers.maskgit import allowed_vocab, mask_schedule, sample_tokens, uniform
 
 

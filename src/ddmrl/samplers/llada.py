@@ -49,45 +49,30 @@ confidence, ``ddmrl.samplers.trajectory``). Under RCR a token can be committed, 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import torch
 
+from ddmrl.samplers.base import (
+    SampleOutput,
+    combine_guidance,
+    guided_logits,
+    gumbel_argmax,
+    init_canvas,
+    uniform,
+    with_unconditional,
+)
 from ddmrl.samplers.cache import KV_CACHES, cached_forward, window
 from ddmrl.samplers.parallel import FACTOR_RULES, PARALLEL_RULES, parallel_commits
 from ddmrl.samplers.schedules import EOS_MIN_GAMMA, RCR_SCOPES, SCHEDULES, ass_layout, eos_gamma, rcr_step
-from ddmrl.samplers.trajectory import Trajectory, TrajectoryRecorder
+from ddmrl.samplers.trajectory import TrajectoryRecorder
 
 REMASKINGS = ("low_confidence", "random", "rcr")
 CONFIDENCE_DTYPES = {"float64": torch.float64, "float32": torch.float32}
 PARALLEL_FLOORS = ("schedule", "one")
 
 if TYPE_CHECKING:
-    from ddmrl.aux_policies import AuxPolicy, AuxTrace
-
-
-class SampleOutput(NamedTuple):
-    """Result of one sampling call.
-
-    completion_ids: [N, L] generated tokens.
-    reveal_step: [N, L] the global step (0-based, counted across blocks) at which each token was committed.
-    nfe: number of model evaluations (forward passes, counting both CFG branches).
-    trajectory: every step's state, prediction and confidence (``record_trajectory=True``), else None.
-    aux: what an auxiliary policy did (``ddmrl.aux_policies.AuxTrace``), None without one.
-    """
-
-    completion_ids: torch.Tensor
-    reveal_step: torch.Tensor
-    nfe: int
-    trajectory: Trajectory | None = None
-    aux: AuxTrace | None = None
-
-
-def init_canvas(prompt_ids: torch.Tensor, completion_length: int, mask_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The starting state of every sampler: [N, P + L] prompt then L mask tokens, and reveal steps [N, L] of -1."""
-    shape, device = (prompt_ids.shape[0], completion_length), prompt_ids.device
-    masks = torch.full(shape, mask_id, dtype=prompt_ids.dtype, device=device)
-    return torch.cat([prompt_ids, masks], dim=1), torch.full(shape, -1, dtype=torch.long, device=device)
+    from ddmrl.aux_policies.base import AuxPolicy
 
 
 def transfer_schedule(num_masked: torch.Tensor, steps: int) -> torch.Tensor:
@@ -99,14 +84,6 @@ def transfer_schedule(num_masked: torch.Tensor, steps: int) -> torch.Tensor:
     base = num_masked // steps  # [N]
     rem = num_masked % steps  # [N]
     return base[:, None] + (torch.arange(steps, device=num_masked.device)[None, :] < rem[:, None]).long()
-
-
-def gumbel_argmax(logits: torch.Tensor, temperature: float, gen: torch.Generator | None) -> torch.Tensor:
-    """Sample from softmax(logits / temperature) by Gumbel-max in float64; ``temperature == 0`` is argmax."""
-    if temperature == 0:
-        return logits.argmax(-1)
-    u = uniform(logits.shape, logits.device, gen).clamp_min(1e-300)
-    return (logits.double() / temperature - torch.log(-torch.log(u))).argmax(-1)
 
 
 def proposal_prob(logits: torch.Tensor, proposal: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -125,34 +102,6 @@ def confidence_logits(logits: torch.Tensor, temperature: float, eos_id: int, eot
     if temperature == 0:
         out[..., eos_id] = -torch.inf
     return out
-
-
-def uniform(shape, device: torch.device, gen: torch.Generator | None) -> torch.Tensor:
-    """U[0, 1) in float64 drawn from ``gen`` on the generator's own device, then moved to ``device`` (a CPU
-    generator gives the same numbers whatever device the model runs on)."""
-    where = gen.device if gen is not None else device
-    return torch.rand(shape, dtype=torch.float64, device=where, generator=gen).to(device)
-
-
-def guided_logits(model, x: torch.Tensor, prompt_len: int, mask_id: int, cfg_scale: float) -> torch.Tensor:
-    """Logits of ``model`` at ``x`` [N, T]; with ``cfg_scale > 0``, LLaDA's guidance ``u + (w + 1)(c - u)``
-    where the unconditional branch has every prompt position masked (both branches in one forward pass)."""
-    if cfg_scale == 0:
-        return model(x).logits
-    return combine_guidance(model(with_unconditional(x, prompt_len, mask_id)).logits, cfg_scale)
-
-
-def with_unconditional(x: torch.Tensor, prompt_len: int, mask_id: int) -> torch.Tensor:
-    """[2N, T]: the rows of ``x`` [N, T], then the same rows with every prompt position masked."""
-    uncond = x.clone()
-    uncond[:, :prompt_len] = mask_id
-    return torch.cat([x, uncond])
-
-
-def combine_guidance(logits: torch.Tensor, cfg_scale: float) -> torch.Tensor:
-    """[2N, ..., V] conditional then unconditional logits -> [N, ..., V] guided ``u + (w + 1)(c - u)``."""
-    cond_logits, uncond_logits = logits.chunk(2)
-    return uncond_logits + (cfg_scale + 1) * (cond_logits - uncond_logits)
 
 
 @torch.no_grad()
@@ -199,12 +148,12 @@ def generate(
     options of those names. ``remasking: rcr`` (with ``rcr_scope``: sequence | block), ``schedule`` (linear |
     ass; ASS takes floor(log2 L) steps and ignores ``steps``), ``eoser`` (needs ``eos_id``; ``eos_min_gamma`` None
     is 0.4 with the linear schedule, 0.01 with ASS) and ``record_trajectory``: ``ddmrl.samplers.schedules``.
-    ``aux_policy``: a learned unmasking policy (``ddmrl.aux_policies.UnmaskingPolicy``) chooses the positions each
-    step reveals instead of the confidence schedule (``ddmrl.samplers.unmasking``; ``steps`` and ``remasking`` then
-    do not apply). ``clamp`` [N, L]: the starting completion, every token other than ``mask_id`` fixed (inpainting;
-    the plain sampler with low_confidence or random remasking). ``tempered_confidence``: the plain sampler ranks,
-    re-masks (RCR) and records the tempered probability softmax(logits / temperature) of each proposal instead of the
-    untempered one (MDPO's released sampler; unchanged at temperature 0).
+    ``aux_policy``: a learned unmasking policy (``ddmrl.aux_policies.unmasking.UnmaskingPolicy``) chooses the
+    positions each step reveals instead of the confidence schedule (``ddmrl.samplers.unmasking``; ``steps`` and
+    ``remasking`` then do not apply). ``clamp`` [N, L]: the starting completion, every token other than ``mask_id``
+    fixed (inpainting; the plain sampler with low_confidence or random remasking). ``tempered_confidence``: the
+    plain sampler ranks, re-masks (RCR) and records the tempered probability softmax(logits / temperature) of each
+    proposal instead of the untempered one (MDPO's released sampler; unchanged at temperature 0).
     """
     if clamp is not None and (kv_cache != "none" or parallel != "none" or aux_policy is not None):
         raise ValueError("clamp (inpainting): the plain sampler only (kv_cache, parallel: none; no aux_policy)")
@@ -243,6 +192,7 @@ def generate(
                 "a learned unmasking policy replaces the confidence rules: kv_cache, parallel: none, and none of "
                 "remasking rcr, schedule ass, eoser, record_trajectory, tempered_confidence"
             )
+        # a learned unmasking policy's sampler: the stages whose runs have one name it in their ``uses``
         from ddmrl.samplers.unmasking import generate as generate_with_policy
 
         return generate_with_policy(

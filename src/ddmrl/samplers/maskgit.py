@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING
 import torch
 
 from ddmrl.aux_policies.base import AuxTrace, stack_steps
-from ddmrl.samplers.llada import SampleOutput, combine_guidance, guided_logits, init_canvas, with_unconditional
+from ddmrl.samplers.base import SampleOutput, combine_guidance, guided_logits, init_canvas, with_unconditional
 from ddmrl.samplers.parallel import PARALLEL_RULES, parallel_commits
 
 if TYPE_CHECKING:
-    from ddmrl.aux_policies import SchedulePolicy
+    from ddmrl.aux_policies.schedule import SchedulePolicy
 
 SCHEDULES = ("cosine", "linear")
 
@@ -161,7 +161,7 @@ def generate(
     saves passes only when the rule reveals every remaining token (the schedule keeps one masked until the last
     step). With ``none`` (the default) the sampler is MaskGIT's, unchanged (bit for bit; tested).
 
-    ``aux_policy``: Co-GRPO's schedule policy (``ddmrl.aux_policies.SchedulePolicy``) sets each step's masked
+    ``aux_policy``: Co-GRPO's schedule policy (``ddmrl.aux_policies.schedule.SchedulePolicy``) sets each step's masked
     fraction, temperature and guidance scale (the values above scaled by its action); the returned ``aux`` trace
     records its observations, actions and their log-probabilities. Without one (the default) nothing changes.
     """

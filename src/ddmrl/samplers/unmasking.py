@@ -16,7 +16,7 @@ import torch
 
 from ddmrl.aux_policies.base import AuxTrace, stack_steps
 from ddmrl.aux_policies.unmasking import UnmaskingPolicy, bernoulli_logp, draw_unmask
-from ddmrl.samplers.llada import SampleOutput, guided_logits, gumbel_argmax, init_canvas, uniform
+from ddmrl.samplers.base import SampleOutput, guided_logits, gumbel_argmax, init_canvas, uniform
 
 
 @torch.no_grad()

@@ -2,15 +2,17 @@
 profiles' GSM8K and MATH500 (d1's prompts, rewards and parsers), and GenEval, HPS and DPG-Bench (MMaDA's layout).
 
 ``TASKS`` imports a task's module when the task is first looked up, so a stage runs (and depends on) only its own
-task's code; the task classes are importable from here too, each on first use.
+task's code. A task's class is imported from its module (:class:`~ddmrl.tasks.base.Task`: the contract).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ddmrl.registry import Registry, lazy_exports
-from ddmrl.tasks.base import Example, Task
+from ddmrl.registry import Registry
+
+if TYPE_CHECKING:
+    from ddmrl.tasks.base import Task
 
 TASKS = Registry(
     {
@@ -27,21 +29,8 @@ TASKS = Registry(
     }
 )
 
-_LAZY = {
-    "Arith": "ddmrl.tasks.arith",
-    "Chain": "ddmrl.tasks.chain",
-    "Countdown3": "ddmrl.tasks.countdown3",
-    "DPGBench": "ddmrl.tasks.dpg",
-    "GenEval": "ddmrl.tasks.geneval",
-    "GenEvalMini": "ddmrl.tasks.geneval_mini",
-    "HPSBench": "ddmrl.tasks.hps",
-    "Gsm8k": "ddmrl.tasks.math_reasoning",
-    "Math500": "ddmrl.tasks.math_reasoning",
-    "Sudoku4": "ddmrl.tasks.sudoku4",
-}
-__getattr__ = lazy_exports(__name__, _LAZY)
 
-__all__ = ["TASKS", "Example", "Task", "make_task", *_LAZY]
+__all__ = ["TASKS", "make_task"]
 
 
 def make_task(name: str, **params: Any) -> Task:

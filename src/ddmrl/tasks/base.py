@@ -105,7 +105,7 @@ class Task(ABC):
         start = example.answer.find(trace)
         if start < 0:
             raise ValueError(f"{self.name} example {example.id}: its reasoning trace is not part of its answer")
-        from ddmrl.models import encode
+        from ddmrl.models import encode  # the reward and tables stages score texts without torch
 
         return len(encode(tokenizer, example.answer[:start])), encode(tokenizer, trace)
 
@@ -117,7 +117,7 @@ class Task(ABC):
     def decode(self, tokenizer: Any, completion_ids: Any) -> list[str]:
         """The text of each completion [N, L] (before the first EOS; a chat task without special tokens, as d1
         decodes a real checkpoint's completions)."""
-        from ddmrl.models.tokenizer import decode_completion
+        from ddmrl.models.tokenizer import decode_completion  # the reward and tables stages score texts without torch
 
         return [decode_completion(tokenizer, row.tolist(), self.chat) for row in completion_ids]
 

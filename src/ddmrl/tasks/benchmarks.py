@@ -46,7 +46,9 @@ from pathlib import Path
 from typing import Any
 
 from ddmrl.io import DataError, read_jsonl
+from ddmrl.score import parse_ground_truth, score_item, summarize
 from ddmrl.tasks.base import Example
+from ddmrl.tasks.d1_eval import gsm8k_gold
 from ddmrl.tasks.mbpp import MbppTests, mbpp_prompt, mbpp_split_of
 
 __all__ = [
@@ -243,8 +245,6 @@ def _require(record: dict[str, Any], keys: Sequence[str], where: str) -> None:
 
 
 def _gsm8k(record: dict[str, Any], i: int, where: str, style: str) -> Example:
-    from ddmrl.tasks.d1_eval import gsm8k_gold
-
     _require(record, ("question", "answer"), where)
     question, solution = str(record["question"]), str(record["answer"])
     if "####" not in solution:
@@ -395,16 +395,12 @@ class Benchmark:
 
     def score(self, completion: str, example: Example, protocol: str = "d1") -> dict[str, Any]:
         """Verdict on one completion (``correct`` and more, see :func:`ddmrl.score.score_item`)."""
-        from ddmrl.score import parse_ground_truth, score_item
-
         record = self.score_record(example, completion)
         gold = parse_ground_truth(self.name, record["ground_truth"], record["question"], protocol)
         return score_item(self.name, completion, gold, protocol)
 
     def accuracy(self, scores: list[dict[str, Any]]) -> float:
         """Accuracy in percent as the papers report it (Sudoku: cell accuracy pooled over the set)."""
-        from ddmrl.score import summarize
-
         return summarize(self.name, "d1", scores)["accuracy"]
 
     def d1_subset(self, seed: int = 42) -> list[Example]:

@@ -22,7 +22,7 @@ The quirks are kept on purpose, because the point is to reproduce d1's numbers:
 
 One deliberate difference: d1 evaluates Countdown expressions with ``eval``, so a power with an astronomically large
 result (``9**9**9``) hangs it or raises ``OverflowError`` out of the whole run; here such an item is scored wrong
-(:func:`ddmrl.tasks.d1_scoring.evaluate_arithmetic` refuses results beyond ~100k bits).
+(:func:`ddmrl.tasks.arithmetic.evaluate_arithmetic` refuses results beyond ~100k bits).
 
 Besides the unit tests, the four parsers were compared with a local transcription of d1's functions on 80,000
 random and structured generations (not part of the test suite): the extracted answers and verdicts agreed on every
@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ddmrl.tasks.d1_scoring import SUDOKU_CELLS, evaluate_arithmetic
+from ddmrl.tasks.arithmetic import evaluate_arithmetic
 
 __all__ = [
     "countdown_eval_correct",
@@ -56,6 +56,8 @@ __all__ = [
     "sudoku_eval_extract",
     "sudoku_puzzle_from_question",
 ]
+
+SUDOKU_CELLS = 16  # d1's 4x4 Sudoku
 
 _GSM_GOLD = re.compile(r"####\s*\$?([\d,]+(?:\.\d+)?)")  # no minus sign: -10 and -3 give None
 _GSM_BOXED = re.compile(r"\\boxed{(.*?)}")  # non-greedy, no DOTALL: a box spanning lines is not seen

@@ -8,22 +8,23 @@ Two families, kept apart on purpose, as in d1:
   :func:`countdown_extract` / :func:`countdown_correct`; they are more lenient about where the answer sits.
 
 The rules are restated from d1's ``eval/parse_and_get_acc.py`` and ``diffu-grpo/reward_func.py``; no upstream
-code is copied. Arithmetic is evaluated with a small ``ast`` walker (:func:`evaluate_arithmetic`), never with
-``eval``.
+code is copied. Arithmetic is evaluated with a small ``ast`` walker
+(:func:`ddmrl.tasks.arithmetic.evaluate_arithmetic`), never with ``eval``; the MATH reward uses d1's MATH helpers
+(:mod:`ddmrl.tasks.d1_eval`), as d1's does.
 """
 
 from __future__ import annotations
 
-import ast
-import operator
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+
+from ddmrl.tasks.arithmetic import evaluate_arithmetic
+from ddmrl.tasks.d1_eval import SUDOKU_CELLS, is_equiv, last_boxed_only_string, remove_boxed
 
 __all__ = [
     "countdown_correct",
     "countdown_extract",
     "countdown_reward",
-    "evaluate_arithmetic",
     "gsm8k_reward",
     "last_answer_block",
     "math_reward",
@@ -31,8 +32,6 @@ __all__ = [
     "sudoku_extract",
     "sudoku_reward",
 ]
-
-SUDOKU_CELLS = 16
 
 _ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _ARITHMETIC_CHARS = re.compile(r"^[\d+\-*/().\s]+$")
@@ -51,22 +50,6 @@ _SUDOKU_PATTERNS = tuple(
 #: ``expr = number`` (d1 keeps the left side of an equation whose right side is a number)
 _EQUATION = re.compile(r"([\d+\-*/().\s]+?)\s*=\s*[\d.\s]*\d")
 
-_BINARY: dict[type[ast.operator], Callable[[float, float], float]] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv,
-    ast.Pow: operator.pow,
-}
-_UNARY: dict[type[ast.unaryop], Callable[[float], float]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
-_MAX_POWER_BITS = 100_000
-
-
-class _NotArithmetic(Exception):
-    """A syntax node outside plain arithmetic (names, calls, attributes, ...)."""
-
-
 # --------------------------------------------------------------------------------------------- shared helpers
 
 
@@ -80,48 +63,6 @@ def last_answer_block(completion: str) -> str | None:
     """
     blocks = _ANSWER_BLOCK.findall(completion)
     return blocks[-1] if blocks else None
-
-
-def evaluate_arithmetic(expression: str) -> float:
-    """Value of a plain arithmetic expression; raises ``ValueError`` on anything else.
-
-    Accepts what d1's ``eval(expr, {"__builtins__": None}, {})`` accepts after its character check:
-    numbers, ``+ - * / // **``, unary signs and parentheses. Powers whose result would exceed about
-    100k bits raise instead of hanging.
-
-    >>> evaluate_arithmetic("(9 - 3) / 2 * 4")
-    12.0
-    >>> evaluate_arithmetic("2**3")
-    8
-    >>> evaluate_arithmetic("__import__('os')")
-    Traceback (most recent call last):
-    ...
-    ValueError: not plain arithmetic: "__import__('os')"
-    """
-    try:
-        tree = ast.parse(expression.strip(), mode="eval")
-    except (SyntaxError, ValueError) as err:
-        raise ValueError(f"not plain arithmetic: {expression!r}") from err
-    try:
-        return _evaluate_node(tree.body)
-    except _NotArithmetic:
-        raise ValueError(f"not plain arithmetic: {expression!r}") from None
-    except (ArithmeticError, TypeError, RecursionError) as err:
-        raise ValueError(f"cannot evaluate {expression!r}: {err}") from None
-
-
-def _evaluate_node(node: ast.AST) -> float:
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        return node.value
-    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-        return _UNARY[type(node.op)](_evaluate_node(node.operand))
-    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        left, right = _evaluate_node(node.left), _evaluate_node(node.right)
-        if isinstance(node.op, ast.Pow) and isinstance(left, int) and isinstance(right, int):
-            if abs(right) * max(abs(left).bit_length(), 1) > _MAX_POWER_BITS:
-                raise OverflowError("power too large")
-        return _BINARY[type(node.op)](left, right)
-    raise _NotArithmetic(type(node).__name__)
 
 
 # --------------------------------------------------------------------------------------------------- sudoku
@@ -357,8 +298,6 @@ def math_reward(completion: str, answer: str, legacy_reward_quirks: bool = False
     >>> math_reward(text, "\\\\frac12"), math_reward(text, "3", legacy_reward_quirks=True)
     (3.0, 0.75)
     """
-    from ddmrl.tasks.d1_eval import is_equiv, last_boxed_only_string, remove_boxed
-
     has_box = "\\boxed" in completion
     boxed = last_boxed_only_string(completion) if has_box else None
     correct = boxed is not None and is_equiv(remove_boxed(boxed), answer)

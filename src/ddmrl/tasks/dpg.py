@@ -20,6 +20,14 @@ from typing import Any
 import torch
 
 from ddmrl.io import DataError, read_jsonl
+from ddmrl.rewards.dpg import (
+    category_of,
+    compute_dpg_bench,
+    load_dpg_images,
+    load_dpg_questions,
+    tile_grid,
+    vqa_from_params,
+)
 from ddmrl.tasks.base import Example
 from ddmrl.tasks.mmada_images import EvaluationOnly, MMaDAImageTask
 
@@ -51,7 +59,6 @@ class DPGBench(EvaluationOnly, MMaDAImageTask):
         super().__init__(num_image_tokens, max_seq_length)
         if not isinstance(vqa, dict):
             raise ValueError(f"vqa = {vqa!r}: name the VQA model ({{model: mplug, model_dir: DIR}} or a vqa_server)")
-        from ddmrl.rewards.dpg import vqa_from_params
 
         self.eval, self.questions, self.legacy_skip_first_question = eval, questions, legacy_skip_first_question
         self.vqa = vqa_from_params(vqa)  # nothing loaded yet
@@ -73,8 +80,6 @@ class DPGBench(EvaluationOnly, MMaDAImageTask):
         """Tile each example's 4 images (``completion_ids[i]`` [4, L]) as ``<folder>/<item_id>.png``, score the grids
         read back with the VQA model; one row per item (its score in [0, 1], per tile, and the last tile's
         per-question scores by category, which DPG's category scores pool)."""
-        from ddmrl.rewards.dpg import category_of, compute_dpg_bench, load_dpg_images, load_dpg_questions, tile_grid
-
         Path(folder).mkdir(parents=True, exist_ok=True)
         size = None
         for ex, ids in zip(examples, completion_ids, strict=True):

@@ -7,8 +7,9 @@
 * The completion is ``num_image_tokens`` image tokens of MMaDA's layout (``ddmrl.models.layout.MMaDALayout``,
   which ``ddmrl.models.layout.for_task`` builds from the checkpoint's adapter and binds to this task with
   :meth:`GenEval.bind`); decoded to pixels with MAGVIT-v2.
-* Reward (RL): the images scored by the reward models of ``reward_models`` (``ddmrl.rewards.reward_from_params``;
-  MaskGRPO and RebRL use UnifiedReward through a server, its score / 5).
+* Reward (RL): the images scored by the reward models of ``reward_models``
+  (``ddmrl.rewards.registry.reward_from_params``; MaskGRPO and RebRL use UnifiedReward through a server, its
+  score / 5).
 * Evaluation: the images in GenEval's folder layout, judged by the official evaluator
   (``ddmrl.rewards.geneval_bridge.run_geneval``, with the environment of ``evaluator``), summarised by
   ``ddmrl.geneval.summarize``.
@@ -27,6 +28,8 @@ from typing import Any
 import torch
 
 from ddmrl.io import DataError, read_jsonl
+from ddmrl.rewards.geneval_bridge import GenEvalEnv, run_geneval, write_geneval_layout
+from ddmrl.rewards.registry import reward_from_params
 from ddmrl.tasks.base import Example
 from ddmrl.tasks.mmada_images import MMaDAImageTask
 
@@ -40,7 +43,7 @@ class GenEval(MMaDAImageTask):
 
     ``eval`` / ``train``: metadata JSONL files. ``num_image_tokens``: image tokens per sample (MMaDA at 512 px: 1024);
     ``max_seq_length``: caption tokens of the layout (MMaDA's RL: 256). ``reward_models``: the params section of
-    ``ddmrl.rewards.reward_from_params``. ``evaluator``: ``ddmrl.rewards.geneval_bridge.GenEvalEnv`` fields
+    ``ddmrl.rewards.registry.reward_from_params``. ``evaluator``: ``ddmrl.rewards.geneval_bridge.GenEvalEnv`` fields
     (``geneval_repo``, ``python``, ``model_path``, ...).
     """
 
@@ -58,8 +61,6 @@ class GenEval(MMaDAImageTask):
         if not isinstance(eval, str) or not eval:
             raise ValueError(f"eval = {eval!r}: name GenEval's evaluation_metadata.jsonl")
         super().__init__(num_image_tokens, max_seq_length)
-        from ddmrl.rewards import reward_from_params
-        from ddmrl.rewards.geneval_bridge import GenEvalEnv
 
         self.eval, self.train = eval, train
         self.reward_model = reward_from_params(reward_models) if reward_models else None  # nothing loaded yet
@@ -118,8 +119,6 @@ class GenEval(MMaDAImageTask):
     ) -> list[dict[str, Any]]:
         """Write each example's images (``completion_ids[i]`` [K, L]) in GenEval's layout under ``folder`` and run
         the official evaluator on it; its results rows."""
-        from ddmrl.rewards.geneval_bridge import run_geneval, write_geneval_layout
-
         if self.evaluator is None:
             raise DataError("geneval: evaluator is not set (geneval_repo, python, model_path of the official one)")
         items = [(ex.gold["metadata"], self.images(ids)) for ex, ids in zip(examples, completion_ids, strict=True)]

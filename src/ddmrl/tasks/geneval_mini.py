@@ -27,7 +27,9 @@ leftmost-longest, so ``a``/``an``/``and``/``above`` split as intended (tested). 
 from __future__ import annotations
 
 import itertools
+import json
 import math
+import os
 import random
 import re
 from dataclasses import dataclass
@@ -51,12 +53,14 @@ __all__ = [
     "check",
     "detect",
     "evaluate",
+    "evaluate_folder",
     "make_metadata",
     "parse_grid",
     "read_png",
     "relative_position",
     "render_png",
     "slot_origins",
+    "write_geneval_folder",
 ]
 
 Grid = list[list[int]]  # [H][W] image codes, 0 = background
@@ -454,8 +458,6 @@ class GenEvalMini(Task):
     ) -> list[dict[str, Any]]:
         """Render each example's completions (``texts[i]``) as PNGs in GenEval's folder layout under ``folder``, then
         judge the PNGs read back from disk as GenEval's evaluator judges a folder; its results rows."""
-        from ddmrl.geneval import evaluate_folder, write_geneval_folder
-
         grids = [[parse_grid(text, self.height, self.width) for text in sample] for sample in texts]
         write_geneval_folder(folder, [ex.gold for ex in examples], grids)
         return evaluate_folder(folder, self.height, self.width)
@@ -518,3 +520,61 @@ def read_png(path: str | Path, height: int = 8, width: int = 8) -> Grid:
             row.append(min(range(len(CODE_RGB)), key=lambda k: _distance(px, CODE_RGB[k])))
         grid.append(row)
     return grid
+
+
+# ----------------------------------------------------------------------------------------------- GenEval's folders
+def write_geneval_folder(
+    root: str | Path, metadata: list[dict[str, Any]], images: list[list[Grid]], cell_px: int = 16
+) -> None:
+    """Write ``images[n][k]`` as ``<root>/<n:05d>/samples/<k:04d>.png`` next to ``<root>/<n:05d>/metadata.jsonl``.
+
+    The whole folder is built aside and renamed into place (an existing ``root`` is replaced).
+    """
+    if len(metadata) != len(images):
+        raise ValueError(f"write_geneval_folder: {len(metadata)} metadata lines but {len(images)} image lists")
+    with atomic_path(root) as tmp:
+        tmp.mkdir()
+        for n, (meta, grids) in enumerate(zip(metadata, images, strict=True)):
+            folder = tmp / f"{n:05d}"
+            (folder / "samples").mkdir(parents=True)
+            (folder / "metadata.jsonl").write_text(json.dumps(meta) + "\n")  # key order kept, as GenEval writes it
+            for k, grid in enumerate(grids):
+                render_png(grid, folder / "samples" / f"{k:04d}.png", cell_px=cell_px)
+
+
+def evaluate_folder(root: str | Path, height: int = 8, width: int = 8) -> list[dict[str, Any]]:
+    """One GenEval results row per image of a GenEval layout folder, judged with ``geneval_mini``'s rules.
+
+    Walks like ``evaluate_images.py``: all-digit subfolders only, images whose name matches ``\\d+\\.png``
+    (``re.match``); sorted here so that the rows come in a fixed order.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise DataError(f"{root}: not a folder of GenEval images")
+    rows = []
+    for sub in sorted(os.listdir(root)):
+        folder = root / sub
+        if not folder.is_dir() or not sub.isdigit():
+            continue
+        try:
+            with open(folder / "metadata.jsonl") as fp:
+                metadata = json.load(fp)
+        except (OSError, json.JSONDecodeError) as e:
+            raise DataError(f"{folder / 'metadata.jsonl'}: cannot read one JSON object ({e})") from None
+        for name in sorted(os.listdir(folder / "samples")):
+            path = folder / "samples" / name
+            if not path.is_file() or not re.match(r"\d+\.png", name):
+                continue
+            correct, reason, details = check(read_png(path, height, width), metadata)
+            rows.append(
+                {
+                    "filename": str(path),
+                    "tag": metadata["tag"],
+                    "prompt": metadata["prompt"],
+                    "correct": correct,
+                    "reason": reason,
+                    "metadata": json.dumps(metadata),
+                    "details": json.dumps(details),
+                }
+            )
+    return rows

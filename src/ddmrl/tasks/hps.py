@@ -4,7 +4,7 @@
 * Prompts: MaskGRPO's ``dataset/HPS/v3_eval_sample.jsonl`` (500 rows ``{caption, image_file, aspect_ratio,
   category, prompt_id}``, 100 per category: Plants, Architecture, Natural Scenery, Arts, Animals); every row is
   held out and nothing trains on them (``image.eval_tasks``).
-* Score: the mean over every image of the scorer's value, HPSv3's ``mu`` by default (``ddmrl.rewards.HPSv3Score``,
+* Score: the mean over every image of the scorer's value, HPSv3's ``mu`` by default (``HPSv3Score``,
   Ma et al. 2025, "HPSv3: Towards Wide-Spectrum Human Preference Score"), and its mean per category. Images are
   written as PNGs (``<folder>/<prompt_id>/<k>.png``) and scored as read back from disk.
 """
@@ -19,6 +19,7 @@ import torch
 from PIL import Image
 
 from ddmrl.io import read_jsonl
+from ddmrl.rewards.registry import reward_from_params
 from ddmrl.tasks.base import Example
 from ddmrl.tasks.mmada_images import EvaluationOnly, MMaDAImageTask
 
@@ -29,7 +30,7 @@ DEFAULT_SCORER: dict[str, Any] = {"hpsv3": {}}
 
 class HPSBench(EvaluationOnly, MMaDAImageTask):
     """HPS's evaluation prompts (``eval``: a JSONL with ``caption``; ``prompt_id`` and ``category`` when present),
-    scored by ``scorer`` (a ``ddmrl.rewards.reward_from_params`` section; default HPSv3)."""
+    scored by ``scorer`` (a ``ddmrl.rewards.registry.reward_from_params`` section; default HPSv3)."""
 
     name = "hps"
 
@@ -43,7 +44,6 @@ class HPSBench(EvaluationOnly, MMaDAImageTask):
         if not isinstance(eval, str) or not eval:
             raise ValueError(f"eval = {eval!r}: name HPS's evaluation prompts (e.g. MaskGRPO's v3_eval_sample.jsonl)")
         super().__init__(num_image_tokens, max_seq_length)
-        from ddmrl.rewards import reward_from_params
 
         self.eval = eval
         self.scorer = reward_from_params(scorer or DEFAULT_SCORER, key="scorer")  # nothing loaded yet

@@ -38,6 +38,7 @@ from accelerate.utils import DistributedType, InitProcessGroupKwargs
 
 from ddmrl.config import ConfigError, LoraConfig
 from ddmrl.io import atomic_path
+from ddmrl.models.checkpoint import save_checkpoint
 from ddmrl.models.layout import unwrap
 from ddmrl.models.lora import peft_target_modules
 from ddmrl.seeding import derive_seed
@@ -320,8 +321,6 @@ def save_policy(acc, policy, tok, path: str | Path, aux_policy=None) -> None:
 
     Every process must call it: with ZeRO-3 or FSDP the full state dict is gathered collectively first.
     """
-    from ddmrl.models.checkpoint import save_checkpoint
-
     state = acc.get_state_dict(prepared(acc, policy)) if is_sharded(acc) else None
     if not acc.is_main_process:
         return

@@ -53,17 +53,19 @@ from typing import NamedTuple
 import torch
 from tqdm import tqdm
 
-from ddmrl.augmenters import AUGMENTERS, AugmentInputs
-from ddmrl.aux_policies import AuxPolicy, aux_clip_loss, speed_reward
+from ddmrl.augmenters import AUGMENTERS
+from ddmrl.augmenters.base import AugmentInputs
+from ddmrl.aux_policies.base import AuxPolicy, aux_clip_loss, speed_reward
 from ddmrl.config import ConfigError, GRPOConfig
 from ddmrl.config.schema import STATE_VIEWS
 from ddmrl.likelihood import token_logps, token_logps_entropy
 from ddmrl.masking import Views, apply_view, build_views
 from ddmrl.methods import METHODS
 from ddmrl.methods.base import Method
-from ddmrl.objectives import OBJECTIVES, ObjectiveInputs, group_advantages, token_weights
-from ddmrl.objectives.advantages import STEP_ADVANTAGES
-from ddmrl.objectives.weights import ENTROPY_WEIGHTINGS, hint_entropy_filter, realised_ratio
+from ddmrl.objectives import OBJECTIVES
+from ddmrl.objectives.advantages import STEP_ADVANTAGES, group_advantages
+from ddmrl.objectives.base import ObjectiveInputs
+from ddmrl.objectives.weights import ENTROPY_WEIGHTINGS, hint_entropy_filter, realised_ratio, token_weights
 from ddmrl.rollout import Rollouts, rewards, rollout, step_rewards
 from ddmrl.seeding import derive_seed
 from ddmrl.tasks.base import Example, Task

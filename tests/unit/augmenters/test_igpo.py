@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import ddmrl.augmenters.igpo as igpo
-from ddmrl.augmenters import AUGMENTERS, AugmentInputs
+from ddmrl.augmenters import AUGMENTERS
+from ddmrl.augmenters.base import AugmentInputs
 from ddmrl.config import SamplerConfig, method_config
 from ddmrl.errors import ConfigError
 from ddmrl.models import build_tokenizer

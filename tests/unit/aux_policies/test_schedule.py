@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 
-from ddmrl.aux_policies import SchedulePolicy, aux_clip_loss, trajectory_logp
-from ddmrl.aux_policies.schedule import gaussian_logp, interpolate, remasked_fraction
+from ddmrl.aux_policies.base import aux_clip_loss, trajectory_logp
+from ddmrl.aux_policies.schedule import SchedulePolicy, gaussian_logp, interpolate, remasked_fraction
 from ddmrl.likelihood import token_logps
 from ddmrl.masking import apply_view, build_views
 from ddmrl.samplers.maskgit import generate, keep_masked, mask_schedule

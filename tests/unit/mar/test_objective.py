@@ -20,7 +20,7 @@ from ddmrl.mar.objective import (
     uncertainty,
 )
 from ddmrl.mar.sampler import sample_head
-from ddmrl.objectives import clipped_token_loss
+from ddmrl.objectives.policy_loss import clipped_token_loss
 
 
 def test_mte_surrogate_is_the_mean_of_the_per_trajectory_terms_on_selected_tokens():

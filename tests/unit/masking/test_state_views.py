@@ -8,7 +8,7 @@ import torch
 from ddmrl.config.schema import STATE_VIEWS
 from ddmrl.masking import apply_view, build_views, mask_frequency
 from ddmrl.masking.views import VIEWS, spread
-from ddmrl.samplers import generate
+from ddmrl.samplers.llada import generate
 from ddmrl.samplers.trajectory import Trajectory, next_states
 
 MASK, PAD = 0, 1

@@ -15,7 +15,7 @@ import torch
 
 from ddmrl.masking import build_views, mask_frequency
 from ddmrl.masking.views import MAX_RATIO, Views, gauss_legendre
-from ddmrl.objectives import token_weights
+from ddmrl.objectives.weights import token_weights
 
 PAD, MASK = 1, 0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ddmrl.objectives import group_advantages
+from ddmrl.objectives.advantages import group_advantages
 
 
 def rewards() -> torch.Tensor:

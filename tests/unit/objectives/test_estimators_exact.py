@@ -35,7 +35,7 @@ import torch
 from ddmrl.likelihood import sequence_elbo, token_logps
 from ddmrl.masking import apply_view, build_views
 from ddmrl.masking.views import Views, gauss_legendre
-from ddmrl.objectives import token_weights
+from ddmrl.objectives.weights import token_weights
 
 MASK, VOCAB, PROMPT = 0, 4, 2
 MAX_T = 6  # prompt + longest completion

@@ -13,7 +13,8 @@ import torch
 
 from ddmrl.config import GRPOConfig
 from ddmrl.likelihood import sequence_elbo
-from ddmrl.objectives import OBJECTIVES, ObjectiveInputs
+from ddmrl.objectives import OBJECTIVES
+from ddmrl.objectives.base import ObjectiveInputs
 from ddmrl.objectives.mdpo import mdpo
 from ddmrl.objectives.policy_loss import aggregate, clipped_token_loss
 from ddmrl.objectives.sequence_clip import sequence_clip

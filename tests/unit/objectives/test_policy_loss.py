@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from ddmrl.objectives import aggregate, clipped_token_loss, k3_kl
+from ddmrl.objectives.policy_loss import aggregate, clipped_token_loss, k3_kl
 
 
 def test_ratio_is_exactly_one_and_kl_exactly_zero_when_nothing_moved():

@@ -12,7 +12,8 @@ import torch
 
 from ddmrl.masking import build_views
 from ddmrl.masking.views import Views
-from ddmrl.objectives import aggregate, realised_ratio, token_weights
+from ddmrl.objectives.policy_loss import aggregate
+from ddmrl.objectives.weights import realised_ratio, token_weights
 
 MODES = ("none", "t1", "t2", "token", "token_t2")
 

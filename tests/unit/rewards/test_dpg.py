@@ -7,7 +7,6 @@ import pytest
 from PIL import Image
 
 from ddmrl.io import DataError
-from ddmrl.rewards import RewardSetupError
 from ddmrl.rewards.dpg import (
     MPLUGVQA,
     category_of,
@@ -18,6 +17,7 @@ from ddmrl.rewards.dpg import (
     split_grid,
     tile_grid,
 )
+from ddmrl.rewards.interface import RewardSetupError
 
 RED, GREEN, BLUE, WHITE = (255, 0, 0), (0, 255, 0), (0, 0, 255), (255, 255, 255)
 R = 8  # crop resolution

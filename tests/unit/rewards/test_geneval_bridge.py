@@ -17,7 +17,6 @@ from PIL import Image
 
 from ddmrl.geneval import summarize
 from ddmrl.io import DataError
-from ddmrl.rewards import RewardSetupError
 from ddmrl.rewards.geneval_bridge import (
     DETECTOR_NAME,
     RESULT_KEYS,
@@ -27,6 +26,7 @@ from ddmrl.rewards.geneval_bridge import (
     run_geneval,
     write_geneval_layout,
 )
+from ddmrl.rewards.interface import RewardSetupError
 
 # Same argparse as the official script; walks the layout the same way; writes rows in the official schema.
 # "correct" = the image is mostly red. It also records its argv and cwd so the test can check the command.

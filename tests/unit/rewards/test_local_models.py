@@ -10,7 +10,8 @@ import pytest
 import torch
 from PIL import Image
 
-from ddmrl.rewards import DeQAScore, HFCLIPScore, HPSv3Score, ImageRewardScore, OpenCLIPScore, RewardSetupError
+from ddmrl.rewards.interface import RewardSetupError
+from ddmrl.rewards.local_models import DeQAScore, HFCLIPScore, HPSv3Score, ImageRewardScore, OpenCLIPScore
 
 RED, GREEN, BLUE = (255, 0, 0), (0, 255, 0), (0, 0, 255)
 

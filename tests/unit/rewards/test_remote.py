@@ -15,8 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from PIL import Image
 
-from ddmrl.rewards import RewardServerClient, RewardSetupError, UnifiedRewardClient
-from ddmrl.rewards.remote import UNIFIED_REWARD_PROMPT, parse_final_score
+from ddmrl.rewards.interface import RewardSetupError
+from ddmrl.rewards.remote import UNIFIED_REWARD_PROMPT, RewardServerClient, UnifiedRewardClient, parse_final_score
 
 REPLIES = {
     "good": "The image matches the caption closely.\nFinal Score: 4.5",

@@ -18,8 +18,8 @@ import torch
 import ddmrl.samplers.cache as cache
 from ddmrl.models import TinyDDMConfig, TinyDDMForMaskedLM
 from ddmrl.models.llada_cache import forward_window, is_llada
-from ddmrl.samplers import generate
 from ddmrl.samplers.cache import cached_forward, window
+from ddmrl.samplers.llada import generate
 
 MASK = 0
 REFERENCE = Path("/work/shared/reference/mmada/models")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ddmrl.samplers import generate
+from ddmrl.samplers.llada import generate
 
 MASK = 0
 L = 12

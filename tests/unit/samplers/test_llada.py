@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import ddmrl.samplers.llada as llada
-from ddmrl.samplers import generate, transfer_schedule
-from ddmrl.samplers.llada import guided_logits, gumbel_argmax
+from ddmrl.samplers.base import guided_logits, gumbel_argmax
+from ddmrl.samplers.llada import generate, transfer_schedule
 
 MASK = 0
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from ddmrl.models import TinyDDMConfig, TinyDDMForMaskedLM
-from ddmrl.samplers import generate
+from ddmrl.samplers.llada import generate
 
 MASK = 0
 

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from real_models import llada_checkpoint, needs_reference, tokenizer
 
 from ddmrl.models.llada_cache import forward_window
-from ddmrl.samplers import generate
+from ddmrl.samplers.llada import generate
 
 pytestmark = needs_reference
 

@@ -20,7 +20,7 @@ import torch
 
 import ddmrl.samplers.schedules as schedules
 import ddmrl.samplers.trajectory as trajectory
-from ddmrl.samplers import generate
+from ddmrl.samplers.llada import generate
 from ddmrl.samplers.schedules import ass_layout, ass_steps, eos_gamma
 from ddmrl.samplers.trajectory import next_states, states_from_reveal
 

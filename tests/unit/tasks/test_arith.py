@@ -8,8 +8,9 @@ import re
 import pytest
 
 from ddmrl.models import build_tokenizer, encode
-from ddmrl.tasks import Arith, make_task
 from ddmrl.tasks import arith as arith_module
+from ddmrl.tasks import make_task
+from ddmrl.tasks.arith import Arith
 
 LINE = re.compile(r"(\d+)([+\-*])(\d+)=(\d+)")
 

@@ -6,7 +6,8 @@ import re
 import pytest
 
 from ddmrl.models import build_tokenizer, encode
-from ddmrl.tasks import Chain, make_task
+from ddmrl.tasks import make_task
+from ddmrl.tasks.chain import Chain
 
 
 def resolve(assignments: dict[str, str], name: str) -> tuple[list[str], str]:

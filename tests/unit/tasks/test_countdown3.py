@@ -9,10 +9,9 @@ from fractions import Fraction
 import pytest
 
 import ddmrl.tasks
-from ddmrl.tasks import Countdown3
 from ddmrl.tasks import countdown3 as countdown3_module
-from ddmrl.tasks.countdown3 import Node, render
-from ddmrl.tasks.d1_scoring import evaluate_arithmetic
+from ddmrl.tasks.arithmetic import evaluate_arithmetic
+from ddmrl.tasks.countdown3 import Countdown3, Node, render
 
 SPECIAL = re.compile("|".join(re.escape(t) for t in Countdown3.special_tokens))
 PROMPT = re.compile(r"<countdown>(\d+),(\d+),(\d+)->(\d+)")

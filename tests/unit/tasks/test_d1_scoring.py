@@ -4,12 +4,12 @@ import doctest
 
 import pytest
 
-from ddmrl.tasks import d1_scoring
+from ddmrl.tasks import arithmetic, d1_scoring
+from ddmrl.tasks.arithmetic import evaluate_arithmetic
 from ddmrl.tasks.d1_scoring import (
     countdown_correct,
     countdown_extract,
     countdown_reward,
-    evaluate_arithmetic,
     gsm8k_reward,
     last_answer_block,
     math_reward,
@@ -23,8 +23,8 @@ WRONG = SOLUTION.translate(str.maketrans("1234", "2341"))  # every cell relabell
 
 
 def test_docstring_examples():
-    result = doctest.testmod(d1_scoring)
-    assert result.attempted > 10 and result.failed == 0
+    results = [doctest.testmod(d1_scoring), doctest.testmod(arithmetic)]
+    assert sum(r.attempted for r in results) > 10 and not any(r.failed for r in results)
 
 
 # ------------------------------------------------------------------------------------------ sudoku training

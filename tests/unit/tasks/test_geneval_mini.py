@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ddmrl.models import build_tokenizer
-from ddmrl.tasks import TASKS, GenEvalMini, make_task
+from ddmrl.tasks import TASKS, make_task
 from ddmrl.tasks.base import Example, Task
 from ddmrl.tasks.geneval_mini import (
     COLORS,
@@ -17,6 +17,7 @@ from ddmrl.tasks.geneval_mini import (
     PLACEMENTS,
     SHAPES,
     TAGS,
+    GenEvalMini,
     all_metadata,
     detect,
     evaluate,

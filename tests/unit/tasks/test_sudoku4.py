@@ -7,10 +7,10 @@ import re
 import pytest
 
 import ddmrl.tasks
-from ddmrl.tasks import TASKS, Sudoku4, make_task
+from ddmrl.tasks import TASKS, make_task
 from ddmrl.tasks import sudoku4 as sudoku4_module
 from ddmrl.tasks.base import Example
-from ddmrl.tasks.sudoku4 import all_grids, count_solutions, is_valid_grid
+from ddmrl.tasks.sudoku4 import Sudoku4, all_grids, count_solutions, is_valid_grid
 
 SPECIAL = re.compile("|".join(re.escape(t) for t in Sudoku4.special_tokens))
 

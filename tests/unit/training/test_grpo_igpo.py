@@ -14,7 +14,7 @@ import ddmrl.objectives.token_clip as token_clip_module
 from ddmrl.augmenters.base import Augmenter
 from ddmrl.config import ConfigError, SamplerConfig, method_config
 from ddmrl.models import build_tokenizer
-from ddmrl.objectives import group_advantages
+from ddmrl.objectives.advantages import group_advantages
 from ddmrl.tasks import make_task
 from ddmrl.training.grpo import train_grpo
 

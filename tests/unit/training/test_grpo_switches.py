@@ -26,8 +26,9 @@ from ddmrl.config import GRPOConfig, SamplerConfig
 from ddmrl.masking import build_views
 from ddmrl.masking.views import Views
 from ddmrl.models import build_tokenizer
-from ddmrl.objectives import ObjectiveInputs, token_weights
+from ddmrl.objectives.base import ObjectiveInputs
 from ddmrl.objectives.token_clip import token_clip
+from ddmrl.objectives.weights import token_weights
 from ddmrl.rollout import Rollouts
 from ddmrl.tasks import make_task
 from ddmrl.training.grpo import make_views, step_views, train_grpo

@@ -27,7 +27,7 @@ from ddmrl.objectives import OBJECTIVES
 from ddmrl.objectives.advantages import mdpo_step_advantages
 from ddmrl.objectives.weights import hint_entropy_filter
 from ddmrl.rollout import Rollouts
-from ddmrl.samplers import generate
+from ddmrl.samplers.llada import generate
 from ddmrl.samplers.trajectory import Trajectory, states_from_reveal
 from ddmrl.training.data import completion_mask
 from ddmrl.training.grpo import Batch, loss_positions, make_views, objective_inputs, view_advantages, view_targets

@@ -22,7 +22,7 @@ from ddmrl.objectives.advantages import mdpo_step_advantages
 from ddmrl.objectives.base import ObjectiveInputs
 from ddmrl.objectives.token_clip import token_clip
 from ddmrl.rollout import Rollouts, rewards, rollout, step_rewards
-from ddmrl.samplers import generate
+from ddmrl.samplers.llada import generate
 from ddmrl.tasks import make_task
 from ddmrl.training.grpo import (
     Batch,

@@ -1,0 +1,94 @@
+"""The code deps of every stage are sound: they hold every library module the stage can import.
+
+:func:`ddmrl.pipeline.dag.code_files` follows the imports at module level and leaves an import inside a function to
+the stages that name its module in ``uses``. So every import inside a function of a file a stage runs is either of
+a module the stage depends on anyway, or one of :data:`CONDITIONAL`, which says on which stages it runs; there the
+module must be a dep. A new import inside a function that no stage's deps hold fails here until it moves to module
+level, or a stage's ``uses`` names its module and it is added below. (The smoke test checks the same against the
+modules each job really imported.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ddmrl import config
+from ddmrl.pipeline import dag
+
+ROOT = Path(__file__).resolve().parents[2]
+PROFILES = ("tiny", "smoke", "extended", "image", "rebrl_ablation", "paper_llada_math", "paper_mmada_geneval")
+TRAINING_LOOP = ("grpo", "grpo_image")  # the stages that run ddmrl.training.grpo's loop
+
+
+def _run(cfg, stage: dag.Stage):
+    """The method section of a GRPO run or of its evaluation (None for other stages)."""
+    runs = cfg.image_methods if "image" in stage.kind else cfg.methods
+    return runs.get(dict(stage.wildcards).get("method", ""))
+
+
+def _loads_a_real_model(cfg, stage: dag.Stage) -> bool:
+    model = cfg.image.model if "image" in stage.kind else cfg.model
+    return model.pretrained and stage.kind not in ("reward", "tables") and "mar" not in stage.kind
+
+
+def _aux(cfg, stage: dag.Stage) -> str:
+    run = _run(cfg, stage)
+    return run.aux_policy.kind if run is not None else "none"
+
+
+#: (file, module it imports inside a function) -> whether a stage may run that import (cfg, stage -> bool)
+CONDITIONAL = {
+    # a pointer to a real model (LLaDA, MMaDA, any HF masked LM), loaded by its adapter
+    ("src/ddmrl/models/checkpoint.py", "ddmrl.models.adapters"): _loads_a_real_model,
+    # the memory plan before a GRPO run books its GPUs (launch.gpu_memory_gib > 0)
+    ("src/ddmrl/plan.py", "ddmrl.models.adapters"): lambda cfg, s: (
+        s.kind in TRAINING_LOOP and bool(_run(cfg, s).launch.gpu_memory_gib)
+    ),
+    # LLaDA's sampler hands its steps to a learned unmasking policy; MaskGIT's asks a schedule policy
+    ("src/ddmrl/samplers/llada.py", "ddmrl.samplers.unmasking"): lambda cfg, s: _aux(cfg, s) == "unmasking",
+    ("src/ddmrl/samplers/maskgit.py", "ddmrl.aux_policies.schedule"): lambda cfg, s: _aux(cfg, s) == "schedule",
+    # GenEval's summary of an image task's judged images (ddmrl.evaluation.evaluate_images, ddmrl.mar.evaluation)
+    ("src/ddmrl/tasks/base.py", "ddmrl.geneval"): lambda cfg, s: s.kind.startswith(("evaluate_image", "evaluate_mar")),
+    # a task's tokenizer helpers: every stage that encodes or decodes (the reward and tables stages score texts)
+    ("src/ddmrl/tasks/base.py", "ddmrl.models"): lambda cfg, s: s.kind not in ("reward", "tables"),
+    ("src/ddmrl/tasks/base.py", "ddmrl.models.tokenizer"): lambda cfg, s: s.kind not in ("reward", "tables"),
+}
+
+
+def in_function_imports(file: str) -> set[str]:
+    """The ddmrl modules (not names in them) ``file`` imports inside a function."""
+    names = {m for m, inside in dag._ddmrl_imports(ROOT / file, ROOT) if inside}
+    return {m for m in names if _is_module(m)}
+
+
+def _is_module(name: str) -> bool:
+    path = ROOT / "src" / Path(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def files_of(module: str) -> set[str]:
+    return {f.relative_to(ROOT).as_posix() for f in dag._module_files(module, ROOT)}
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_every_module_a_stage_can_import_is_a_code_dep(profile):
+    cfg = config.load(ROOT / "params.yaml", profile)
+    for stage in dag.build(cfg):
+        deps = set(dag.code(stage, ROOT))
+        for file in sorted(f for f in deps if f.startswith("src/")):
+            for module in sorted(in_function_imports(file)):
+                if files_of(module) <= deps:
+                    continue
+                runs = CONDITIONAL.get((file, module))
+                assert runs is not None, (
+                    f"{stage.name}: {file} imports {module} inside a function, which is no code dep of the stage: "
+                    "import it at module level, or name it in the uses of the stages that run it and in CONDITIONAL"
+                )
+                assert not runs(cfg, stage), f"{stage.name} runs {file}'s import of {module}: name it in its uses"
+
+
+def test_every_conditional_import_is_in_the_code():
+    for file, module in CONDITIONAL:
+        assert module in in_function_imports(file), f"{file} no longer imports {module} inside a function"
