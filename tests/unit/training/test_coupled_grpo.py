@@ -24,13 +24,16 @@ import random
 import pytest
 import torch
 
-from ddmrl.config import GRPOConfig
+from ddmrl.config import GRPOConfig, method_config
+from ddmrl.diagnostics import token_credit
 from ddmrl.likelihood import token_logps
 from ddmrl.masking import apply_view, build_views
 from ddmrl.masking.views import COUPLED_RATIOS, Views
 from ddmrl.methods import METHODS
 from ddmrl.objectives import OBJECTIVES, ObjectiveInputs, token_weights
 from ddmrl.objectives.advantages import group_advantages
+from ddmrl.rollout import Rollouts
+from ddmrl.training.grpo import make_views
 
 # ------------------------------------------------------------------------------------------ the transcription
 
@@ -262,3 +265,26 @@ def test_one_view_of_weight_one_pools_to_the_token_clip_loss():
     for loss_type in ("token_mean", "seq_mean"):
         cfg = GRPOConfig(epsilon=0.1, beta=0.04, loss_type=loss_type)
         assert torch.allclose(OBJECTIVES["coupled_clip"](x, cfg).loss, OBJECTIVES["token_clip"](x, cfg).loss)
+
+
+def test_credit_of_a_token_is_its_pooled_weight_summed_over_the_steps(tok, make_model):
+    """ddmrl.diagnostics at ratio 1: d loss / d log p_v(k) = -A_i omega_v(k) / |tokens|, so a token's credit is
+    sum over steps of 1/2 + 1 / (2 t_pair(k)), t_pair(k) the ratio of the pair view that masks it (t or 1 - t)."""
+    n, length, prompt_length, mu = 4, 6, 3, 3
+    g = torch.Generator().manual_seed(0)
+    reveal = torch.stack([torch.randperm(length, generator=g) for _ in range(n)])
+    batch = Rollouts(
+        torch.randint(5, 10, (n, prompt_length), generator=g), torch.randint(6, 10, (n, length), generator=g),
+        torch.ones(n, length, dtype=torch.bool), reveal, [""] * n, 0,
+    )  # fmt: skip
+    cfg = method_config("coupled_grpo", dict(num_iterations=mu, num_generations=2, num_prompts=2, beta=0.04))
+    model = make_model(max_positions=prompt_length + length, seed=1)
+    advantages = torch.tensor([1.0, -0.5, 2.0, -1.5])
+    credit = token_credit(model, cfg, batch, advantages, 7, tok.pad_token_id, tok.mask_token_id)
+    views, weights, _, _ = make_views(cfg, batch, 7, tok.pad_token_id, tok.mask_token_id)
+    want = torch.zeros(n, length)
+    for _full, first, second in views.steps:
+        t_pair = torch.where(views.masks[first], views.t[first][:, None], views.t[second][:, None])
+        want += 0.5 + 0.5 / t_pair
+    assert torch.allclose(weights.sum(0), want, rtol=1e-6)
+    assert torch.allclose(credit, want / (n * length), rtol=1e-5)
