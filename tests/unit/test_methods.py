@@ -30,6 +30,7 @@ ALL = [
     "wd1",
     "mdpo",
     "cj_grpo",
+    "coupled_grpo",
 ]  # grpo's sampler
 AUX = ["cogrpo", "unmask_policy"]  # with an auxiliary policy (Co-GRPO: images, maskgit; unmasking policy: llada)
 AUGMENTED = ["igpo"]  # with a rollout augmenter (IGPO: the plain llada sampler, a task with reasoning traces)
@@ -81,6 +82,7 @@ def test_what_each_method_fixes():
         "wd1": {"scale_rewards": "none", "beta": 0.0},
         "mdpo": {"remasking": "mdpo_topk"},
         "cj_grpo": {"remasking": "cj_grpo"},
+        "coupled_grpo": {"remasking": "coupled"},
         "unmask_policy": {"scale_rewards": "none", "beta": 0.0},
     }
 

@@ -42,7 +42,7 @@ ImageTask = Literal["geneval_mini", "geneval"]
 ImageBenchmark = Literal["hps", "dpg"]  # evaluation only (image.eval_tasks)
 ViewSampler = Literal[
     "full_completion", "unigrpo", "maskgrpo_fading", "maskgrpo_random", "rebrl_linear", "tracerl",
-    "gdpo_quadrature", "block_random", "cj_grpo", "mdpo_topk",
+    "gdpo_quadrature", "block_random", "cj_grpo", "mdpo_topk", "coupled",
 ]  # fmt: skip
 STATE_VIEWS = ("cj_grpo", "mdpo_topk")  # view samplers built from the sampler's stored states (recorded rollouts)
 RewardModel = Literal["imagereward", "hpsv3", "clip", "clip_hf", "deqa", "unifiedreward", "reward_server"]
@@ -771,7 +771,7 @@ class GRPOConfig(Section):
                 f"must divide num_prompts = {self.num_prompts} (micro-batches hold whole prompt groups)",
             )
         views = self.remasking
-        if self.legacy_micro_step_views and views in ("tracerl", "gdpo_quadrature", "block_random"):
+        if self.legacy_micro_step_views and views in ("tracerl", "gdpo_quadrature", "block_random", "coupled"):
             raise refuse(
                 "legacy_micro_step_views",
                 True,

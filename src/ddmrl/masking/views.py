@@ -198,7 +198,8 @@ def build_views(
     Args:
         remasking: key of ``VIEWS``: full_completion (d1, wd1), unigrpo (MMaDA), maskgrpo_fading (MaskGRPO
             text), maskgrpo_random (MaskGRPO image: truncated ratios, uniform masks), rebrl_linear (RebRL,
-            t_j = j / mu), tracerl (TraceRL trace steps), gdpo_quadrature (GDPO), block_random (SPG).
+            t_j = j / mu), tracerl (TraceRL trace steps), gdpo_quadrature (GDPO), block_random (SPG), coupled
+            (Coupled-GRPO's complementary pairs).
         mu: optimiser steps per rollout batch (num_iterations); TraceRL's view count is its number of trace
             steps instead, GDPO's is ``views_per_step`` quadrature nodes shared by the mu steps.
         seed: rollout seed; view j uses ``derive_seed(seed, "view", j)``.
@@ -432,6 +433,33 @@ def block_random_views(r: ViewRequest) -> Views:
     return Views(masks_t, torch.stack(prompt_masks), t, seed, schedule=schedule)
 
 
+COUPLED_RATIOS = (0.2, 0.8)  # DiffuCoder's mask ratio t ~ U[0.2, 0.8] (``forward_process`` of its release)
+
+
+def coupled_views(r: ViewRequest) -> Views:
+    """Coupled-GRPO (DiffuCoder; Gong et al. 2025, arXiv 2506.20639): three views per optimiser step j, from one
+    ratio t_j ~ U[0.2, 0.8] shared by the rows (as the release draws one ``mask_ratio`` per call) and one uniform
+    u per position: the whole completion masked (t = 1), the positions with u < t_j (t = t_j) and exactly their
+    complement (t = 1 - t_j), so that every completion position is masked in exactly one view of the pair. The
+    prompt is never masked; positions after the first EOS are masked like any other (the loss ignores them). No
+    view is forced to mask a token: a position's estimate comes from whichever view of the pair masks it. Each step
+    uses its own triple (3 mu views, 3 forward passes per optimiser step against UniGRPO's 1)."""
+    n, length = r.completion_mask.shape
+    lo, hi = COUPLED_RATIOS
+    masks, ratios = [], []
+    for j in range(r.mu):
+        g = generator(r.seed, "view", j)
+        t = lo + (hi - lo) * torch.rand((), generator=g).item()
+        m = torch.rand(n, length, generator=g) < t  # [N, L]
+        masks += [torch.ones_like(m), m, ~m]
+        ratios += [1.0, t, 1.0 - t]
+    v = 3 * r.mu
+    t_views = torch.tensor(ratios, dtype=torch.float32)[:, None].expand(v, n).clone()
+    schedule = tuple(tuple(range(3 * j, 3 * j + 3)) for j in range(r.mu))
+    no_prompt = torch.zeros(v, *r.prompt_ids.shape, dtype=torch.bool)
+    return Views(torch.stack(masks), no_prompt, t_views, r.seed, schedule=schedule)
+
+
 def _random(seed: int, n: int, length: int) -> torch.Tensor:
     return torch.rand(n, length, generator=generator(seed, "ensure_one"))
 
@@ -458,6 +486,7 @@ VIEWS = {
     "block_random": block_random_views,
     "cj_grpo": cj_grpo_views,
     "mdpo_topk": mdpo_views,
+    "coupled": coupled_views,
 }
 
 

@@ -24,6 +24,7 @@ METHODS = Registry(
         "cogrpo": "ddmrl.methods.cogrpo:METHOD",
         "unmask_policy": "ddmrl.methods.unmask_policy:METHOD",
         "igpo": "ddmrl.methods.igpo:METHOD",
+        "coupled_grpo": "ddmrl.methods.coupled_grpo:METHOD",
     },
     group="ddmrl.methods",
 )

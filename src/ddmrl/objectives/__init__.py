@@ -11,6 +11,7 @@ OBJECTIVES = Registry(
         "spg": "ddmrl.objectives.spg:spg",
         "weighted_likelihood": "ddmrl.objectives.weighted_likelihood:weighted_likelihood",
         "mdpo": "ddmrl.objectives.mdpo:mdpo",
+        "coupled_clip": "ddmrl.objectives.coupled_clip:coupled_clip",
     }
 )
 

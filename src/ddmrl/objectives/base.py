@@ -9,6 +9,8 @@ depends on its method's objective only:
   spg                  SPG (Wang et al. 2026): REINFORCE on ELBO / EUBO proxies sandwiching the log-likelihood
   weighted_likelihood  wd1 (Tang et al. 2026): ratio-free likelihood weighted by group softmaxes of +-A
   mdpo                 MDPO (He et al. 2025): per-step advantages on stored states, L/|M| and confidence weights
+  coupled_clip         Coupled-GRPO (Gong et al. 2025): the step's views pooled into one log-prob per token, then
+                       the token ratio, clipped, minus beta k3 KL
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@
   gdpo_elbo        omega_n(k) = delta_n(k) q_n / t_n (t_n the node): GDPO's Gauss-Legendre ELBO, summed
   mdpo_confidence  the view's targets times the sampler's confidence in them at that step (MDPO; its L/|M| factor
                    is the objective's)
+  coupled          omega_v(k) = delta_v(k) / (t_v F_s(k)), t_v the view's nominal ratio and F_s(k) the number of the
+                   step's views that mask k: Coupled-GRPO's pooled estimate (its objective, ``coupled_clip``)
   hint_entropy     d1's completion_mean, then (after the old pass, :func:`hint_entropy_filter`) only the top tau
                    highest-entropy hint positions of each view keep their weight (IGPO)
 
@@ -90,6 +92,19 @@ def rebrl_weights(views: Views, completion_mask: torch.Tensor, rebrl_mode: str):
     return w, z
 
 
+def coupled_weights(views: Views, completion_mask: torch.Tensor, _mode: str):
+    """Coupled-GRPO (DiffuCoder; Gong et al. 2025): each view's importance weight 1 / t (its nominal ratio: 1 for the
+    fully masked view, t and 1 - t for the pair), divided by how many of the step's views mask the token, so that
+    summing omega log p over a step's views gives the release's (log p_full + log p_pair(k) / t_pair(k)) / 2: the
+    fully masked view's estimate and the pair's, averaged. A view belongs to one step (``Views.steps``)."""
+    targets = _targets(views, completion_mask)  # [V, N, L]
+    count = torch.zeros_like(targets)
+    for step in views.steps:
+        ids = list(step)
+        count[ids] = targets[ids].sum(0, keepdim=True).expand(len(ids), -1, -1)
+    return targets / (views.t.clamp_min(1e-8)[..., None] * count.clamp_min(1)), None
+
+
 def hint_entropy_filter(
     weights: torch.Tensor, targets: torch.Tensor, entropy: torch.Tensor, hints: torch.Tensor, keep: float
 ) -> torch.Tensor:
@@ -121,4 +136,5 @@ WEIGHTINGS = {
     "rebrl": rebrl_weights,
     "gdpo_elbo": gdpo_elbo_weights,
     "mdpo_confidence": mdpo_confidence_weights,
+    "coupled": coupled_weights,
 }

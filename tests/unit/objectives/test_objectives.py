@@ -15,6 +15,7 @@ from ddmrl.config import GRPOConfig
 from ddmrl.likelihood import sequence_elbo
 from ddmrl.objectives import OBJECTIVES
 from ddmrl.objectives.base import ObjectiveInputs
+from ddmrl.objectives.coupled_clip import coupled_clip
 from ddmrl.objectives.mdpo import mdpo
 from ddmrl.objectives.policy_loss import aggregate, clipped_token_loss
 from ddmrl.objectives.sequence_clip import sequence_clip
@@ -69,6 +70,7 @@ def test_registry_names_the_objectives():
         "spg": spg,
         "weighted_likelihood": weighted_likelihood,
         "mdpo": mdpo,
+        "coupled_clip": coupled_clip,
     }
 
 
