@@ -31,7 +31,8 @@ ALL = [
     "mdpo",
     "cj_grpo",
     "coupled_grpo",
-]  # grpo's sampler
+    "justgrpo",
+]  # grpo's sampler (JustGRPO: its own, blocks of one token, unless grpo: sets one)
 AUX = ["cogrpo", "unmask_policy"]  # with an auxiliary policy (Co-GRPO: images, maskgit; unmasking policy: llada)
 AUGMENTED = ["igpo"]  # with a rollout augmenter (IGPO: the plain llada sampler, a task with reasoning traces)
 
@@ -83,6 +84,7 @@ def test_what_each_method_fixes():
         "mdpo": {"remasking": "mdpo_topk"},
         "cj_grpo": {"remasking": "cj_grpo"},
         "coupled_grpo": {"remasking": "coupled"},
+        "justgrpo": {"remasking": "tracerl", "shrink": 1, "beta": 0.0, "loss_type": "token_mean"},
         "unmask_policy": {"scale_rewards": "none", "beta": 0.0},
     }
 

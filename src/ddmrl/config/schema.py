@@ -726,8 +726,8 @@ class GRPOConfig(Section):
     )
     loss_after_eos: Bool = Field(
         False,
-        description="MDPO, CJ-GRPO and IGPO: train every completion position, the EOS padding after the first EOS "
-        "included (their releases' loss masks); false: the tokens up to and including the first EOS (d1's "
+        description="MDPO, CJ-GRPO, IGPO and JustGRPO: train every completion position, the EOS padding after the "
+        "first EOS included (their releases' loss masks); false: the tokens up to and including the first EOS (d1's "
         "completion mask).",
     )
     mdpo_tempered_confidence: Bool = Field(
@@ -811,8 +811,8 @@ class GRPOConfig(Section):
             raise refuse(
                 "legacy_micro_step_views", True, "maskgrpo_legacy has its own view index (m % mu); choose one"
             )
-        if self.loss_after_eos and self.method not in ("mdpo", "cj_grpo", "igpo", ""):
-            why = "reproduces the MDPO, CJ-GRPO and IGPO releases' loss masks"
+        if self.loss_after_eos and self.method not in ("mdpo", "cj_grpo", "igpo", "justgrpo", ""):
+            why = "reproduces the MDPO, CJ-GRPO, IGPO and JustGRPO releases' loss masks"
             raise refuse("loss_after_eos", True, f"{why}; not a switch of {self.method}")
         if self.mdpo_tempered_confidence and self.method not in ("mdpo", ""):
             raise refuse("mdpo_tempered_confidence", True, f"an MDPO switch; not one of {self.method}")

@@ -25,6 +25,7 @@ METHODS = Registry(
         "unmask_policy": "ddmrl.methods.unmask_policy:METHOD",
         "igpo": "ddmrl.methods.igpo:METHOD",
         "coupled_grpo": "ddmrl.methods.coupled_grpo:METHOD",
+        "justgrpo": "ddmrl.methods.justgrpo:METHOD",
     },
     group="ddmrl.methods",
 )

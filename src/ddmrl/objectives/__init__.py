@@ -12,6 +12,7 @@ OBJECTIVES = Registry(
         "weighted_likelihood": "ddmrl.objectives.weighted_likelihood:weighted_likelihood",
         "mdpo": "ddmrl.objectives.mdpo:mdpo",
         "coupled_clip": "ddmrl.objectives.coupled_clip:coupled_clip",
+        "valid_token_clip": "ddmrl.objectives.valid_token_clip:valid_token_clip",
     }
 )
 

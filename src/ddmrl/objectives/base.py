@@ -11,6 +11,8 @@ depends on its method's objective only:
   mdpo                 MDPO (He et al. 2025): per-step advantages on stored states, L/|M| and confidence weights
   coupled_clip         Coupled-GRPO (Gong et al. 2025): the step's views pooled into one log-prob per token, then
                        the token ratio, clipped, minus beta k3 KL
+  valid_token_clip     JustGRPO (Ni et al. 2026): token_clip with each view's token mean over the samples of nonzero
+                       advantage only
 """
 
 from __future__ import annotations

@@ -32,7 +32,13 @@ def setup(monkeypatch, make_model):
     return task, tok, policy, copy.deepcopy(policy)
 
 
+# methods whose definition needs its own sampler: the shared one (blocks of 4) is replaced in their section
+OWN_SAMPLER = {"justgrpo": SamplerConfig(block_length=1, temperature=1.0)}  # left to right, one token per step
+
+
 def config(method: str, **kw) -> GRPOConfig:
+    if method in OWN_SAMPLER:
+        kw = {"sampler": OWN_SAMPLER[method], **kw}
     base = dict(
         method=method,
         max_steps=2,
