@@ -231,3 +231,25 @@ def test_a_method_model_refuses_a_bad_value_in_one_line_when_built_directly():
     with pytest.raises(ConfigError) as info:
         METHODS["maskgrpo"].params(gamma=0.3)
     assert str(info.value).startswith("gamma = 0.3: AR-like fading needs gamma >= 0.5")
+
+
+@pytest.mark.parametrize(
+    ("method", "key", "accepted"),
+    [
+        ("mdpo", "loss_after_eos", True),
+        ("unigrpo", "loss_after_eos", False),
+        ("maskgrpo", "maskgrpo_legacy", True),
+        ("rebrl", "maskgrpo_legacy", False),
+        ("mdpo", "mdpo_tempered_confidence", True),
+        ("cj_grpo", "mdpo_tempered_confidence", False),
+    ],
+)
+def test_a_reproduction_switch_is_accepted_only_by_the_methods_that_declare_it(method, key, accepted):
+    """Each method's module lists the switches of GRPOConfig it accepts (``Method.switches``); the schema refuses
+    the others, naming the key."""
+    assert (key in METHODS[method].switches) == accepted
+    if accepted:
+        assert getattr(method_config(method, **{key: True}), key) is True
+    else:
+        with pytest.raises(ConfigError, match=f"{key} = True: a reproduction switch of the methods that declare it"):
+            method_config(method, **{key: True})

@@ -44,6 +44,8 @@ ViewSampler = Literal[
     "full_completion", "unigrpo", "maskgrpo_fading", "maskgrpo_random", "rebrl_linear", "tracerl",
     "gdpo_quadrature", "block_random", "cj_grpo", "mdpo_topk", "coupled",
 ]  # fmt: skip
+#: GRPOConfig's reproduction switches that only some methods accept (``Method.switches`` in their modules)
+SWITCHES = ("maskgrpo_legacy", "loss_after_eos", "mdpo_tempered_confidence")
 STATE_VIEWS = ("cj_grpo", "mdpo_topk")  # view samplers built from the sampler's stored states (recorded rollouts)
 RewardModel = Literal["imagereward", "hpsv3", "clip", "clip_hf", "deqa", "unifiedreward", "reward_server"]
 ModelKind = Literal["tiny", "llada", "mmada", "hf_masked_lm"]
@@ -791,8 +793,9 @@ class GRPOConfig(Section):
                         f"{views} views are the sampler's stored states: they need the plain llada sampler "
                         "(kv_cache none, parallel none)",
                     )
-        if views == "mdpo_topk" and self.method != "mdpo":
-            raise refuse("remasking", views, "ranks the steps by MDPO's per-step advantages: method mdpo only")
+        method = METHODS[self.method] if self.method in METHODS else None  # a bare GRPOConfig or grpo: names none
+        if views == "mdpo_topk" and (method is None or not method.step_advantage):
+            raise refuse("remasking", views, "ranks the steps by per-step advantages: a method with step_advantage")
         if self.inpaint_ratio_low > self.inpaint_ratio_high:
             high = self.inpaint_ratio_high
             raise refuse("inpaint_ratio_low", self.inpaint_ratio_low, f"exceeds inpaint_ratio_high = {high}")
@@ -801,21 +804,15 @@ class GRPOConfig(Section):
         if self.max_replacements > self.num_generations:
             g = self.num_generations
             raise refuse("max_replacements", self.max_replacements, f"exceeds num_generations = {g}")
-        if self.maskgrpo_legacy and self.method not in ("maskgrpo", ""):
-            raise refuse(
-                "maskgrpo_legacy", True, f"reproduces MaskGRPO's released code; not a switch of {self.method}"
-            )
+        for key in SWITCHES:
+            if getattr(self, key) and method is not None and key not in method.switches:
+                raise refuse(key, True, f"a reproduction switch of the methods that declare it; not of {self.method}")
         if self.maskgrpo_legacy and views not in ("maskgrpo_fading", ""):
             raise refuse("maskgrpo_legacy", True, f"reproduces MaskGRPO's text views (maskgrpo_fading), not {views}")
         if self.maskgrpo_legacy and self.legacy_micro_step_views:
             raise refuse(
                 "legacy_micro_step_views", True, "maskgrpo_legacy has its own view index (m % mu); choose one"
             )
-        if self.loss_after_eos and self.method not in ("mdpo", "cj_grpo", "igpo", "justgrpo", ""):
-            why = "reproduces the MDPO, CJ-GRPO, IGPO and JustGRPO releases' loss masks"
-            raise refuse("loss_after_eos", True, f"{why}; not a switch of {self.method}")
-        if self.mdpo_tempered_confidence and self.method not in ("mdpo", ""):
-            raise refuse("mdpo_tempered_confidence", True, f"an MDPO switch; not one of {self.method}")
         if views == "maskgrpo_fading" and self.gamma < 0.5:
             raise refuse(
                 "gamma",

@@ -31,6 +31,8 @@ class Method:
             reward of each step's prediction (MDPO), or "" (one advantage per rollout).
         augmenter: key in ``ddmrl.augmenters.AUGMENTERS``: edits the scored groups before the advantages (IGPO's
             inpainting of all-wrong groups), or "" (none).
+        switches: the reproduction switches of ``GRPOConfig`` it accepts (``ddmrl.config.schema.SWITCHES``: its
+            release's quirks, e.g. ``loss_after_eos``); the others refuse them.
     """
 
     name: str
@@ -41,6 +43,7 @@ class Method:
     objective: str = "token_clip"
     step_advantage: str = ""
     augmenter: str = ""
+    switches: tuple[str, ...] = ()
 
     @property
     def remasking(self) -> str:

@@ -33,4 +33,5 @@ METHOD = Method(
     weighting="masked_mean",
     paper="Yang et al. 2025, Taming Masked Diffusion Language Models via Consistency Trajectory RL with Fewer "
     "Decoding Steps (CJ-GRPO; arXiv 2509.23924)",
+    switches=("loss_after_eos",),
 )

@@ -46,4 +46,5 @@ METHOD = Method(
     augmenter="igpo",
     paper="Zhao et al. 2026, Inpainting-Guided Policy Optimization for Diffusion Large Language Models (IGPO; "
     "ICLR 2026, arXiv 2509.10396)",
+    switches=("loss_after_eos",),
 )

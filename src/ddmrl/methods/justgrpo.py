@@ -66,4 +66,5 @@ METHOD = Method(
     objective="valid_token_clip",
     paper="Ni et al. 2026, The Flexibility Trap: Why Arbitrary Order Limits Reasoning Potential in Diffusion "
     "Language Models (JustGRPO; ICML 2026, arXiv 2601.15165)",
+    switches=("loss_after_eos",),
 )

@@ -48,4 +48,5 @@ METHOD = MaskGRPO(
     display="MaskGRPO",
     weighting="masked_mean",
     paper="Ma et al. 2026, MaskGRPO (ICLR 2026, arXiv 2510.02880)",
+    switches=("maskgrpo_legacy",),
 )

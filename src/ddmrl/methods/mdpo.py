@@ -47,4 +47,5 @@ METHOD = MDPO(
     step_advantage="mdpo",
     paper="He et al. 2025, MDPO: Overcoming the Training-Inference Divide of Masked Diffusion Language Models "
     "(arXiv 2508.13148)",
+    switches=("loss_after_eos", "mdpo_tempered_confidence"),
 )
