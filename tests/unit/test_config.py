@@ -16,8 +16,6 @@ import pytest
 import yaml
 
 from ddmrl.config import (
-    TASK_MODALITY,
-    TASK_PARAMS,
     ConfigError,
     GRPOConfig,
     HubItem,
@@ -28,12 +26,14 @@ from ddmrl.config import (
     load,
 )
 from ddmrl.config._base import fields_of
-from ddmrl.config.schema import Config, GenEvalEvaluator, RewardModel
+from ddmrl.config.schema import Config, reward_models, task_kind, tasks_of
 from ddmrl.methods import METHODS
 from ddmrl.pipeline.dag import code_files
+from ddmrl.rewards import REWARD_MODELS
 from ddmrl.rewards.geneval_bridge import GenEvalEnv
-from ddmrl.rewards.registry import REWARD_MODELS
+from ddmrl.rewards.interface import ImageRewardModel
 from ddmrl.tasks import TASKS, make_task
+from ddmrl.tasks.geneval import GenEvalEvaluator
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -354,7 +354,7 @@ def code_default(defaults, path):
         node, path = METHODS[load(REPO / "params.yaml").methods[path[1]].method].params(), path[2:]
     elif "task_params" in path[:2]:
         at = path.index("task_params") + 1
-        node, path = TASK_PARAMS[path[at]](), path[at + 1 :]
+        node, path = TASKS[path[at]].params(), path[at + 1 :]
     else:
         node = defaults
     for k in path:
@@ -426,6 +426,7 @@ IMPORTED = "import {}, sys; print(sorted(m for m in sys.modules if m.startswith(
             [
                 *(f"ddmrl.config.{f[:-3]}" for f in CONFIG_FILES[1:]),
                 *("ddmrl.config", "ddmrl.errors", "ddmrl.methods", "ddmrl.methods.base", "ddmrl.registry"),
+                *("ddmrl.rewards", "ddmrl.tasks"),  # the registries of the names the schema validates
             ],
         ),
         ("ddmrl.errors", ["ddmrl.errors"]),
@@ -444,14 +445,16 @@ def test_leaf_modules_import_nothing_heavy(module, modules):
 
 def test_the_code_deps_of_a_config_user_are_configs_own_files(tmp_path):
     """Every stage imports ddmrl.config: through it, a stage depends on the config package, ddmrl.errors, the
-    numerics ddmrl pins, and the method registry and contract only (ddmrl.pipeline.dag.code_files follows every
-    ddmrl import, those inside functions included; a method's own module is a dep of its runs only)."""
+    numerics ddmrl pins, the method registry and contract, and the task and reward-model registries only
+    (ddmrl.pipeline.dag.code_files follows every ddmrl import, those inside functions included; a method's or a
+    task's own module is a dep of the stages that run it only)."""
     for text in ("from ddmrl import config\n", "from ddmrl.config import ConfigError, load\n"):
         (tmp_path / "stage.py").write_text(text)
         assert code_files(tmp_path / "stage.py", REPO) == tuple(
             sorted(
                 ["src/ddmrl/__init__.py", "src/ddmrl/errors.py", "src/ddmrl/numerics.py", "src/ddmrl/registry.py"]
                 + ["src/ddmrl/methods/__init__.py", "src/ddmrl/methods/base.py"]
+                + ["src/ddmrl/tasks/__init__.py", "src/ddmrl/rewards/__init__.py"]
                 + [f"src/ddmrl/config/{f}" for f in CONFIG_FILES]
             )
         )
@@ -473,7 +476,7 @@ def constructor_defaults(cls: type) -> dict:
 
 def accepted_by_schema(name: str, params: dict) -> bool:
     try:
-        TASK_PARAMS[name](**params)
+        TASKS[name].params(**params)
     except ConfigError:
         return False
     return True
@@ -501,13 +504,15 @@ def probes(info) -> list:
 
 
 @pytest.mark.parametrize("name", sorted(TASKS))
-def test_the_schema_knows_every_task_its_modality_and_its_parameters(name):
-    """The schema spells out the tasks (it may not import ddmrl.tasks): same names and modalities as the registry,
-    one field per constructor parameter with the constructor's default, and at each bound and choice it accepts what
-    the task accepts. A parameter the schema requires is one whose constructor default the task refuses."""
-    assert set(TASK_PARAMS) == set(TASKS) == set(TASK_MODALITY)
-    assert TASK_MODALITY[name] == TASKS[name].modality
-    fields, defaults = TASK_PARAMS[name].__pydantic_fields__, constructor_defaults(TASKS[name])
+def test_every_task_declares_its_parameters_as_its_constructor_takes_them(name):
+    """A task's module declares its section's model (``Params``, the class's ``params``): one field per constructor
+    parameter with the constructor's default, and at each bound and choice it accepts what the task accepts. A
+    parameter the model requires is one whose constructor default the task refuses. Its kind (text, image,
+    benchmark) comes from its class, and a task is listed under its kind only."""
+    assert TASKS[name].params.__module__ == TASKS.module(name)
+    assert task_kind(name) == ("benchmark" if TASKS[name].evaluation_only else TASKS[name].modality)
+    assert [kind for kind in ("text", "image", "benchmark") if name in tasks_of(kind)] == [task_kind(name)]
+    fields, defaults = TASKS[name].params.__pydantic_fields__, constructor_defaults(TASKS[name])
     assert list(fields) == list(defaults)
     required = {k: REQUIRED[k] for k, info in fields.items() if info.is_required()}
     for key, info in fields.items():
@@ -540,8 +545,11 @@ def test_image_benchmarks_need_mmada_and_a_vqa_models_own_options(tmp_path):
         assert expected in refused(tmp_path, text)
 
 
-def test_the_schema_knows_the_reward_models_and_the_geneval_evaluator():
-    assert set(get_args(RewardModel)) == set(REWARD_MODELS) - {"weighted_sum"}
+def test_the_reward_models_and_the_geneval_evaluator_agree_with_their_classes():
+    """Every reward model a reward entry may name is an ImageRewardModel; the evaluator's keys are GenEvalEnv's."""
+    assert set(reward_models()) == set(REWARD_MODELS) - {"weighted_sum"}
+    for name in reward_models():
+        assert issubclass(REWARD_MODELS[name], ImageRewardModel), name
     missing = dataclasses.MISSING
     env = {f.name: f.default is missing and f.default_factory is missing for f in dataclasses.fields(GenEvalEnv)}
     evaluator = GenEvalEvaluator.__pydantic_fields__

@@ -15,6 +15,7 @@ REGISTRIES = [
     ("ddmrl.samplers", "SAMPLERS", "maskgit", "ddmrl.samplers.maskgit"),
     ("ddmrl.objectives", "OBJECTIVES", "spg", "ddmrl.objectives.spg"),
     ("ddmrl.aux_policies", "AUX_POLICIES", "schedule", "ddmrl.aux_policies.schedule"),
+    ("ddmrl.rewards", "REWARD_MODELS", "clip", "ddmrl.rewards.local_models"),
 ]
 
 

@@ -15,8 +15,10 @@ the method's defaults, then the ``grpo:`` keys except what the method fixes (SPG
 keys, which may not contradict what the method fixes. Every resolved run is a flat :class:`GRPOConfig` that holds
 every knob of every method, so library code reads ``cfg.gamma`` or ``cfg.shrink`` on any run.
 
-The schema (``ddmrl.config.schema``) is a leaf: it imports only the standard library, yaml, pydantic and
-``ddmrl.errors``; the loader imports the method registry and, to validate a section, its method's module.
+The schema (``ddmrl.config.schema``) is a leaf: it imports only the standard library, yaml, pydantic,
+``ddmrl.errors`` and the registries of methods, tasks and reward models (which import none of their members);
+validating a method section imports its method's module, validating a task's name or parameters its task's module
+(``task_params.<name>`` is validated by the task's ``Params``), neither of which imports torch.
 ``docs/params.md`` is generated from it: ``python -m ddmrl.config.docs``. Hyperparameter names
 follow TRL's ``GRPOConfig`` where the concept matches.
 """
@@ -27,8 +29,6 @@ from ddmrl.config.schema import (
     DEFAULT_PROFILE,
     DEFAULT_TRACKERS,
     MAR_TASK,
-    TASK_MODALITY,
-    TASK_PARAMS,
     TRACKERS,
     TRAIN_LOSSES,
     Config,
@@ -61,8 +61,6 @@ from ddmrl.errors import ConfigError
 __all__ = [
     "DEFAULT_PROFILE",
     "DEFAULT_TRACKERS",
-    "TASK_MODALITY",
-    "TASK_PARAMS",
     "TRACKERS",
     "TRAIN_LOSSES",
     "Config",

@@ -18,8 +18,9 @@ from typing import Any
 import yaml
 
 from ddmrl.config._base import bounds, choices, field_type, fields_of, is_section, strip, union_members
-from ddmrl.config.schema import Config, GRPOConfig
+from ddmrl.config.schema import Config, GRPOConfig, TaskParams, tasks_of
 from ddmrl.methods import METHODS
+from ddmrl.tasks import TASKS
 
 OUT = Path("docs/params.md")
 
@@ -36,6 +37,10 @@ Method sections: `grpo.methods` names sections of `methods:`; a section's `metho
 [GRPOConfig](#grpoconfig), resolved in this order: the method's defaults ([Methods](#methods)), then the keys set in
 `grpo:` except those the method fixes, then the section's own keys, which may not contradict what the method fixes.
 Image runs add `image.grpo` after `grpo:` and `image.method_overrides.<name>` after `methods.<name>`.
+
+Task parameters: `task_params.<task>` (text tasks) and `image.task_params.<task>` (image tasks and benchmarks) take
+the keys of the task's model (`Params` in its module, `ddmrl.tasks`; a *Task* section below); a task left out
+takes its defaults.
 """
 
 
@@ -43,10 +48,16 @@ def render() -> str:
     """The whole reference as markdown."""
     used: dict[type, list[str]] = {}  # each section class, with the keys where it is used, in walk order
     _collect(Config, "", used)
+    tasks: dict[type, list[str]] = {}  # each task's model (its module's Params), with the tasks it is the model of
+    for name in TASKS:
+        tasks.setdefault(TASKS[name].params, []).append(name)
     out = [HEADER]
     for cls in _ordered(used):
         if cls is Config:
             out.append("## Top level\n")
+        elif cls in tasks:
+            names = ", ".join(f"`{t}`" for t in tasks[cls])
+            out.append(f"## Task {names}\n\nKeys: {', '.join(f'`{p}`' for p in used[cls])}.\n")
         else:
             out.append(f"## {cls.__name__}\n\nKeys: {', '.join(f'`{p}`' for p in used[cls])}.\n")
         out.append(_doc(cls) + "\n")
@@ -60,8 +71,12 @@ def _collect(cls: type, path: str, used: dict[type, list[str]]) -> None:
     used.setdefault(cls, []).append(path)
     for name in fields_of(cls):
         key = f"{path}.{name}" if path else name
-        for inner, suffix in _sections_in(field_type(cls.__pydantic_fields__[name])):
+        info = cls.__pydantic_fields__[name]
+        for inner, suffix in _sections_in(field_type(info)):
             _collect(inner, key + suffix, used)
+        for kinds in (v.func.kinds for v in info.metadata if isinstance(getattr(v, "func", None), TaskParams)):
+            for task in tasks_of(*kinds):  # a task_params mapping: each task's model (ddmrl.tasks)
+                _collect(TASKS[task].params, f"{key}.{task}", used)
 
 
 def _sections_in(tp: Any, suffix: str = "") -> list[tuple[type, str]]:
@@ -152,6 +167,10 @@ def _methods() -> str:
 
 def _type(tp: Any, info: Any = None) -> str:
     """A type as users read it: ``integer (>= 1)``, ``one of `a`, `b```, ``list of string``, a link to a section."""
+    named = [v.func.choices() for v in strip(tp)[1] if hasattr(getattr(v, "func", None), "choices")]
+    if named:  # a registry member's name (ddmrl.config.schema.TaskNamed, RewardName)
+        optional = type(None) in typing.get_args(tp)
+        return "one of " + ", ".join(_value(c) for c in named[0]) + (" or null" if optional else "")
     while typing.get_origin(tp) is typing.Annotated:
         tp = typing.get_args(tp)[0]
     optional = typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp)

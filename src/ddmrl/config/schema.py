@@ -2,13 +2,16 @@
 
 Every key is declared once here, with its type, default, constraint and description; ``docs/params.md`` is
 generated from these declarations (``python -m ddmrl.config.docs``). Choices are ``Literal`` types, unknown keys
-are refused, and every model is frozen. The names the schema shares with the library (tasks and their modality,
-methods, view samplers, reward models) are spelled out here, so that the schema imports nothing of ddmrl; tests
-check that they agree with the registries.
+are refused, and every model is frozen. Members of the library are named through their registries, which import
+nothing until a name is looked up: a method section is validated by its method's ``Params`` (``ddmrl.methods``), a
+task's parameters by its task's (``ddmrl.tasks``), and reward models are names of ``ddmrl.rewards.REWARD_MODELS``.
+The view samplers are spelled out here; a test checks that they agree with ``ddmrl.masking``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import functools
 import re
 from typing import Annotated, Any, ClassVar, Literal, get_args
@@ -32,14 +35,13 @@ from ddmrl.config._base import (
 )
 from ddmrl.errors import ConfigError
 from ddmrl.methods import METHODS
+from ddmrl.rewards import REWARD_MODELS
+from ddmrl.tasks import TASKS
 
 DEFAULT_PROFILE = "tiny"
 
 # ------------------------------------------------------------------------------------------------ names
 
-TextTask = Literal["sudoku4", "chain", "arith", "countdown3", "gsm8k", "math500"]
-ImageTask = Literal["geneval_mini", "geneval"]
-ImageBenchmark = Literal["hps", "dpg"]  # evaluation only (image.eval_tasks)
 ViewSampler = Literal[
     "full_completion", "unigrpo", "maskgrpo_fading", "maskgrpo_random", "rebrl_linear", "tracerl",
     "gdpo_quadrature", "block_random", "cj_grpo", "mdpo_topk", "coupled",
@@ -47,7 +49,6 @@ ViewSampler = Literal[
 #: GRPOConfig's reproduction switches that only some methods accept (``Method.switches`` in their modules)
 SWITCHES = ("maskgrpo_legacy", "loss_after_eos", "mdpo_tempered_confidence")
 STATE_VIEWS = ("cj_grpo", "mdpo_topk")  # view samplers built from the sampler's stored states (recorded rollouts)
-RewardModel = Literal["imagereward", "hpsv3", "clip", "clip_hf", "deqa", "unifiedreward", "reward_server"]
 ModelKind = Literal["tiny", "llada", "mmada", "hf_masked_lm"]
 TrainLoss = Literal["elbo", "maskgit"]
 TRAIN_LOSSES: tuple[str, ...] = get_args(TrainLoss)
@@ -911,84 +912,98 @@ def _method_section(value: Any, handler: Any) -> Any:
 MethodSection = Annotated[GRPOConfig, WrapValidator(_method_section)]
 
 
-# ------------------------------------------------------------------------------------------------ task parameters
+# ------------------------------------------------------------------------------- tasks and rewards (ddmrl.tasks)
 
 
-@section
-class Sudoku4Params(Section):
-    """4x4 Sudoku in d1's format (``ddmrl.tasks.sudoku4``)."""
-
-    num_empty: Int = Field(
-        8, ge=1, le=12, description="Empty cells per puzzle (d1's puzzles have 8; 4 givens at least for uniqueness)."
-    )
+UNKNOWN = "unknown_name"  # the error type of a name no registry member of the right kind has
+TASK_PARAMS_TYPE = {"type": "mapping: task name to its parameters (a Task section)"}
 
 
-@section
-class Countdown3Params(Section):
-    """Three-number Countdown in d1's format (``ddmrl.tasks.countdown3``)."""
-
-    max_number: Int = Field(20, ge=1, description="The three numbers are drawn from [1, max_number].")
-    max_target: Int = Field(100, ge=1, description="Targets are positive integers up to max_target.")
-
-
-@section
-class ChainParams(Section):
-    """Multi-step variable tracking with a reasoning trace in d1's GSM8K format (``ddmrl.tasks.chain``)."""
-
-    hops: Int = Field(3, ge=1, description="Lookups from the query to its digit (trace lines).")
-    distractors: Int = Field(3, ge=0, description="Assignments of a second chain in the same prompt.")
-    num_names: Int = Field(10, ge=1, le=26, description="Variable names to draw from (a, b, ...).")
-
-    @model_validator(mode="after")
-    def _check(self) -> ChainParams:
-        if self.hops + self.distractors > self.num_names:
-            raise refuse(
-                "num_names", self.num_names, f"must be >= hops + distractors = {self.hops + self.distractors}"
-            )
-        return self
+def task_kind(name: str) -> str:
+    """What registered task ``name`` is: text (named by ``tasks``), image (``image.tasks``) or benchmark (an image
+    task for evaluation only, ``image.eval_tasks``), as its class declares it (``modality``, ``evaluation_only``);
+    imports the task's module only."""
+    task = TASKS[name]
+    return "benchmark" if task.modality == "image" and task.evaluation_only else task.modality
 
 
-@section
-class ArithParams(Section):
-    """Multi-step arithmetic with a reasoning trace in d1's GSM8K format (``ddmrl.tasks.arith``)."""
-
-    num_operands: Int = Field(3, ge=2, description="Numbers in the expression (num_operands - 1 trace steps).")
-    max_number: Int = Field(9, ge=1, description="The numbers are drawn from [1, max_number].")
-    ops: Str = Field("+-*", pattern=r"^[+*-]+$", description="Operators to draw from (a subset of + - *).")
-    max_value: Int = Field(99, ge=1, description="Every intermediate and final value lies in [0, max_value].")
-
-    @model_validator(mode="after")
-    def _check(self) -> ArithParams:
-        if self.max_number > self.max_value:
-            raise refuse("max_number", self.max_number, f"must be <= max_value = {self.max_value}")
-        return self
+def tasks_of(*kinds: str) -> tuple[str, ...]:
+    """The registered tasks of ``kinds``, in the registry's order (imports every task's module)."""
+    return tuple(name for name in TASKS if task_kind(name) in kinds)
 
 
-@section
-class MathParams(Section):
-    """GSM8K and MATH500 (``ddmrl.tasks.math_reasoning``): d1's prompts, rewards and answer parsers."""
-
-    train: Str = Field(min_length=1, description="Training set: a local file or directory, or a hub id.")
-    eval: Str = Field(min_length=1, description="Test set, used whole and in file order (as d1 evaluates).")
-    train_split: Str = Field("train", description="Split of the training set.")
-    eval_split: Str = Field("test", description="Split of the test set.")
-    completion_length: Int = Field(256, ge=1, description="Generation length in tokens (d1: 256).")
-    legacy_reward_quirks: Bool = Field(False, description="Reproduce the quirks of d1's reward functions.")
+def _is_task(name: Any, kinds: tuple[str, ...]) -> bool:
+    return isinstance(name, str) and name in TASKS.specs and task_kind(name) in kinds  # built-in tasks only
 
 
-@section
-class GenEvalMiniParams(Section):
-    """geneval-mini (``ddmrl.tasks.geneval_mini``): GenEval's tags, prompts and rules on a small canvas of colour
-    codes, judged by an exact detector."""
+@dataclasses.dataclass(frozen=True)
+class TaskNamed:
+    """Validates a name in a list of tasks: a task of ``ddmrl.tasks.TASKS`` of ``kind``. A valid name imports its
+    task's module only; an unknown one is refused with the choices."""
 
-    height: Int = Field(8, ge=7, le=16, description="Canvas rows (7 holds four plus shapes).")
-    width: Int = Field(8, ge=7, le=16, description="Canvas columns.")
-    partial_credit: Bool = Field(
-        False, description="Reward the fraction of GenEval's checks passed (1 exactly when GenEval says correct)."
-    )
-    placement: Literal["slots", "free"] = Field(
-        "slots", description="Reference scenes put objects in the canvas's quadrants (slots) or anywhere (free)."
-    )
+    kind: str
+
+    def choices(self) -> tuple[str, ...]:
+        return tasks_of(self.kind)
+
+    def __call__(self, value: Any, handler: Any) -> Any:
+        if not _is_task(value, (self.kind,)):
+            choices = ", ".join(self.choices())
+            raise PydanticCustomError(UNKNOWN, "unknown value; choose one of {choices}", {"choices": choices})
+        return handler(value)
+
+
+def TaskName(kind: str) -> Any:  # noqa: N802  (a type)
+    """The type of a task's name in a list of tasks of ``kind``."""
+    return Annotated[Str, WrapValidator(TaskNamed(kind))]
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskParams:
+    """Validates a ``task_params`` mapping, each entry by its task's model (the ``params`` of the task's class: the
+    ``Params`` of its module), for tasks of ``kinds``; the mapping is kept as written (task.json holds it as given).
+    A problem is described as the task's model describes it, below the entry's key."""
+
+    kinds: tuple[str, ...]
+
+    def __call__(self, value: Any, handler: Any) -> Any:
+        value = handler(value)
+        for name, params in value.items():
+            if not _is_task(name, self.kinds):
+                allowed = tasks_of(*self.kinds)
+                guess = difflib.get_close_matches(name, allowed, n=1)
+                hint = f" (did you mean {guess[0]}?)" if guess else ""
+                raise _described(f"{name}: unknown key{hint}; allowed: {', '.join(allowed)}")
+            if params is not None:  # a task given as null takes its defaults
+                model = TASKS[name].params
+                try:
+                    _adapter(model).validate_python(params)
+                except ValidationError as e:
+                    raise _described(describe(e, model, name)) from None
+        return value
+
+
+def _described(text: str) -> PydanticCustomError:
+    return PydanticCustomError(DESCRIBED, "{text}", {"text": text})
+
+
+def reward_models() -> tuple[str, ...]:
+    """The reward models a reward's entry may name (``ddmrl.rewards.REWARD_MODELS``; weighted_sum is their sum)."""
+    return tuple(name for name in REWARD_MODELS if name != "weighted_sum")
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardName:
+    """Validates a reward model's name (one of :func:`reward_models`; nothing is imported)."""
+
+    def choices(self) -> tuple[str, ...]:
+        return reward_models()
+
+    def __call__(self, value: Any, handler: Any) -> Any:
+        if value not in self.choices():
+            choices = ", ".join(self.choices())
+            raise PydanticCustomError(UNKNOWN, "unknown value; choose one of {choices}", {"choices": choices})
+        return handler(value)
 
 
 @pdc.dataclass(frozen=True, config=ConfigDict(extra="allow"))
@@ -996,135 +1011,21 @@ class RewardEntry:
     """One term of a weighted reward (``ddmrl.rewards.reward_from_params``); any other key is an option of the
     reward model, checked when the task is built."""
 
-    model: RewardModel | None = Field(None, description="Reward model (default: the entry's name).")
+    model: Annotated[Str, WrapValidator(RewardName())] | None = Field(
+        None, description="Reward model (default: the entry's name)."
+    )
     weight: Annotated[Float, Field(allow_inf_nan=False)] = Field(1.0, description="Weight in the sum.")
 
 
-@section
-class GenEvalEvaluator(Section):
-    """The official GenEval evaluator, run in its own environment (``ddmrl.rewards.geneval_bridge.GenEvalEnv``)."""
-
-    geneval_repo: Str = Field(description="Checkout of github.com/djghosh13/geneval.")
-    python: Str = Field(description="Python of GenEval's environment (python 3.9, mmdet 2.x).")
-    model_path: Str = Field(description="The detector's folder (--model-path).")
-    model_config: Str | None = Field(None, description="--model-config (default: mmdet's bundled config).")
-    options: dict[Str, Any] = Field(default_factory=dict, description="Further options of evaluate_images.py.")
-    timeout_s: Float | None = Field(None, gt=0, description="Seconds before the evaluator is stopped.")
-
-
-@section
-class GenEvalParams(Section):
-    """GenEval (``ddmrl.tasks.geneval``) for real text-to-image models, in MMaDA's layout."""
-
-    eval: Str = Field(min_length=1, description="GenEval's evaluation_metadata.jsonl (553 prompts).")
-    train: Str = Field("", description="Training prompts in the same schema (e.g. MaskGRPO's train_metadata.jsonl).")
-    num_image_tokens: Int = Field(1024, ge=1, description="Image tokens (512 px with MAGVIT-v2 f = 16: 1024).")
-    max_seq_length: Int = Field(256, ge=1, description="Text tokens of the prompt (MaskGRPO's RL: 256).")
-    reward_models: Annotated[dict[Str, RewardEntry], Field(min_length=1)] | None = Field(
-        None, description="The training reward: a weighted sum of reward models, {entry: {model, weight, ...}}."
-    )
-    evaluator: GenEvalEvaluator | None = Field(None, description="The official evaluator, for held-out scores.")
-
-    @model_validator(mode="after")
-    def _check(self) -> GenEvalParams:
-        _check_reward_entries(self.reward_models, "reward_models")
-        return self
-
-
-def _check_reward_entries(section: dict[str, RewardEntry] | None, key: str) -> None:
+def check_reward_entries(section: dict[str, RewardEntry] | None, key: str) -> None:
+    """Refuse an entry of a weighted reward that names no reward model (its ``model`` defaults to its name)."""
     for entry, term in (section or {}).items():
-        if term.model is None and entry not in get_args(RewardModel):
+        if term.model is None and entry not in reward_models():
             raise refuse(
                 f"{key}.{entry}.model",
                 entry,
-                f"unknown reward model; choose one of {', '.join(get_args(RewardModel))}",
+                f"unknown reward model; choose one of {', '.join(reward_models())}",
             )
-
-
-@section
-class HPSParams(Section):
-    """HPSv3 on HPS's evaluation prompts (``ddmrl.tasks.hps``), an evaluation benchmark in MMaDA's layout."""
-
-    eval: Str = Field(min_length=1, description="HPS's evaluation prompts (MaskGRPO's v3_eval_sample.jsonl, 500).")
-    num_image_tokens: Int = Field(1024, ge=1, description="Image tokens (as geneval's).")
-    max_seq_length: Int = Field(256, ge=1, description="Text tokens of the prompt (as geneval's).")
-    scorer: Annotated[dict[Str, RewardEntry], Field(min_length=1)] | None = Field(
-        None, description="The score: reward models as in reward_models (default: HPSv3, {hpsv3: {}})."
-    )
-
-    @model_validator(mode="after")
-    def _check(self) -> HPSParams:
-        _check_reward_entries(self.scorer, "scorer")
-        return self
-
-
-@section
-class VQAParams(Section):
-    """DPG-Bench's VQA model (``ddmrl.rewards.dpg.vqa_from_params``)."""
-
-    model: Literal["mplug", "vqa_server"] = Field("mplug", description="mPLUG-large in-process, or a VQA server.")
-    model_dir: Str | None = Field(None, description="mplug: the ModelScope model folder.")
-    url: Str | None = Field(None, description="vqa_server: the server's URL.")
-    device: Str | None = Field(None, description="mplug: the device (default: the GPU when there is one).")
-    timeout_s: Float | None = Field(None, gt=0, description="vqa_server: seconds per request.")
-
-    @model_validator(mode="after")
-    def _check(self) -> VQAParams:
-        options = {"mplug": ("model_dir", "device"), "vqa_server": ("url", "timeout_s")}
-        needs = options[self.model][0]
-        if getattr(self, needs) is None:
-            raise refuse(needs, None, f"vqa model {self.model} needs {needs}")
-        for other in options["vqa_server" if self.model == "mplug" else "mplug"]:
-            if getattr(self, other) is not None:
-                raise refuse(other, getattr(self, other), f"not an option of vqa model {self.model}")
-        return self
-
-
-@section
-class DPGParams(Section):
-    """DPG-Bench (``ddmrl.tasks.dpg``), an evaluation benchmark in MMaDA's layout: 4 images per prompt, 2x2."""
-
-    eval: Str = Field(min_length=1, description="DPG-Bench's prompts (MaskGRPO's dpg_bench.jsonl, 1065).")
-    questions: Str = Field(min_length=1, description="DPG-Bench's questions (ELLA's dpg_bench/dpg_bench.csv).")
-    num_image_tokens: Int = Field(1024, ge=1, description="Image tokens (as geneval's).")
-    max_seq_length: Int = Field(256, ge=1, description="Text tokens of the prompt (as geneval's).")
-    vqa: VQAParams = Field(description="The VQA model that answers the questions (ELLA's: mPLUG-large).")
-    legacy_skip_first_question: Bool = Field(
-        False, description="Reproduce ELLA's prepare_dpg_data, which drops the CSV's first question."
-    )
-
-
-@section
-class TextTaskParams(Section):
-    """Generator parameters per text task (``ddmrl.tasks``); a task left out takes its generator's defaults."""
-
-    sudoku4: Sudoku4Params | None = Field(None, description="4x4 Sudoku.")
-    chain: ChainParams | None = Field(None, description="Multi-step variable tracking with a reasoning trace.")
-    arith: ArithParams | None = Field(None, description="Multi-step arithmetic with a reasoning trace.")
-    countdown3: Countdown3Params | None = Field(None, description="Three-number Countdown.")
-    gsm8k: MathParams | None = Field(None, description="GSM8K (paper profiles).")
-    math500: MathParams | None = Field(None, description="MATH500 (paper profiles).")
-
-
-@section
-class ImageTaskParams(Section):
-    """Generator parameters per image task (``ddmrl.tasks``)."""
-
-    geneval_mini: GenEvalMiniParams | None = Field(None, description="geneval-mini (embedded).")
-    geneval: GenEvalParams | None = Field(None, description="GenEval (paper profiles).")
-    hps: HPSParams | None = Field(None, description="HPSv3 on HPS's prompts (paper profiles; evaluation only).")
-    dpg: DPGParams | None = Field(None, description="DPG-Bench (paper profiles; evaluation only).")
-
-
-TASK_PARAMS: dict[str, type] = {
-    name: info.annotation.__args__[0]
-    for params in (TextTaskParams, ImageTaskParams)
-    for name, info in params.__pydantic_fields__.items()
-}
-TASK_MODALITY: dict[str, str] = {
-    **dict.fromkeys(get_args(TextTask), "text"),
-    **dict.fromkeys(get_args(ImageTask) + get_args(ImageBenchmark), "image"),
-}
 
 
 # ------------------------------------------------------------------------------------------------ MAR (ddmrl.mar)
@@ -1334,12 +1235,12 @@ class ImageConfig(Section):
     works), its GRPO runs and its evaluation (GenEval's protocol: several sampled images per prompt). The branch is
     off unless ``tasks`` names an image task."""
 
-    tasks: tuple[ImageTask, ...] = Field((), description="Image tasks (at most one: one layout per pipeline).")
-    eval_tasks: tuple[ImageBenchmark, ...] = Field(
+    tasks: tuple[TaskName("image"), ...] = Field((), description="Image tasks (at most one: one layout per pipeline).")
+    eval_tasks: tuple[TaskName("benchmark"), ...] = Field(
         (), description="Benchmarks the base model and every image run are also evaluated on (nothing trains on them)."
     )
-    task_params: Annotated[dict[Str, Any], checked_as(ImageTaskParams)] = Field(
-        default_factory=dict, description="Generator parameters per image task."
+    task_params: Annotated[dict[Str, Any], WrapValidator(TaskParams(("image", "benchmark")))] = Field(
+        default_factory=dict, description="Generator parameters per image task.", json_schema_extra=TASK_PARAMS_TYPE
     )
     model: ModelConfig = Field(
         default_factory=lambda: ModelConfig(position_embedding="rope"), description="The image base model."
@@ -1423,9 +1324,9 @@ class Config(Section):
         "profiles/<name>.yaml onto it.",
     )  # fmt: skip
     seed: Int = Field(0, description="Global seed; every random draw derives from it and its unit of work.")
-    tasks: tuple[TextTask, ...] = Field(("sudoku4", "chain"), description="Text tasks.")
-    task_params: Annotated[dict[Str, Any], checked_as(TextTaskParams)] = Field(
-        default_factory=dict, description="Generator parameters per text task."
+    tasks: tuple[TaskName("text"), ...] = Field(("sudoku4", "chain"), description="Text tasks.")
+    task_params: Annotated[dict[Str, Any], WrapValidator(TaskParams(("text",)))] = Field(
+        default_factory=dict, description="Generator parameters per text task.", json_schema_extra=TASK_PARAMS_TYPE
     )
     model: ModelConfig = Field(default_factory=ModelConfig, description="The text model.")
     download: DownloadConfig = Field(default_factory=DownloadConfig, description="The download stage.")

@@ -257,8 +257,9 @@ class StageFactory:
         """The modules a stage runs that no static import names: its tasks' and sampler's (registry members), the
         module and objective of method ``section`` and the modules of ``methods``, the auxiliary policy of kind ``aux``
         and the sampler that consults it, the hub and the model adapters for a real model, GenEval's evaluator for an
-        image task. (Validating params.yaml imports every section's method module; only a stage's own ones are its
-        deps: another method's module decides nothing a stage writes.)"""
+        image task. (Validating params.yaml imports every section's method module and every named task's module, with
+        what it imports; only a stage's own ones are its deps: another method's or task's module decides nothing a
+        stage writes.)"""
         cfg, modules = self.cfg, []
         modules += [member_module("ddmrl.tasks", "TASKS", t) for t in tasks]
         modules += [member_module("ddmrl.samplers", "SAMPLERS", sampler)] if sampler else []

@@ -1,6 +1,25 @@
 """Image reward models behind one interface, the GenEval official-evaluator bridge and DPG-Bench scoring.
 
-Text rewards live with their tasks (:mod:`ddmrl.tasks`). See docs/rewards.md for weights and environments. The
-package imports nothing: the registry of reward models is :mod:`ddmrl.rewards.registry`, the contract
-:mod:`ddmrl.rewards.interface`.
+Text rewards live with their tasks (:mod:`ddmrl.tasks`). See docs/rewards.md for weights and environments.
+``REWARD_MODELS`` is the only list of the reward models' names (the schema validates a reward entry's ``model``
+by it); looking a name up imports its module only. A reward model is a class of the contract
+:class:`ddmrl.rewards.interface.ImageRewardModel`, built (nothing loaded yet) from its options;
+:mod:`ddmrl.rewards.registry` builds them and their weighted sums from params.
 """
+
+from __future__ import annotations
+
+from ddmrl.registry import Registry
+
+REWARD_MODELS = Registry(
+    {
+        "imagereward": "ddmrl.rewards.local_models:ImageRewardScore",
+        "hpsv3": "ddmrl.rewards.local_models:HPSv3Score",
+        "clip": "ddmrl.rewards.local_models:OpenCLIPScore",
+        "clip_hf": "ddmrl.rewards.local_models:HFCLIPScore",
+        "deqa": "ddmrl.rewards.local_models:DeQAScore",
+        "unifiedreward": "ddmrl.rewards.remote:UnifiedRewardClient",
+        "reward_server": "ddmrl.rewards.remote:RewardServerClient",
+        "weighted_sum": "ddmrl.rewards.registry:weighted_sum",  # a weighted sum of the others
+    }
+)

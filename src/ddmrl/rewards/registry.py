@@ -1,4 +1,5 @@
-"""Registry of image rewards and the config form of a weighted reward.
+"""Image reward models built by name (:data:`ddmrl.rewards.REWARD_MODELS`, the registry of their names) and the
+config form of a weighted reward.
 
 ``load_reward(name, **kwargs)`` builds a scorer without loading anything heavy (loading happens on first
 ``score``). :func:`reward_from_params` turns a params section such as::
@@ -15,15 +16,14 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ddmrl.config import ConfigError
+from ddmrl.rewards import REWARD_MODELS
 from ddmrl.rewards.combine import WeightedSum
 from ddmrl.rewards.interface import ImageRewardModel
-from ddmrl.rewards.local_models import DeQAScore, HFCLIPScore, HPSv3Score, ImageRewardScore, OpenCLIPScore
-from ddmrl.rewards.remote import RewardServerClient, UnifiedRewardClient
 
 #: UniGRPO text-to-image reward weights (MMaDA paper: CLIP reward and ImageReward, each scaled by 0.1)
 UNIGRPO_T2I_WEIGHTS: dict[str, float] = {"clip": 0.1, "imagereward": 0.1}
@@ -43,18 +43,6 @@ def weighted_sum(components: Mapping[str, Mapping[str, Any] | RewardComponent]) 
     return reward_from_params(components, key="components")
 
 
-REWARD_MODELS: dict[str, Callable[..., ImageRewardModel]] = {
-    "imagereward": ImageRewardScore,
-    "hpsv3": HPSv3Score,
-    "clip": OpenCLIPScore,
-    "clip_hf": HFCLIPScore,
-    "deqa": DeQAScore,
-    "unifiedreward": UnifiedRewardClient,
-    "reward_server": RewardServerClient,
-    "weighted_sum": weighted_sum,
-}
-
-
 def _check_kwargs(name: str, kwargs: Mapping[str, Any], where: str) -> None:
     params = inspect.signature(REWARD_MODELS[name]).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
@@ -72,7 +60,7 @@ def load_reward(name: str, **kwargs: Any) -> ImageRewardModel:
     >>> load_reward("clip_hf", weights="/nonexistent").loaded
     False
     """
-    if name not in REWARD_MODELS:
+    if name not in REWARD_MODELS.specs:  # the built-in reward models
         raise ValueError(f"unknown reward model '{name}'; choose one of {', '.join(sorted(REWARD_MODELS))}")
     try:
         _check_kwargs(name, kwargs, name)
@@ -99,7 +87,7 @@ def reward_from_params(
             weight = kwargs.pop("weight", 1.0)
         else:
             raise ConfigError(f"{where} = {spec!r}: must be a mapping (model, weight and the model's options)")
-        if model not in REWARD_MODELS or model == "weighted_sum":
+        if model not in REWARD_MODELS.specs or model == "weighted_sum":
             choices = ", ".join(sorted(set(REWARD_MODELS) - {"weighted_sum"}))
             raise ConfigError(f"{where}.model = {model!r}: unknown reward model; choose one of {choices}")
         if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight):

@@ -1,8 +1,12 @@
 """Tasks and their registry: embedded (text: d1-style rewards and metrics; image: GenEval-style) and the paper
 profiles' GSM8K and MATH500 (d1's prompts, rewards and parsers), and GenEval, HPS and DPG-Bench (MMaDA's layout).
 
-``TASKS`` imports a task's module when the task is first looked up, so a stage runs (and depends on) only its own
-task's code. A task's class is imported from its module (:class:`~ddmrl.tasks.base.Task`: the contract).
+One module per task (``ddmrl.tasks.<name>``): its section's model ``Params`` (the keys of ``task_params.<name>``,
+their defaults, checks and docs) and its class (:class:`~ddmrl.tasks.base.Task`: the contract), whose ``params`` is
+that model and whose ``modality`` and ``evaluation_only`` say which list names it (``tasks``, ``image.tasks`` or
+``image.eval_tasks``). ``TASKS`` is the only list of their names; ``ddmrl.config`` validates names and parameters
+through it. It imports a task's module when the task is first looked up, so a stage runs (and depends on) only its
+own tasks' code, and a task's module imports no torch at module level (validating params.yaml imports it).
 """
 
 from __future__ import annotations
@@ -17,9 +21,9 @@ if TYPE_CHECKING:
 TASKS = Registry(
     {
         "sudoku4": "ddmrl.tasks.sudoku4:Sudoku4",
-        "countdown3": "ddmrl.tasks.countdown3:Countdown3",
-        "arith": "ddmrl.tasks.arith:Arith",
         "chain": "ddmrl.tasks.chain:Chain",
+        "arith": "ddmrl.tasks.arith:Arith",
+        "countdown3": "ddmrl.tasks.countdown3:Countdown3",
         "geneval_mini": "ddmrl.tasks.geneval_mini:GenEvalMini",
         "geneval": "ddmrl.tasks.geneval:GenEval",
         "hps": "ddmrl.tasks.hps:HPSBench",

@@ -33,6 +33,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from pydantic import Field, model_validator
+
+from ddmrl.config._base import Int, Section, Str, refuse, section
 from ddmrl.tasks.base import Example, Task
 from ddmrl.tasks.d1_eval import gsm8k_correct, gsm8k_extract
 from ddmrl.tasks.d1_scoring import gsm8k_reward
@@ -64,8 +67,26 @@ def trace_steps(numbers: list[int], ops: list[str]) -> list[tuple[int, str, int,
     return steps
 
 
+@section
+class Params(Section):
+    """Multi-step arithmetic with a reasoning trace in d1's GSM8K format (``ddmrl.tasks.arith``)."""
+
+    num_operands: Int = Field(3, ge=2, description="Numbers in the expression (num_operands - 1 trace steps).")
+    max_number: Int = Field(9, ge=1, description="The numbers are drawn from [1, max_number].")
+    ops: Str = Field("+-*", pattern=r"^[+*-]+$", description="Operators to draw from (a subset of + - *).")
+    max_value: Int = Field(99, ge=1, description="Every intermediate and final value lies in [0, max_value].")
+
+    @model_validator(mode="after")
+    def _check(self) -> Params:
+        if self.max_number > self.max_value:
+            raise refuse("max_number", self.max_number, f"must be <= max_value = {self.max_value}")
+        return self
+
+
 class Arith(Task):
     """``num_operands`` numbers in ``[1, max_number]``, operators from ``ops``, values kept in ``[0, max_value]``."""
+
+    params = Params  # its section, task_params.<name> (ddmrl.config validates it)
 
     name = "arith"
     special_tokens = ("<arith>", "<reasoning>", "</reasoning>", "<answer>", "</answer>")

@@ -42,6 +42,9 @@ class Task(ABC):
     """A task: generator of examples, d1-style reward and evaluation score."""
 
     name: str
+    #: the model of the task's section, ``task_params.<name>``, by which ``ddmrl.config`` validates it: a
+    #: :func:`ddmrl.config.section` in the task's module (its ``Params``) whose fields are the constructor's parameters
+    params: type
     #: what the completion is: "text", or "image" (a grid of image-code tokens, see ``geneval_mini``)
     modality: str = "text"
     #: tokens after the completion that are part of the layout, never generated (MMaDA's ``<eoi>`` for images)

@@ -31,6 +31,9 @@ import random
 import string
 from typing import Any
 
+from pydantic import Field, model_validator
+
+from ddmrl.config._base import Int, Section, refuse, section
 from ddmrl.tasks.base import Example, Task
 from ddmrl.tasks.d1_eval import gsm8k_correct, gsm8k_extract
 from ddmrl.tasks.d1_scoring import gsm8k_reward
@@ -38,9 +41,28 @@ from ddmrl.tasks.d1_scoring import gsm8k_reward
 __all__ = ["Chain"]
 
 
+@section
+class Params(Section):
+    """Multi-step variable tracking with a reasoning trace in d1's GSM8K format (``ddmrl.tasks.chain``)."""
+
+    hops: Int = Field(3, ge=1, description="Lookups from the query to its digit (trace lines).")
+    distractors: Int = Field(3, ge=0, description="Assignments of a second chain in the same prompt.")
+    num_names: Int = Field(10, ge=1, le=26, description="Variable names to draw from (a, b, ...).")
+
+    @model_validator(mode="after")
+    def _check(self) -> Params:
+        if self.hops + self.distractors > self.num_names:
+            raise refuse(
+                "num_names", self.num_names, f"must be >= hops + distractors = {self.hops + self.distractors}"
+            )
+        return self
+
+
 class Chain(Task):
     """A query chain of ``hops`` assignments (hops - 1 copies, then a digit) and ``distractors`` assignments of a
     second chain, over ``num_names`` variable names."""
+
+    params = Params  # its section, task_params.<name> (ddmrl.config validates it)
 
     name = "chain"
     special_tokens = ("<chain>", "<reasoning>", "</reasoning>", "<answer>", "</answer>")

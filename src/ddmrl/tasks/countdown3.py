@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from pydantic import Field
+
+from ddmrl.config._base import Int, Section, section
 from ddmrl.tasks.base import Example, Task
 from ddmrl.tasks.d1_scoring import countdown_correct, countdown_reward
 
@@ -70,8 +73,18 @@ def render(tree: Node | int) -> str:
     return f"{left}{tree.op}{right}"
 
 
+@section
+class Params(Section):
+    """Three-number Countdown in d1's format (``ddmrl.tasks.countdown3``)."""
+
+    max_number: Int = Field(20, ge=1, description="The three numbers are drawn from [1, max_number].")
+    max_target: Int = Field(100, ge=1, description="Targets are positive integers up to max_target.")
+
+
 class Countdown3(Task):
     """Three numbers in ``[1, max_number]`` and a positive integer target ``<= max_target``."""
+
+    params = Params  # its section, task_params.<name> (ddmrl.config validates it)
 
     name = "countdown3"
     special_tokens = ("<countdown>", "<answer>", "</answer>")

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-import torch
+from pydantic import Field, model_validator
 
+from ddmrl.config._base import Bool, Float, Int, Section, Str, refuse, section
 from ddmrl.io import DataError, read_jsonl
 from ddmrl.rewards.dpg import (
     category_of,
@@ -31,14 +32,55 @@ from ddmrl.rewards.dpg import (
 from ddmrl.tasks.base import Example
 from ddmrl.tasks.mmada_images import EvaluationOnly, MMaDAImageTask
 
+if TYPE_CHECKING:
+    import torch
+
 __all__ = ["DPGBench"]
 
 PIC_NUM = 4  # the 2x2 grid (dist_eval.sh: PIC_NUM=4)
 
 
+@section
+class VQAParams(Section):
+    """DPG-Bench's VQA model (``ddmrl.rewards.dpg.vqa_from_params``)."""
+
+    model: Literal["mplug", "vqa_server"] = Field("mplug", description="mPLUG-large in-process, or a VQA server.")
+    model_dir: Str | None = Field(None, description="mplug: the ModelScope model folder.")
+    url: Str | None = Field(None, description="vqa_server: the server's URL.")
+    device: Str | None = Field(None, description="mplug: the device (default: the GPU when there is one).")
+    timeout_s: Float | None = Field(None, gt=0, description="vqa_server: seconds per request.")
+
+    @model_validator(mode="after")
+    def _check(self) -> VQAParams:
+        options = {"mplug": ("model_dir", "device"), "vqa_server": ("url", "timeout_s")}
+        needs = options[self.model][0]
+        if getattr(self, needs) is None:
+            raise refuse(needs, None, f"vqa model {self.model} needs {needs}")
+        for other in options["vqa_server" if self.model == "mplug" else "mplug"]:
+            if getattr(self, other) is not None:
+                raise refuse(other, getattr(self, other), f"not an option of vqa model {self.model}")
+        return self
+
+
+@section
+class Params(Section):
+    """DPG-Bench (``ddmrl.tasks.dpg``), an evaluation benchmark in MMaDA's layout: 4 images per prompt, 2x2."""
+
+    eval: Str = Field(min_length=1, description="DPG-Bench's prompts (MaskGRPO's dpg_bench.jsonl, 1065).")
+    questions: Str = Field(min_length=1, description="DPG-Bench's questions (ELLA's dpg_bench/dpg_bench.csv).")
+    num_image_tokens: Int = Field(1024, ge=1, description="Image tokens (as geneval's).")
+    max_seq_length: Int = Field(256, ge=1, description="Text tokens of the prompt (as geneval's).")
+    vqa: VQAParams = Field(description="The VQA model that answers the questions (ELLA's: mPLUG-large).")
+    legacy_skip_first_question: Bool = Field(
+        False, description="Reproduce ELLA's prepare_dpg_data, which drops the CSV's first question."
+    )
+
+
 class DPGBench(EvaluationOnly, MMaDAImageTask):
     """DPG-Bench prompts (``eval``: JSONL ``{item_id, prompt}``) and questions (``questions``: ``dpg_bench.csv``),
     judged by ``vqa`` (``{model: mplug, model_dir}`` or ``{model: vqa_server, url}``)."""
+
+    params = Params  # its section, task_params.<name> (ddmrl.config validates it)
 
     name = "dpg"
     samples_per_prompt = PIC_NUM

@@ -23,19 +23,55 @@ import random
 import tempfile
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import torch
+from pydantic import Field, model_validator
 
+from ddmrl.config._base import Float, Int, Section, Str, section
+from ddmrl.config.schema import RewardEntry, check_reward_entries
 from ddmrl.io import DataError, read_jsonl
 from ddmrl.rewards.geneval_bridge import GenEvalEnv, run_geneval, write_geneval_layout
 from ddmrl.rewards.registry import reward_from_params
 from ddmrl.tasks.base import Example
 from ddmrl.tasks.mmada_images import MMaDAImageTask
 
+if TYPE_CHECKING:
+    import torch
+
 __all__ = ["GenEval"]
 
 METADATA_KEYS = ("tag", "prompt", "include")
+
+
+@section
+class GenEvalEvaluator(Section):
+    """The official GenEval evaluator, run in its own environment (``ddmrl.rewards.geneval_bridge.GenEvalEnv``)."""
+
+    geneval_repo: Str = Field(description="Checkout of github.com/djghosh13/geneval.")
+    python: Str = Field(description="Python of GenEval's environment (python 3.9, mmdet 2.x).")
+    model_path: Str = Field(description="The detector's folder (--model-path).")
+    model_config: Str | None = Field(None, description="--model-config (default: mmdet's bundled config).")
+    options: dict[Str, Any] = Field(default_factory=dict, description="Further options of evaluate_images.py.")
+    timeout_s: Float | None = Field(None, gt=0, description="Seconds before the evaluator is stopped.")
+
+
+@section
+class Params(Section):
+    """GenEval (``ddmrl.tasks.geneval``) for real text-to-image models, in MMaDA's layout."""
+
+    eval: Str = Field(min_length=1, description="GenEval's evaluation_metadata.jsonl (553 prompts).")
+    train: Str = Field("", description="Training prompts in the same schema (e.g. MaskGRPO's train_metadata.jsonl).")
+    num_image_tokens: Int = Field(1024, ge=1, description="Image tokens (512 px with MAGVIT-v2 f = 16: 1024).")
+    max_seq_length: Int = Field(256, ge=1, description="Text tokens of the prompt (MaskGRPO's RL: 256).")
+    reward_models: Annotated[dict[Str, RewardEntry], Field(min_length=1)] | None = Field(
+        None, description="The training reward: a weighted sum of reward models, {entry: {model, weight, ...}}."
+    )
+    evaluator: GenEvalEvaluator | None = Field(None, description="The official evaluator, for held-out scores.")
+
+    @model_validator(mode="after")
+    def _check(self) -> Params:
+        check_reward_entries(self.reward_models, "reward_models")
+        return self
 
 
 class GenEval(MMaDAImageTask):
@@ -46,6 +82,8 @@ class GenEval(MMaDAImageTask):
     ``ddmrl.rewards.registry.reward_from_params``. ``evaluator``: ``ddmrl.rewards.geneval_bridge.GenEvalEnv`` fields
     (``geneval_repo``, ``python``, ``model_path``, ...).
     """
+
+    params = Params  # its section, task_params.<name> (ddmrl.config validates it)
 
     name = "geneval"
 

@@ -35,8 +35,11 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import Field
+
+from ddmrl.config._base import Bool, Int, Section, section
 from ddmrl.io import DataError, atomic_path
 from ddmrl.tasks.base import Example, Task
 
@@ -360,6 +363,23 @@ def sample_scene(
 
 
 # ----------------------------------------------------------------------------------------------- the task
+
+
+@section
+class Params(Section):
+    """geneval-mini (``ddmrl.tasks.geneval_mini``): GenEval's tags, prompts and rules on a small canvas of colour
+    codes, judged by an exact detector."""
+
+    height: Int = Field(8, ge=7, le=16, description="Canvas rows (7 holds four plus shapes).")
+    width: Int = Field(8, ge=7, le=16, description="Canvas columns.")
+    partial_credit: Bool = Field(
+        False, description="Reward the fraction of GenEval's checks passed (1 exactly when GenEval says correct)."
+    )
+    placement: Literal["slots", "free"] = Field(
+        "slots", description="Reference scenes put objects in the canvas's quadrants (slots) or anywhere (free)."
+    )
+
+
 class GenEvalMini(Task):
     """GenEval-style text-to-image on a ``height x width`` canvas; reward = GenEval's per-image verdict.
 
@@ -367,6 +387,8 @@ class GenEvalMini(Task):
     colour and position per include clause, one per exclude clause), still 1.0 exactly when GenEval says correct.
     ``placement`` (``slots`` or ``free``) chooses where reference scenes put objects (:func:`sample_scene`).
     """
+
+    params = Params  # its section, task_params.<name> (ddmrl.config validates it)
 
     name = "geneval_mini"
     modality = "image"

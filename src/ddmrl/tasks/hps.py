@@ -13,24 +13,48 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import torch
 from PIL import Image
+from pydantic import Field, model_validator
 
+from ddmrl.config._base import Int, Section, Str, section
+from ddmrl.config.schema import RewardEntry, check_reward_entries
 from ddmrl.io import read_jsonl
 from ddmrl.rewards.registry import reward_from_params
 from ddmrl.tasks.base import Example
 from ddmrl.tasks.mmada_images import EvaluationOnly, MMaDAImageTask
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["HPSBench"]
 
 DEFAULT_SCORER: dict[str, Any] = {"hpsv3": {}}
 
 
+@section
+class Params(Section):
+    """HPSv3 on HPS's evaluation prompts (``ddmrl.tasks.hps``), an evaluation benchmark in MMaDA's layout."""
+
+    eval: Str = Field(min_length=1, description="HPS's evaluation prompts (MaskGRPO's v3_eval_sample.jsonl, 500).")
+    num_image_tokens: Int = Field(1024, ge=1, description="Image tokens (as geneval's).")
+    max_seq_length: Int = Field(256, ge=1, description="Text tokens of the prompt (as geneval's).")
+    scorer: Annotated[dict[Str, RewardEntry], Field(min_length=1)] | None = Field(
+        None, description="The score: reward models as in reward_models (default: HPSv3, {hpsv3: {}})."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Params:
+        check_reward_entries(self.scorer, "scorer")
+        return self
+
+
 class HPSBench(EvaluationOnly, MMaDAImageTask):
     """HPS's evaluation prompts (``eval``: a JSONL with ``caption``; ``prompt_id`` and ``category`` when present),
     scored by ``scorer`` (a ``ddmrl.rewards.registry.reward_from_params`` section; default HPSv3)."""
+
+    params = Params  # its section, task_params.<name> (ddmrl.config validates it)
 
     name = "hps"
 

@@ -18,6 +18,9 @@ import random
 from functools import cached_property
 from typing import Any
 
+from pydantic import Field
+
+from ddmrl.config._base import Bool, Int, Section, Str, section
 from ddmrl.io import DataError
 from ddmrl.tasks.base import Example, Task
 from ddmrl.tasks.benchmarks import Benchmark, load_benchmark
@@ -28,6 +31,18 @@ __all__ = ["Gsm8k", "Math500", "MathReasoning"]
 REASONING_PREFILL = "<reasoning>"  # d1's assistant prefill at evaluation
 
 
+@section
+class Params(Section):
+    """GSM8K and MATH500 (``ddmrl.tasks.math_reasoning``): d1's prompts, rewards and answer parsers."""
+
+    train: Str = Field(min_length=1, description="Training set: a local file or directory, or a hub id.")
+    eval: Str = Field(min_length=1, description="Test set, used whole and in file order (as d1 evaluates).")
+    train_split: Str = Field("train", description="Split of the training set.")
+    eval_split: Str = Field("test", description="Split of the test set.")
+    completion_length: Int = Field(256, ge=1, description="Generation length in tokens (d1: 256).")
+    legacy_reward_quirks: Bool = Field(False, description="Reproduce the quirks of d1's reward functions.")
+
+
 class MathReasoning(Task):
     """A benchmark with a training set: ``train`` and ``eval`` are local files/directories (the download stage's
     ``hub_dir/<item>``) or hub ids (``ddmrl.tasks.benchmarks.load_benchmark``); ``train_split`` / ``eval_split``
@@ -36,6 +51,8 @@ class MathReasoning(Task):
     ``legacy_reward_quirks`` reproduces d1's released reward code (its regexes without DOTALL; MATH's
     backspace ``\\b`` boxed test), see :mod:`ddmrl.tasks.d1_scoring`.
     """
+
+    params = Params  # its section, task_params.<name> (ddmrl.config validates it)
 
     chat = True
     reasoning_traces = True  # GSM8K's worked solution, MATH's solution (where the training item has one)

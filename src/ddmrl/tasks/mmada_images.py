@@ -5,13 +5,15 @@ checkpoint's adapter, image tokens decoded by MAGVIT-v2, both attached by ``ddmr
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from PIL import Image
 
 from ddmrl.io import DataError
 from ddmrl.tasks.base import Example, Task
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["MMaDAImageTask"]
 

@@ -11,6 +11,9 @@ import random
 from functools import cache
 from typing import Any
 
+from pydantic import Field
+
+from ddmrl.config._base import Int, Section, section
 from ddmrl.tasks.base import Example, Task
 from ddmrl.tasks.d1_scoring import sudoku_cells, sudoku_reward
 
@@ -63,8 +66,19 @@ def count_solutions(puzzle: str, limit: int = 2) -> int:
     return found
 
 
+@section
+class Params(Section):
+    """4x4 Sudoku in d1's format (``ddmrl.tasks.sudoku4``)."""
+
+    num_empty: Int = Field(
+        8, ge=1, le=12, description="Empty cells per puzzle (d1's puzzles have 8; 4 givens at least for uniqueness)."
+    )
+
+
 class Sudoku4(Task):
     """4x4 Sudoku with a unique solution and ``num_empty`` blanks (d1's test set uses 8)."""
+
+    params = Params  # its section, task_params.<name> (ddmrl.config validates it)
 
     name = "sudoku4"
     special_tokens = ("<sudoku>", "<answer>", "</answer>")

@@ -3,9 +3,10 @@
 import pytest
 
 from ddmrl.config import ConfigError
+from ddmrl.rewards import REWARD_MODELS
 from ddmrl.rewards.combine import WeightedSum
 from ddmrl.rewards.local_models import HFCLIPScore, ImageRewardScore
-from ddmrl.rewards.registry import REWARD_MODELS, UNIGRPO_T2I_WEIGHTS, RewardComponent, load_reward, reward_from_params
+from ddmrl.rewards.registry import UNIGRPO_T2I_WEIGHTS, RewardComponent, load_reward, reward_from_params
 
 
 def test_registry_names():
