@@ -175,7 +175,10 @@ def grpo_config(cfg: config.Config, method: str, num_prompts: int, g: int, mu: i
     """params.yaml's run config of ``method`` (its grpo: defaults plus the method's own) at the given sizes,
     with ``max_steps = mu`` so that one rollout batch is trained on."""
     shared = dict(cfg.raw.get("grpo") or {})
-    if METHODS[method].params().remasking in STATE_VIEWS:  # views of the sampler's stored states: the plain sampler
+    own = METHODS[method].params()
+    if own.sampler != GRPOConfig().sampler:  # a method with its own sampler (JustGRPO: left to right) keeps it
+        shared.pop("sampler", None)
+    if own.remasking in STATE_VIEWS:  # views of the sampler's stored states: the plain sampler
         shared["sampler"] = {**shared.get("sampler", {}), "kv_cache": "none", "parallel": "none"}
     base = cfg.methods.get(method) or config.method_config(method, shared)
     return replace(base, num_prompts=num_prompts, num_generations=g, num_iterations=mu, max_steps=mu)

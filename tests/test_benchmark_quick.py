@@ -31,7 +31,8 @@ def test_quick_benchmark_covers_every_sampler_and_method(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
     assert {r["sampler"] for r in results["samplers"]} == SAMPLER_CASES
-    assert {r["name"] for r in results["samplers"]} == set(SAMPLERS)
+    # every sampler of the tiny model's family; Dream's reads Dream's shifted logits (not benchmarked yet)
+    assert {r["name"] for r in results["samplers"]} == set(SAMPLERS) - {"dream"}
     assert all(r["tokens_per_s"] > 0 and min(r["nfe"]) >= 1 for r in results["samplers"])
     plain = {m for m in METHODS if METHODS[m].params().aux_policy.kind == "none" and not METHODS[m].augmenter}
     assert set(results["methods"]) == plain

@@ -134,7 +134,7 @@ def test_a_section_on_some_tasks_runs_on_those_only(tmp_path):
     assert snakemake_expands(root) == want
     assert dvc_expands(root) == want
     edit_params(root, lambda raw: raw["methods"]["unigrpo"].update(tasks=["countdown3"]))
-    with pytest.raises(ConfigError, match=r"methods\.unigrpo = \['countdown3'\]: its tasks"):
+    with pytest.raises(ConfigError, match=r"methods\.unigrpo\.tasks = \['countdown3'\]: its tasks"):
         load(root / "params.yaml")
 
 
