@@ -50,8 +50,9 @@ from ddmrl.config import GRPOConfig, SamplerConfig  # noqa: E402
 from ddmrl.config.schema import STATE_VIEWS  # noqa: E402
 from ddmrl.likelihood import token_logps  # noqa: E402
 from ddmrl.methods import METHODS  # noqa: E402
-from ddmrl.models import build_tokenizer, new_tiny_model  # noqa: E402
 from ddmrl.models.checkpoint import load_checkpoint  # noqa: E402
+from ddmrl.models.tiny import new_tiny_model  # noqa: E402
+from ddmrl.models.tokenizer import build_tokenizer  # noqa: E402
 from ddmrl.rollout import sampler_kwargs  # noqa: E402
 from ddmrl.samplers import SAMPLERS  # noqa: E402
 from ddmrl.tasks import make_task  # noqa: E402

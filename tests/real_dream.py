@@ -75,11 +75,12 @@ def dream_config(tok, **sizes) -> dict:
     return {**config, **sizes}
 
 
-def dream_checkpoint(path: Path, tok, seed: int = 0, **sizes) -> torch.nn.Module:
+def dream_checkpoint(path: Path, tok, seed: int = 0, favoured: list[int] = (), **sizes) -> torch.nn.Module:
     """A checkpoint directory shaped like Dream-v0-Instruct-7B's: the real ``modeling_dream.py``,
     ``configuration_dream.py`` and ``generation_utils.py`` beside config.json (``auto_map``), generation_config.json,
-    random weights, the tokenizer. Returns the in-memory model whose weights were saved (built from the same files
-    by transformers' remote-code loader, bridged by ``ddmrl.models.compat``; eval mode)."""
+    random weights (``favoured`` tokens made likely everywhere), the tokenizer. Returns the in-memory model whose
+    weights were saved (built from the same files by transformers' remote-code loader, bridged by
+    ``ddmrl.models.compat``; eval mode)."""
     from transformers import AutoConfig
     from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
@@ -98,6 +99,10 @@ def dream_checkpoint(path: Path, tok, seed: int = 0, **sizes) -> torch.nn.Module
     compat.bridge_class(model_class)
     torch.manual_seed(seed)
     model = model_class(config).eval()
+    if favoured:  # a constant on hidden dimension 0 of every embedding, read by the head's rows of those tokens
+        with torch.no_grad():
+            model.model.embed_tokens.weight[:, 0] = 4.0
+            model.lm_head.weight[list(favoured), 0] = 3.0
     save_weights(model, path)
     return model
 

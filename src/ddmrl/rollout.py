@@ -6,11 +6,13 @@ functions, so what RL trains on and what the tables report come from the same co
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
 from ddmrl.config import SamplerConfig
+from ddmrl.config.schema import sampler_params
 from ddmrl.samplers import SAMPLERS
 from ddmrl.samplers.schedules import ass_steps
 from ddmrl.samplers.trajectory import Trajectory
@@ -52,12 +54,13 @@ def sampler_steps(sampler: SamplerConfig, completion_length: int) -> int:
 
 
 def sampler_kwargs(sampler: SamplerConfig, completion_length: int) -> dict:
-    """Keyword arguments of the configured sampler's ``generate``."""
-    kw = {
-        "steps": sampler_steps(sampler, completion_length),
-        "temperature": sampler.temperature,
-        "cfg_scale": sampler.cfg_scale,
-    }
+    """Keyword arguments of the configured sampler's ``generate``: the shared keys it takes, then its own
+    ``options`` with their defaults (the ``Params`` of its module)."""
+    kw = {"steps": sampler_steps(sampler, completion_length), "temperature": sampler.temperature}
+    params = sampler_params(sampler.name)
+    if params is not None:  # a sampler with keys of its own (dream) takes only those beside steps and temperature
+        return kw | dataclasses.asdict(params(**(sampler.options.get(sampler.name) or {})))
+    kw["cfg_scale"] = sampler.cfg_scale
     if sampler.name == "llada":
         kw |= {"block_length": sampler.block_length, "remasking": sampler.remasking, "kv_cache": sampler.kv_cache}
         kw |= {"schedule": sampler.schedule, "ass_blocks": sampler.ass_blocks, "eoser": sampler.eoser,

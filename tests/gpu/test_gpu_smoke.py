@@ -21,7 +21,8 @@ import pytest
 import torch
 
 from ddmrl.config import GRPOConfig, LoraConfig, SamplerConfig
-from ddmrl.models import TinyDDMConfig, TinyDDMForMaskedLM, build_tokenizer
+from ddmrl.models.tiny import TinyDDMConfig, TinyDDMForMaskedLM
+from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.tasks import make_task
 from ddmrl.training import distributed as dist
 from ddmrl.training.grpo import train_grpo

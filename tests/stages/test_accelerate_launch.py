@@ -33,8 +33,9 @@ import yaml
 from safetensors.torch import load_file
 
 from ddmrl.config import ModelConfig, TrainConfig
-from ddmrl.models import build_tokenizer, new_tiny_model
 from ddmrl.models.checkpoint import load_checkpoint, save_checkpoint
+from ddmrl.models.tiny import new_tiny_model
+from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.seeding import generator
 from ddmrl.tasks import make_task
 from ddmrl.tasks.store import write_task

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ddmrl.models import TinyDDMConfig, TinyDDMForMaskedLM, build_tokenizer
+from ddmrl.models.tiny import TinyDDMConfig, TinyDDMForMaskedLM
+from ddmrl.models.tokenizer import build_tokenizer
 
 # Tiny tensors: one intra-op thread is fastest, and avoids thread spinning against other jobs on a 2-core machine
 # (with 2 threads a 16-wide forward pass can take 0.3 s instead of 2 ms when another process holds a core).

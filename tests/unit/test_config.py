@@ -560,12 +560,16 @@ def test_the_reward_models_and_the_geneval_evaluator_agree_with_their_classes():
 def test_model_spec_and_hub_item_are_validated_by_the_schema_when_built_directly():
     """adapters.ModelSpec and hub.HubItem are the schema's (constructed in code too: one line naming the key)."""
     from ddmrl.hub import HubItem as HubsItem
-    from ddmrl.models.adapters import DTYPES, KINDS
+    from ddmrl.models import FAMILIES
+    from ddmrl.models.adapters import DTYPES
     from ddmrl.models.adapters import ModelSpec as AdaptersSpec
 
     assert HubsItem is HubItem and issubclass(AdaptersSpec, ModelSpec)
     spec = ModelSpec.__pydantic_fields__
-    assert get_args(spec["kind"].annotation) == KINDS and set(get_args(spec["dtype"].annotation)) == set(DTYPES)
+    assert set(get_args(spec["dtype"].annotation)) == set(DTYPES)
+    assert list(FAMILIES) == ["tiny", "llada", "mmada", "hf_masked_lm", "dream"]
+    with pytest.raises(ConfigError, match=r"^model.kind = 'draem': unknown value; choose one of tiny, llada, mmada,"):
+        AdaptersSpec(kind="draem", path_or_id="x")
     with pytest.raises(ConfigError, match=r"^model.dtype = 'fp8': unknown value; choose one of float32,"):
         AdaptersSpec(kind="llada", path_or_id="x", dtype="fp8")
     with pytest.raises(ConfigError, match=r"^repo_type = 'space': unknown value; choose one of model, dataset$"):

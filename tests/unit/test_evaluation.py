@@ -9,8 +9,8 @@ import pytest
 from ddmrl.config import EvaluateConfig, SamplerConfig
 from ddmrl.evaluation import evaluate_images
 from ddmrl.geneval import summarize
-from ddmrl.models import build_tokenizer
 from ddmrl.models.layout import for_task
+from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.tasks import make_task
 from ddmrl.tasks.geneval_mini import check, parse_grid, read_png
 from ddmrl.training.data import prompt_length

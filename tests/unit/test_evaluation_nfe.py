@@ -11,7 +11,7 @@ import torch
 from ddmrl.aux_policies.unmasking import UnmaskingPolicy
 from ddmrl.config import SamplerConfig
 from ddmrl.evaluation import evaluate, row_nfe, unmasking_heuristics, with_heuristics
-from ddmrl.models import build_tokenizer
+from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.rollout import rollout
 from ddmrl.tasks import make_task
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ddmrl.config import SamplerConfig
-from ddmrl.models import build_tokenizer
+from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.rollout import rewards, rollout, sampler_steps
 from ddmrl.tasks import make_task
 from ddmrl.training.data import completion_mask

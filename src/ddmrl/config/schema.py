@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import importlib
 import re
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
@@ -35,7 +36,9 @@ from ddmrl.config._base import (
 )
 from ddmrl.errors import ConfigError
 from ddmrl.methods import METHODS
+from ddmrl.models import FAMILIES
 from ddmrl.rewards import REWARD_MODELS
+from ddmrl.samplers import SAMPLERS
 from ddmrl.tasks import TASKS
 
 DEFAULT_PROFILE = "tiny"
@@ -49,7 +52,26 @@ ViewSampler = Literal[
 #: GRPOConfig's reproduction switches that only some methods accept (``Method.switches`` in their modules)
 SWITCHES = ("maskgrpo_legacy", "loss_after_eos", "mdpo_tempered_confidence")
 STATE_VIEWS = ("cj_grpo", "mdpo_topk")  # view samplers built from the sampler's stored states (recorded rollouts)
-ModelKind = Literal["tiny", "llada", "mmada", "hf_masked_lm"]
+UNKNOWN = "unknown_name"  # the error type of a name no registry member of the right kind has
+
+
+@dataclasses.dataclass(frozen=True)
+class Registered:
+    """Validates the name of a member of ``registry`` (built in, an import path or an entry point); an unknown
+    name is refused with the built-in choices. Imports nothing until the member is used."""
+
+    registry: Any
+
+    def __call__(self, value: Any, handler: Any) -> Any:
+        value = handler(value)
+        if value not in self.registry:
+            choices = ", ".join(self.registry)
+            raise PydanticCustomError(UNKNOWN, "unknown value; choose one of {choices}", {"choices": choices})
+        return value
+
+
+#: a model family of ``ddmrl.models.FAMILIES``
+ModelKind = Annotated[Str, WrapValidator(Registered(FAMILIES))]
 TrainLoss = Literal["elbo", "maskgit"]
 TRAIN_LOSSES: tuple[str, ...] = get_args(TrainLoss)
 Tracker = Literal["tensorboard", "dvclive", "wandb"]  # accelerate's tracker names (ddmrl.training.tracking)
@@ -88,7 +110,8 @@ class ModelSpec(Section):
 
     kind: ModelKind = Field(
         "tiny",
-        description="Model family: TinyDDM (embedded), LLaDA, MMaDA or an AutoModelForMaskedLM (docs/real_scale.md).",
+        description="Model family (ddmrl.models.FAMILIES): TinyDDM (embedded), LLaDA, MMaDA, Dream or an "
+        "AutoModelForMaskedLM (docs/real_scale.md, docs/families.md).",
     )
     path_or_id: Str = Field(
         "", description="Checkpoint directory (normally under download.hub_dir) or a hub id already in the HF cache."
@@ -360,7 +383,9 @@ class SamplerConfig(Section):
     2025), MaskGIT's cosine confidence sampler (Chang et al. 2022; MMaDA's ``t2i_generate``) or MaskGRPO's emerge
     (ancestral) sampler."""
 
-    name: Literal["llada", "maskgit", "emerge"] = Field("llada", description="Which sampler.")
+    name: Literal["llada", "maskgit", "emerge", "dream"] = Field(
+        "llada", description="Which sampler (dream: Dream-v0's own, for model.kind dream; docs/families.md)."
+    )
     block_length: Int = Field(4, ge=1, description="llada: tokens per semi-autoregressive block.")
     steps: Int = Field(
         0,
@@ -460,9 +485,16 @@ class SamplerConfig(Section):
         description="llada, parallel factor: the bound as stated, or as Fast-dLLM's released code, whose off-by-one "
         "commits all n masked tokens when only the n-th fails its bound.",
     )
+    options: dict[str, dict[str, Any] | None] = Field(
+        default_factory=dict,
+        description="Each sampler's own keys under its name, validated by the Params of its module; only the named "
+        "sampler's entry is used (dream: alg, top_p, top_k, alg_temp, eps; ddmrl.samplers.dream).",
+        json_schema_extra={"type": "mapping: sampler name to its keys"},
+    )
 
     @model_validator(mode="after")
     def _check(self) -> SamplerConfig:
+        _check_options(self)
         if self.kv_cache != "none" and self.name != "llada":
             raise refuse(
                 "kv_cache",
@@ -511,6 +543,29 @@ class SamplerConfig(Section):
         if self.eos_min_gamma is not None and self.eos_min_gamma > self.eos_max_gamma:
             raise refuse("eos_min_gamma", self.eos_min_gamma, f"must not exceed eos_max_gamma = {self.eos_max_gamma}")
         return self
+
+
+def _check_options(sampler: SamplerConfig) -> None:
+    """Each entry of ``options`` by the ``Params`` of its sampler's module (imported only for a named entry); the
+    shared keys Dream's sampler does not take refused."""
+    for name, given in sampler.options.items():
+        params = sampler_params(name)
+        if params is None:
+            where = "no such sampler" if name not in SAMPLERS else f"the {name} sampler has no options of its own"
+            raise refuse(f"options.{name}", given, where)
+        try:
+            _adapter(params).validate_python(given or {})
+        except ValidationError as e:
+            raise _described(describe(e, params, f"options.{name}")) from None
+    if sampler.name == "dream":
+        for key, unused in {"cfg_scale": sampler.cfg_scale != 0, "parallel": sampler.parallel != "none"}.items():
+            if unused:
+                raise refuse(key, getattr(sampler, key), "not an option of Dream's sampler")
+
+
+def sampler_params(name: str) -> type | None:
+    """The ``Params`` model a sampler's module declares for its own keys (``sampler.options``), or None."""
+    return getattr(importlib.import_module(SAMPLERS.module(name)), "Params", None) if name in SAMPLERS else None
 
 
 @section
@@ -915,7 +970,6 @@ MethodSection = Annotated[GRPOConfig, WrapValidator(_method_section)]
 # ------------------------------------------------------------------------------- tasks and rewards (ddmrl.tasks)
 
 
-UNKNOWN = "unknown_name"  # the error type of a name no registry member of the right kind has
 TASK_PARAMS_TYPE = {"type": "mapping: task name to its parameters (a Task section)"}
 
 

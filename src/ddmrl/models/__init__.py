@@ -1,6 +1,21 @@
-"""Models: the embedded TinyDDM, its tokenizer, and loading/saving policies and references."""
+"""Models: the embedded TinyDDM (``ddmrl.models.tiny``) and the real model families behind one interface.
 
-from ddmrl.models.tiny import TinyDDMConfig, TinyDDMForMaskedLM, new_tiny_model
-from ddmrl.models.tokenizer import build_tokenizer, decode_completion, encode
+``FAMILIES`` maps ``model.kind`` to its loader, ``load(spec) -> (model, tokenizer, adapter)``
+(``ddmrl.models.adapters``), imported when first looked up: a stage runs, and depends on, only its family's module.
+This package imports nothing else, so that the config schema can name the families without torch.
+"""
 
-__all__ = ["TinyDDMConfig", "TinyDDMForMaskedLM", "new_tiny_model", "build_tokenizer", "decode_completion", "encode"]
+from ddmrl.registry import Registry
+
+FAMILIES = Registry(
+    {
+        "tiny": "ddmrl.models.adapters:load_tiny",
+        "llada": "ddmrl.models.adapters:load_llada",
+        "mmada": "ddmrl.models.adapters:load_mmada",
+        "hf_masked_lm": "ddmrl.models.adapters:load_masked_lm",
+        "dream": "ddmrl.models.dream:load",
+    },
+    group="ddmrl.models",
+)
+
+__all__ = ["FAMILIES"]

@@ -16,6 +16,9 @@ layout and image decoding:
   ``MMadaModelLM`` and MAGVIT-v2 come from the user's checkout of Gen-Verse/MMaDA (``mmada_code``; its imports:
   ``pip install -e ".[mmada]"``).
 * ``hf_masked_lm``: any ``AutoModelForMaskedLM`` checkpoint and its tokenizer's ``mask_token_id``.
+* ``dream`` and further families: each in its own module (``ddmrl.models.dream``), registered in
+  ``ddmrl.models.FAMILIES`` with its loader; an adapter's :meth:`ModelAdapter.view` makes a family whose logits mean
+  something else (Dream's shift) read like the others.
 
 :func:`load_model` never downloads: ``path_or_id`` is a local directory (the download stage's output, see
 ``ddmrl.hub``) or a hub id already in the Hugging Face cache; anything else fails at once with the command that
@@ -36,12 +39,11 @@ from transformers.dynamic_module_utils import get_class_from_dynamic_module
 from ddmrl import config
 from ddmrl.config import ConfigError
 from ddmrl.hub import PINNED_REVISIONS, check_revision, is_local, resolve_local
-from ddmrl.models import compat
+from ddmrl.models import FAMILIES, compat
 from ddmrl.models import mmada as mm
 from ddmrl.models.tiny import load_saved
 
 __all__ = [
-    "KINDS",
     "LLADA_MASK_ID",
     "LLaDAAdapter",
     "MMaDAAdapter",
@@ -52,7 +54,6 @@ __all__ = [
     "load_model",
 ]
 
-KINDS = ("tiny", "llada", "mmada", "hf_masked_lm")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
 LLADA_MASK_ID = 126336  # <|mdm_mask|> of LLaDA and MMaDA (LLaDA's ``generate.py``)
 REASONING_PREFILL = "<reasoning>"  # d1's assistant prefill (add_reasoning=True)
@@ -98,6 +99,11 @@ class ModelAdapter:
         """``input_ids`` and ``attention_mask`` [B, Lp], left-padded to the longest, tokenizer's default special
         tokens (as d1's ``tokenizer(prompts, padding_side="left", padding="longest")``)."""
         return self.tokenizer(list(prompts), padding="longest", padding_side="left", return_tensors="pt")
+
+    def view(self, model: Any) -> Any:
+        """``model`` as every ddmrl consumer reads it (``model(ids).logits[:, i]`` predicting the token at i);
+        itself unless the family says otherwise (Dream's shift: ``ddmrl.models.dream.Aligned``)."""
+        return model
 
     def logits(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """[B, L] -> [B, L, V]; ``attention_mask`` is passed on only when given."""
@@ -277,44 +283,56 @@ def _load(what: str, local: Path, fn, *args, **kwargs) -> Any:
 
 
 def load_model(spec: ModelSpec) -> tuple[Any, Any, ModelAdapter]:
-    """``(model, tokenizer, adapter)`` for ``spec``; the model is in eval mode on the CPU (move it yourself).
+    """``(model, tokenizer, adapter)`` for ``spec``, by its family's loader (``ddmrl.models.FAMILIES[spec.kind]``);
+    the model is in eval mode on the CPU (move it yourself).
 
     Raises ``ConfigError`` for a policy violation (remote code not opted in, unpinned hub revision) and
     ``RuntimeError`` (one line, saying what to download or install and where) for missing weights or code.
     """
-    if spec.kind == "tiny":
-        if not is_local(spec.path_or_id):
-            raise RuntimeError(
-                f"model.path_or_id = {spec.path_or_id!r}: the tiny model is built by the download stage; "
-                "no such directory"
-            )
-        model, tok = load_saved(spec.path_or_id)
-        return model.to("cpu").eval(), tok, TinyAdapter(tok, tok.mask_token_id)
+    return FAMILIES[spec.kind](spec)
 
+
+def load_tiny(spec: ModelSpec) -> tuple[Any, Any, ModelAdapter]:
+    """The embedded TinyDDM, as the download stage saved it."""
+    if not is_local(spec.path_or_id):
+        raise RuntimeError(
+            f"model.path_or_id = {spec.path_or_id!r}: the tiny model is built by the download stage; no such directory"
+        )
+    model, tok = load_saved(spec.path_or_id)
+    return model.to("cpu").eval(), tok, TinyAdapter(tok, tok.mask_token_id)
+
+
+def load_masked_lm(spec: ModelSpec) -> tuple[Any, Any, ModelAdapter]:
+    """Any ``AutoModelForMaskedLM`` checkpoint; mask id = its tokenizer's ``mask_token_id``."""
     local = _local_dir(spec)
     remote, dtype = spec.trust_remote_code, spec.torch_dtype
-    if spec.kind == "hf_masked_lm":
-        _refuse_remote_code(spec, local, "")
-        if remote and "AutoModelForMaskedLM" in (_auto_map(local) or {}):
-            model = _remote_model(local, ("AutoModelForMaskedLM",), dtype)
-        else:
-            model = _load("model", local, AutoModelForMaskedLM.from_pretrained, trust_remote_code=remote, dtype=dtype)
-        tok = _load("tokenizer", local, AutoTokenizer.from_pretrained, trust_remote_code=remote)
-        mask_id = _checked_mask_id(tok.mask_token_id, model, f"{local} (tokenizer)")
-        return model.eval(), tok, MaskedLMAdapter(tok, mask_id)
+    _refuse_remote_code(spec, local, "")
+    if remote and "AutoModelForMaskedLM" in (_auto_map(local) or {}):
+        model = _remote_model(local, ("AutoModelForMaskedLM",), dtype)
+    else:
+        model = _load("model", local, AutoModelForMaskedLM.from_pretrained, trust_remote_code=remote, dtype=dtype)
+    tok = _load("tokenizer", local, AutoTokenizer.from_pretrained, trust_remote_code=remote)
+    mask_id = _checked_mask_id(tok.mask_token_id, model, f"{local} (tokenizer)")
+    return model.eval(), tok, MaskedLMAdapter(tok, mask_id)
 
-    if spec.kind == "llada":
-        _refuse_remote_code(spec, local, " (LLaDAModelLM lives in the checkpoint's modeling_llada.py)")
-        model = _remote_model(local, ("AutoModel", "AutoModelForCausalLM"), dtype)
-        tok = _with_eos_padding(
-            _load("tokenizer", local, AutoTokenizer.from_pretrained, trust_remote_code=True, padding_side="left")
-        )
-        return model.eval(), tok, LLaDAAdapter(tok, _llada_mask_id(local, model))
 
-    # mmada: the model class comes from the user's MMaDA checkout (explicitly configured), not from the hub
+def load_llada(spec: ModelSpec) -> tuple[Any, Any, ModelAdapter]:
+    """LLaDA-8B(-Instruct): ``LLaDAModelLM`` from the checkpoint's own code, EOS padding on the left."""
+    local = _local_dir(spec)
+    _refuse_remote_code(spec, local, " (LLaDAModelLM lives in the checkpoint's modeling_llada.py)")
+    model = _remote_model(local, ("AutoModel", "AutoModelForCausalLM"), spec.torch_dtype)
+    tok = _with_eos_padding(
+        _load("tokenizer", local, AutoTokenizer.from_pretrained, trust_remote_code=True, padding_side="left")
+    )
+    return model.eval(), tok, LLaDAAdapter(tok, _llada_mask_id(local, model))
+
+
+def load_mmada(spec: ModelSpec) -> tuple[Any, Any, ModelAdapter]:
+    """MMaDA-8B: the model class from the user's MMaDA checkout (explicitly configured), not from the hub."""
+    local = _local_dir(spec)
     cls = mm.import_mmada(spec.mmada_code).MMadaModelLM
     config = _load("config", local, cls.config_class.from_pretrained)
-    model = _load("model", local, compat.load_pretrained, cls, config, dtype=dtype)
+    model = _load("model", local, compat.load_pretrained, cls, config, dtype=spec.torch_dtype)
     # a save carries the checkout's modeling_mmada.py (and what it imports) and an auto_map, as LLaDA's does
     cls.register_for_auto_class("AutoModel")
     cls.config_class.register_for_auto_class()

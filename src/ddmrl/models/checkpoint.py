@@ -49,6 +49,7 @@ def _load_pointer(path: Path):
         tok.pad_token = tok.eos_token  # d1 pads prompts with EOS
     if tok.mask_token_id != adapter.mask_token_id:
         tok.mask_token = tok.convert_ids_to_tokens(adapter.mask_token_id)
+    model = adapter.view(model)  # Dream: its logits aligned with the tokens they predict, its padding
     setattr(model, _SPEC_ATTR, {k: v for k, v in fields.items() if k not in ("path_or_id", "revision")})
     setattr(model, _ADAPTER_ATTR, adapter)
     return model, tok

@@ -36,6 +36,13 @@ written for 5.x is left alone), and patches that remote class or config object o
   own hierarchy overrides ``_init_weights``; bridged by the module's own ``reset_parameters()`` (Dream's, which its
   ``reset_rope_parameters`` calls), a module without one fails.
 
+* **tied weights as a list.** transformers 5 reads ``_tied_weights_keys`` as a mapping, tied parameter -> its
+  source (``keys()`` in ``save_pretrained``); 4.x code (Dream's, SDAR's and LLaDA 2.x's heads) lists the parameters
+  that follow the input embedding when ``tie_word_embeddings`` is set, and ``save_pretrained`` fails with
+  ``AttributeError: 'list' object has no attribute 'keys'``. Detected on each class of the hierarchy whose own
+  ``_tied_weights_keys`` is a list or tuple; bridged by a per-instance mapping of each listed name to the input
+  embedding's weight (found by ``get_input_embeddings()``), which is what 4.x tied them to.
+
 What cannot be bridged fails with :class:`IncompatibleRemoteCode`, one line naming the file, the class and the
 incompatibility (for example a ``tie_weights`` that needs positional arguments, or a load that raises).
 """
@@ -73,7 +80,7 @@ def _fail(cls: type, what: str) -> IncompatibleRemoteCode:
     return IncompatibleRemoteCode(
         f"{_where(cls)} is incompatible with transformers {transformers.__version__}: {what} "
         "(ddmrl.models.compat bridges post_init, tie_weights, use_cache, default RoPE, GenerationConfig.validate, "
-        "from_pretrained overrides and rotary buffers only; see docs/real_scale.md)"
+        "from_pretrained overrides, rotary buffers and tied-weight lists only; see docs/real_scale.md)"
     )
 
 
@@ -200,8 +207,26 @@ def bridge_class(cls: type) -> list[str]:
         config_class.validate = validate
         setattr(config_class, _BRIDGED, ("validate() takes no user_set_attributes",))
         bridged.append(f"{config_class.__name__}.validate() takes no user_set_attributes")
+    for own in _legacy_tied_lists(cls):
+        own._tied_weights_keys = _tied_to_input_embedding(tuple(own.__dict__["_tied_weights_keys"]))
+        bridged.append("_tied_weights_keys is a list")
     setattr(cls, _BRIDGED, tuple(bridged))
     return bridged
+
+
+def _legacy_tied_lists(cls: type) -> list[type]:
+    return [c for c in _own_classes(cls) if isinstance(c.__dict__.get("_tied_weights_keys"), (list, tuple))]
+
+
+def _tied_to_input_embedding(names: tuple[str, ...]) -> property:
+    """5.x's mapping for a 4.x list: each listed parameter tied to the input embedding's weight."""
+
+    def tied(self) -> dict[str, str]:
+        embedding = self.get_input_embeddings()
+        where = next(name for name, module in self.named_modules() if module is embedding)
+        return {name: f"{where}.weight" for name in names}
+
+    return property(tied)
 
 
 def _reads_use_cache(cls: type) -> bool:

@@ -25,9 +25,12 @@ Dream's sampler is ``ddmrl.samplers.dream``.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 import torch
+from torch import nn
+from transformers import AutoTokenizer
 
 from ddmrl.models.adapters import (
     DTYPES,
@@ -42,10 +45,13 @@ from ddmrl.models.adapters import (
 
 __all__ = [
     "DREAM_MASK_ID",
+    "Aligned",
     "LORA_TARGETS",
     "DreamAdapter",
     "aligned_logits",
+    "load",
     "load_dream",
+    "left_padding",
     "padding_inputs",
     "shift_logits",
     "token_logps",
@@ -102,6 +108,48 @@ def token_logps(
     return torch.log_softmax(logits.float(), -1).gather(-1, completion_ids[..., None]).squeeze(-1)
 
 
+def left_padding(input_ids: torch.Tensor, pad_id: int | None) -> torch.Tensor | None:
+    """The 0/1 padding mask [B, L] of left-padded rows: 0 on each row's leading run of ``pad_id`` (Dream pads
+    with EOS, which never starts a prompt: its chat template opens with ``<|im_start|>``), 1 from the first other
+    token on; None when no row starts with a pad."""
+    if pad_id is None or not bool((input_ids[:, 0] == pad_id).any()):
+        return None
+    return (input_ids != pad_id).long().cummax(dim=1).values  # [B, L]
+
+
+class Aligned(nn.Module):
+    """A ``DreamModel`` as every ddmrl consumer reads a model: ``forward(input_ids).logits[:, i]`` predicts the
+    token at i (:func:`aligned_logits`), and left pads are handled as Dream's own sampler handles them
+    (:func:`padding_inputs`), found from the ids (:func:`left_padding`) unless an ``attention_mask`` [B, L] is
+    given. So LLaDA's samplers, the likelihoods and the GRPO views run on Dream unchanged, and sampling and
+    training see the same padding. ``save_pretrained`` and gradient checkpointing are the wrapped model's (a save
+    is a plain Dream checkpoint); peft's LoRA wraps this module and targets the projections inside it."""
+
+    def __init__(self, model: nn.Module, pad_token_id: int | None) -> None:
+        super().__init__()
+        self.model = model
+        self.config = model.config
+        self.pad_token_id = pad_token_id
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **_: Any):
+        if attention_mask is None:
+            attention_mask = left_padding(input_ids, self.pad_token_id)
+        return SimpleNamespace(logits=aligned_logits(self.model, input_ids, attention_mask))
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.model.get_input_embeddings()
+
+    def save_pretrained(self, *args: Any, **kwargs: Any) -> None:
+        self.model.save_pretrained(*args, **kwargs)
+
+    @property
+    def supports_gradient_checkpointing(self) -> bool:
+        return bool(getattr(self.model, "supports_gradient_checkpointing", False))
+
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict | None = None) -> None:
+        self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs)
+
+
 class DreamAdapter(ModelAdapter):
     """Dream-v0: mask id from config.json, prompts through its (Qwen2.5) chat template, logits aligned with the
     tokens they predict (:func:`aligned_logits`) and padding as Dream's own sampler handles it."""
@@ -118,6 +166,10 @@ class DreamAdapter(ModelAdapter):
 
     def logits(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         return aligned_logits(model, input_ids, attention_mask)
+
+    def view(self, model: nn.Module) -> Aligned:
+        """The raw ``DreamModel`` seen with aligned logits and Dream's padding (:class:`Aligned`)."""
+        return Aligned(model, self.pad_token_id)
 
 
 class _Where(NamedTuple):  # what the remote-code policy reads of a model spec
@@ -137,14 +189,13 @@ def load_dream(
     local = _local_dir(where)
     _refuse_remote_code(where, local, " (DreamModel lives in the checkpoint's modeling_dream.py)")
     model = _remote_model(local, ("AutoModel",), DTYPES[dtype])
-    tok = _load("tokenizer", local, _tokenizer, trust_remote_code=True, padding_side="left")
+    tok = _load("tokenizer", local, AutoTokenizer.from_pretrained, trust_remote_code=True, padding_side="left")
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     mask_id = _checked_mask_id(_config_json(local).get("mask_token_id", tok.mask_token_id), model, str(local))
     return model.eval(), tok, DreamAdapter(tok, mask_id)
 
 
-def _tokenizer(local, **kwargs):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(local, **kwargs)
+def load(spec: Any) -> tuple[Any, Any, DreamAdapter]:
+    """The family's loader (``ddmrl.models.FAMILIES["dream"]``): :func:`load_dream` of a ``model:`` spec."""
+    return load_dream(spec.path_or_id, spec.revision, spec.trust_remote_code, spec.dtype)

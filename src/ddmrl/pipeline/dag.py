@@ -26,6 +26,7 @@ from typing import Any
 from ddmrl.config import DEFAULT_PROFILE, MAR_TASK, Config, LaunchConfig, mar_run_name, run_name
 from ddmrl.config.schema import STATE_VIEWS
 from ddmrl.methods import METHODS
+from ddmrl.models import FAMILIES
 from ddmrl.pipeline import layout
 from ddmrl.pipeline.layout import (
     BASE_DIR,
@@ -256,10 +257,10 @@ class StageFactory:
     ) -> tuple[str, ...]:
         """The modules a stage runs that no static import names: its tasks' and sampler's (registry members), the
         module and objective of method ``section`` and the modules of ``methods``, the auxiliary policy of kind ``aux``
-        and the sampler that consults it, the hub and the model adapters for a real model, GenEval's evaluator for an
-        image task. (Validating params.yaml imports every section's method module and every named task's module, with
-        what it imports; only a stage's own ones are its deps: another method's or task's module decides nothing a
-        stage writes.)"""
+        and the sampler that consults it, the hub, the model adapters and the family's module for a real model,
+        GenEval's evaluator for an image task. (Validating params.yaml imports every section's method module and every
+        named task's module, with what it imports; only a stage's own ones are its deps: another method's or task's
+        module decides nothing a stage writes.)"""
         cfg, modules = self.cfg, []
         modules += [member_module("ddmrl.tasks", "TASKS", t) for t in tasks]
         modules += [member_module("ddmrl.samplers", "SAMPLERS", sampler)] if sampler else []
@@ -271,8 +272,9 @@ class StageFactory:
         if aux and aux != "none":
             modules.append(member_module("ddmrl.aux_policies", "AUX_POLICIES", aux))
             modules += ["ddmrl.samplers.unmasking"] if aux == "unmasking" else []  # LLaDA's sampler hands it its steps
-        if (cfg.image.model if image else cfg.model).pretrained:
-            modules += ["ddmrl.hub", "ddmrl.models.adapters"]
+        model = cfg.image.model if image else cfg.model
+        if model.pretrained:
+            modules += ["ddmrl.hub", "ddmrl.models.adapters", FAMILIES.module(model.kind)]
         if image:
             modules.append("ddmrl.geneval")
         return tuple(m for m in dict.fromkeys(modules) if m)

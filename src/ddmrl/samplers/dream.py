@@ -1,7 +1,8 @@
 """Dream's sampler (Ye et al. 2025; Dream-org's ``generation_utils.py``, ``diffusion_generate`` and ``_sample``).
 
 The completion starts fully masked. ``steps`` forward passes run over the whole sequence, each on Dream's shifted
-logits (position i read from the logits at i - 1, ``ddmrl.models.dream.shift_logits``), at the times
+logits (position i read from the logits at i - 1: the model is ``ddmrl.models.dream.Aligned``, as ddmrl loads
+Dream), at the times
 ``t_i = linspace(1, eps, steps + 1)``. What a step commits depends on ``alg``:
 
 * ``origin``: each masked position is revealed with probability ``1 - t_{i+1} / t_i`` (every remaining one at the
@@ -23,10 +24,11 @@ test_dream_sampler.py): for the same seed, ``generator`` gives the draws Dream t
 (one ``rand`` per masked position for ``origin``, a ``multinomial`` per sampled proposal and per ``alg_temp`` draw,
 in Dream's order), on a CPU generator. Deviations, all outside what Dream's own code can run:
 
-* left padding: ``attention_mask`` [N, P] (0 at pads) gives Dream's positions and attention
-  (``ddmrl.models.dream.padding_inputs``); the dLLM-RL copy of Dream's code cannot take its own sampler's padding
-  mask (it passes the position ids as ``is_causal`` and adds the boolean mask to the scores), so the padded case is
-  checked against Dream's loop driven with the intended forward, and against each row sampled alone;
+* left padding: ``attention_mask`` [N, P] (0 at pads; by default :class:`~ddmrl.models.dream.Aligned` finds the
+  leading pads itself) gives Dream's positions and attention (``ddmrl.models.dream.padding_inputs``); the dLLM-RL
+  copy of Dream's code cannot take its own sampler's padding mask (it passes the position ids as ``is_causal`` and
+  adds the boolean mask to the scores), so the padded case is checked against Dream's loop driven with the intended
+  forward, and against each row sampled alone;
 * a proposal distribution that ``torch.distributions.Categorical`` refuses (NaN or infinite probabilities) falls
   back to the argmax, as Dream's ``except`` does, for the rows concerned only (Dream: the whole step's proposals).
 
@@ -36,15 +38,33 @@ token itself, which then stays masked, as in its code); ``nfe = steps``. No KV c
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 
-from ddmrl.models.dream import padding_inputs, shift_logits
+from ddmrl.config._base import Float, Int, Section, section
 from ddmrl.samplers.llada import SampleOutput, init_canvas
 
-ALGS = ("origin", "maskgit_plus", "topk_margin", "entropy")
+Alg = Literal["origin", "maskgit_plus", "topk_margin", "entropy"]
+ALGS: tuple[str, ...] = get_args(Alg)
 
-__all__ = ["ALGS", "generate", "propose"]
+__all__ = ["ALGS", "Params", "generate", "propose"]
+
+
+@section
+class Params(Section):
+    """Dream's own keys (``sampler.options.dream``, used with ``sampler.name: dream``), named and defaulted as Dream-v0's
+    ``generation_config.json``; ``steps`` and ``temperature`` are the sampler's shared keys."""
+
+    alg: Alg = Field("origin", description="Remasking rule: origin, maskgit_plus, topk_margin or entropy.")
+    top_p: Float | None = Field(None, gt=0, le=1, description="Nucleus of the proposal distribution (null: off).")
+    top_k: Int | None = Field(None, ge=1, description="Top-k of the proposal distribution (null: off).")
+    alg_temp: Float | None = Field(
+        None, ge=0, description="Draw the committed positions from softmax(confidence / alg_temp) (null or 0: top k)."
+    )
+    eps: Float = Field(1e-3, gt=0, lt=1, description="The last time of the schedule linspace(1, eps, steps + 1).")
 
 
 def _nucleus(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -123,25 +143,24 @@ def generate(
     generator: torch.Generator | None = None,
 ) -> SampleOutput:
     """Sample completions of ``completion_length`` tokens for ``prompt_ids`` [N, P] with Dream's sampler (see the
-    module docstring); ``model`` is a ``DreamModel`` (raw logits, shifted here). ``attention_mask`` [N, P]: 0 at left
-    pads (None: no padding). Dream's ``generation_config`` keys keep their names: ``steps``, ``alg``,
-    ``temperature``, ``top_p``, ``top_k``, ``alg_temp``, ``eps``."""
+    module docstring); ``model`` is a ``DreamModel`` seen through :class:`ddmrl.models.dream.Aligned` (logits at i
+    predicting the token at i). ``attention_mask`` [N, P]: 0 at left pads (None: the model finds them). Dream's
+    ``generation_config`` keys keep their names: ``steps``, ``alg``, ``temperature``, ``top_p``, ``top_k``,
+    ``alg_temp``, ``eps``."""
     if alg not in ALGS:
-        raise ValueError(f"sampler.alg = {alg!r}: Dream's remasking rules are {', '.join(ALGS)}")
+        raise ValueError(f"sampler.options.alg = {alg!r}: Dream's remasking rules are {', '.join(ALGS)}")
     if steps < 1:
         raise ValueError(f"sampler.steps = {steps}: at least one step")
     x, reveal = init_canvas(prompt_ids, completion_length, mask_id)  # [N, P + L], [N, L]
     prompt_len = prompt_ids.shape[1]
-    forward: dict = {"use_cache": False}
-    if attention_mask is not None and not bool(attention_mask.all()):
-        full = F.pad(attention_mask, (0, completion_length), value=1)
-        dtype = model.get_input_embeddings().weight.dtype
-        forward["attention_mask"], forward["position_ids"] = padding_inputs(full, dtype)
+    forward = {}
+    if attention_mask is not None:
+        forward["attention_mask"] = F.pad(attention_mask, (0, completion_length), value=1)  # [N, P + L]
     times = torch.linspace(1, eps, steps + 1, device=x.device)
     rows = torch.arange(x.shape[0], device=x.device)[:, None]
     for i in range(steps):
         masked = x == mask_id  # [N, P + L]
-        logits = shift_logits(model(x, **forward).logits)  # [N, P + L, V], position i predicting token i
+        logits = model(x, **forward).logits  # [N, P + L, V], position i predicting token i
         at_masks = logits[masked]  # [M, V] in row-major order, as Dream indexes them
         t, s = times[i], times[i + 1]
         last = i == steps - 1

@@ -108,7 +108,7 @@ class Task(ABC):
         start = example.answer.find(trace)
         if start < 0:
             raise ValueError(f"{self.name} example {example.id}: its reasoning trace is not part of its answer")
-        from ddmrl.models import encode  # the reward and tables stages score texts without torch
+        from ddmrl.models.tokenizer import encode  # the reward and tables stages score texts without torch
 
         return len(encode(tokenizer, example.answer[:start])), encode(tokenizer, trace)
 

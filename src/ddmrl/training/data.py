@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import torch
 
-from ddmrl.models import encode
+from ddmrl.models.tokenizer import encode
 from ddmrl.tasks.base import Example, Task
 
 

@@ -13,7 +13,7 @@ from ddmrl.augmenters import AUGMENTERS
 from ddmrl.augmenters.base import AugmentInputs
 from ddmrl.config import SamplerConfig, method_config
 from ddmrl.errors import ConfigError
-from ddmrl.models import build_tokenizer
+from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.rollout import Rollouts, rewards, rollout
 from ddmrl.tasks import make_task
 from ddmrl.tasks.base import Example, Task

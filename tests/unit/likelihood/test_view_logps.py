@@ -63,7 +63,7 @@ def test_grpo_log_probs_are_full_forward_passes_whatever_the_rollout_sampler(mak
     cache, but every pass outside the rollouts (old, reference and current log-probs) is the model's own over all
     P + L positions, with no cache argument (never the sampler's approximation)."""
     from ddmrl.config import SamplerConfig, method_config
-    from ddmrl.models import build_tokenizer
+    from ddmrl.models.tokenizer import build_tokenizer
     from ddmrl.tasks import make_task
 
     task = make_task("sudoku4")

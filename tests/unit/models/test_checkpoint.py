@@ -6,8 +6,9 @@ import pytest
 import torch
 from transformers import AutoModelForMaskedLM
 
-from ddmrl.models import TinyDDMForMaskedLM, decode_completion, encode
 from ddmrl.models.checkpoint import load_checkpoint, save_checkpoint
+from ddmrl.models.tiny import TinyDDMForMaskedLM
+from ddmrl.models.tokenizer import decode_completion, encode
 
 
 def test_round_trip_is_exact(tmp_path, make_model, tok):

@@ -6,7 +6,8 @@ import pytest
 import torch
 from transformers import PreTrainedModel
 
-from ddmrl.models import TinyDDMConfig, TinyDDMForMaskedLM, compat
+from ddmrl.models import compat
+from ddmrl.models.tiny import TinyDDMConfig, TinyDDMForMaskedLM
 
 
 def test_compat_leaves_a_transformers_5_class_alone():

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from ddmrl.likelihood import token_logps
-from ddmrl.models import build_tokenizer
 from ddmrl.models.layout import EXCLUDED_LOGIT, ImageLayout, MMaDALayout, for_task, unwrap
 from ddmrl.models.mmada import T2ILayout
+from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.samplers import SAMPLERS
 from ddmrl.tasks import make_task
 from ddmrl.training.data import drop_prompts, encode_examples, encode_prompts, prompt_length

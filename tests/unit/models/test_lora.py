@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from ddmrl.config import ConfigError, LoraConfig
-from ddmrl.models import TinyDDMConfig, TinyDDMForMaskedLM
 from ddmrl.models.lora import lora_targets, peft_target_modules, protected_modules
+from ddmrl.models.tiny import TinyDDMConfig, TinyDDMForMaskedLM
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForMaskedLM
 
-from ddmrl.models import TinyDDMConfig, TinyDDMForMaskedLM
+from ddmrl.models.tiny import TinyDDMConfig, TinyDDMForMaskedLM
 
 
 def test_logits_shape_and_bidirectional_attention(make_model):

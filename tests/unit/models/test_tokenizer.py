@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddmrl.models import build_tokenizer, decode_completion, encode
+from ddmrl.models.tokenizer import build_tokenizer, decode_completion, encode
 
 
 def test_ids_layout(tok):

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 import ddmrl.samplers.cache as cache
-from ddmrl.models import TinyDDMConfig, TinyDDMForMaskedLM
 from ddmrl.models.llada_cache import forward_window, is_llada
+from ddmrl.models.tiny import TinyDDMConfig, TinyDDMForMaskedLM
 from ddmrl.samplers.cache import cached_forward, window
 from ddmrl.samplers.llada import generate
 

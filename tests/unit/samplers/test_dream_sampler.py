@@ -10,6 +10,7 @@ import pytest
 import torch
 from real_dream import BOS, EOS, MASK, dream_checkpoint, needs_dream, sharpen, tokenizer
 
+from ddmrl.models.dream import Aligned
 from ddmrl.samplers import SAMPLERS
 from ddmrl.samplers.dream import ALGS, generate
 
@@ -49,7 +50,10 @@ def reference(model, x: torch.Tensor, alg: str, seed: int, **kw) -> torch.Tensor
 
 def ours(model, x: torch.Tensor, alg: str, seed: int, attention_mask=None, **kw) -> torch.Tensor:
     gen, steps = torch.Generator().manual_seed(seed), kw.pop("steps", STEPS)
-    out = generate(model, x, L, mask_id=MASK, steps=steps, alg=alg, generator=gen, attention_mask=attention_mask, **kw)
+    aligned = Aligned(model, EOS)  # as ddmrl loads Dream: logits aligned, leading pads found from the ids
+    out = generate(
+        aligned, x, L, mask_id=MASK, steps=steps, alg=alg, generator=gen, attention_mask=attention_mask, **kw
+    )
     assert out.nfe == steps
     return out.completion_ids
 
@@ -120,6 +124,8 @@ def test_left_padded_rows_equal_each_row_alone(model, alg):
     got = ours(model, x, alg, 0, attention_mask=mask)
     for i, r in enumerate(rows):
         assert torch.equal(got[i], reference(model, r[None], alg, 0)[0]), f"row {i}"
+    # as in a rollout, no mask given: the model finds the leading pads (EOS) itself
+    assert torch.equal(ours(model, x, alg, 0), got)
 
 
 def test_dreams_vendored_code_cannot_take_its_own_padding_mask(model):
@@ -131,7 +137,7 @@ def test_dreams_vendored_code_cannot_take_its_own_padding_mask(model):
 
 def test_reveal_steps_registry_and_refusals(model):
     x = prompts(2)
-    out = SAMPLERS["dream"](model, x, L, mask_id=MASK, steps=STEPS, alg="maskgit_plus")
+    out = SAMPLERS["dream"](Aligned(model, EOS), x, L, mask_id=MASK, steps=STEPS, alg="maskgit_plus")
     assert out.completion_ids.shape == (2, L) and out.nfe == STEPS
     counts = torch.stack([(out.reveal_step == s).sum(1) for s in range(STEPS)], 1)  # [2, STEPS]
     t, left, want = torch.linspace(1, 1e-3, STEPS + 1), L, []
@@ -141,4 +147,4 @@ def test_reveal_steps_registry_and_refusals(model):
     assert counts.tolist() == [want, want] and want[0] == 1
     assert not (out.completion_ids == MASK).any()
     with pytest.raises(ValueError, match="origin, maskgit_plus, topk_margin, entropy"):
-        generate(model, x, L, mask_id=MASK, steps=2, alg="low_confidence")
+        generate(Aligned(model, EOS), x, L, mask_id=MASK, steps=2, alg="low_confidence")

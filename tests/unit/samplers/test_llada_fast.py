@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ddmrl.models import TinyDDMConfig, TinyDDMForMaskedLM
+from ddmrl.models.tiny import TinyDDMConfig, TinyDDMForMaskedLM
 from ddmrl.samplers.llada import generate
 
 MASK = 0

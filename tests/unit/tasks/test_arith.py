@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from ddmrl.models import build_tokenizer, encode
+from ddmrl.models.tokenizer import build_tokenizer, encode
 from ddmrl.tasks import arith as arith_module
 from ddmrl.tasks import make_task
 from ddmrl.tasks.arith import Arith

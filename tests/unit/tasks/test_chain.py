@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from ddmrl.models import build_tokenizer, encode
+from ddmrl.models.tokenizer import build_tokenizer, encode
 from ddmrl.tasks import make_task
 from ddmrl.tasks.chain import Chain
 

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from ddmrl.models import build_tokenizer
+from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.tasks import TASKS, make_task
 from ddmrl.tasks.base import Example, Task
 from ddmrl.tasks.geneval_mini import (

@@ -10,7 +10,7 @@ import pytest
 from transformers import PreTrainedTokenizerFast
 
 from ddmrl.io import DataError
-from ddmrl.models import build_tokenizer
+from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.tasks import make_task
 from ddmrl.tasks.benchmarks import GSM_SYSTEM_PROMPT, TRAIN_SYSTEM_PROMPT
 from ddmrl.training.data import encode_prompts

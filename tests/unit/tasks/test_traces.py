@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ddmrl.models import build_tokenizer, encode
+from ddmrl.models.tokenizer import build_tokenizer, encode
 from ddmrl.tasks import make_task
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "benchmarks"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ddmrl.models import build_tokenizer
+from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.tasks import make_task
 from ddmrl.tasks.base import Example, Task
 from ddmrl.training.data import completion_mask, encode_examples, encode_prompts, prompt_length

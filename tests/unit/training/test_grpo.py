@@ -18,7 +18,7 @@ import ddmrl.objectives.token_clip as losses_module
 import ddmrl.training.grpo as grpo_module
 from ddmrl.config import GRPOConfig, SamplerConfig, method_config
 from ddmrl.methods import METHODS
-from ddmrl.models import build_tokenizer
+from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.tasks import make_task
 from ddmrl.training.grpo import train_grpo
 

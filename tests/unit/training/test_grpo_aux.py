@@ -14,8 +14,8 @@ from fake_rewards import varied_reward
 import ddmrl.training.grpo as grpo_module
 from ddmrl.aux_policies import new_aux_policy
 from ddmrl.config import SamplerConfig, method_config
-from ddmrl.models import build_tokenizer
 from ddmrl.models.layout import for_task
+from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.tasks import make_task
 from ddmrl.training.data import prompt_length
 from ddmrl.training.grpo import train_grpo

@@ -13,7 +13,7 @@ import ddmrl.augmenters.igpo as igpo
 import ddmrl.objectives.token_clip as token_clip_module
 from ddmrl.augmenters.base import Augmenter
 from ddmrl.config import ConfigError, SamplerConfig, method_config
-from ddmrl.models import build_tokenizer
+from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.objectives.advantages import group_advantages
 from ddmrl.tasks import make_task
 from ddmrl.training.grpo import train_grpo

@@ -25,7 +25,7 @@ import ddmrl.training.grpo as grpo_module
 from ddmrl.config import GRPOConfig, SamplerConfig
 from ddmrl.masking import build_views
 from ddmrl.masking.views import Views
-from ddmrl.models import build_tokenizer
+from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.objectives.base import ObjectiveInputs
 from ddmrl.objectives.token_clip import token_clip
 from ddmrl.objectives.weights import token_weights

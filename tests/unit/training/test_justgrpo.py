@@ -29,7 +29,7 @@ import ddmrl.training.grpo as grpo_module
 from ddmrl.config import ConfigError, SamplerConfig, method_config
 from ddmrl.likelihood import token_logps
 from ddmrl.methods import METHODS
-from ddmrl.models import build_tokenizer
+from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.objectives import OBJECTIVES
 from ddmrl.objectives.advantages import group_advantages
 from ddmrl.rollout import Rollouts, sampler_kwargs

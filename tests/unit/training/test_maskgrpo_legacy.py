@@ -27,7 +27,7 @@ import ddmrl.training.grpo as grpo_module
 from ddmrl.config import GRPOConfig, SamplerConfig
 from ddmrl.likelihood import token_logps
 from ddmrl.masking.views import apply_view, legacy_mask_seeds
-from ddmrl.models import build_tokenizer
+from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.rollout import Rollouts
 from ddmrl.tasks import make_task
 from ddmrl.training.grpo import make_views, step_views, train_grpo

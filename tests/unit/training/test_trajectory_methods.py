@@ -17,7 +17,7 @@ from fake_rewards import varied_reward
 
 from ddmrl.config import SamplerConfig, method_config
 from ddmrl.masking.views import top_steps
-from ddmrl.models import build_tokenizer
+from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.objectives.advantages import mdpo_step_advantages
 from ddmrl.objectives.base import ObjectiveInputs
 from ddmrl.objectives.token_clip import token_clip
