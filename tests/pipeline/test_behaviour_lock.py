@@ -23,7 +23,16 @@ from ddmrl.training.tracking import plain
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "behaviour"
-PROFILES = ("tiny", "smoke", "extended", "image", "rebrl_ablation", "paper_llada_math", "paper_mmada_geneval")
+PROFILES = (
+    "tiny",
+    "smoke",
+    "extended",
+    "image",
+    "rebrl_ablation",
+    "paper_llada_math",
+    "paper_mmada_geneval",
+    "paper_dream_math",
+)
 
 
 def snapshot(profile: str) -> dict:

@@ -51,9 +51,11 @@ CONDITIONAL = {
     ("src/ddmrl/samplers/maskgit.py", "ddmrl.aux_policies.schedule"): lambda cfg, s: _aux(cfg, s) == "schedule",
     # GenEval's summary of an image task's judged images (ddmrl.evaluation.evaluate_images, ddmrl.mar.evaluation)
     ("src/ddmrl/tasks/base.py", "ddmrl.geneval"): lambda cfg, s: s.kind.startswith(("evaluate_image", "evaluate_mar")),
-    # a task's tokenizer helpers: every stage that encodes or decodes (the reward and tables stages score texts)
-    ("src/ddmrl/tasks/base.py", "ddmrl.models"): lambda cfg, s: s.kind not in ("reward", "tables"),
-    ("src/ddmrl/tasks/base.py", "ddmrl.models.tokenizer"): lambda cfg, s: s.kind not in ("reward", "tables"),
+    # a task's tokenizer helpers (Task.trace_tokens, for IGPO's hints): a text training stage, never the reward and
+    # tables stages (they score texts) nor MAR's (its own image tokens)
+    ("src/ddmrl/tasks/base.py", "ddmrl.models.tokenizer"): lambda cfg, s: (
+        s.kind not in ("reward", "tables") and "mar" not in s.kind
+    ),
 }
 
 

@@ -12,7 +12,8 @@ from helpers import ENV, copy_repo
 from ddmrl.config import load
 from ddmrl.pipeline import dag
 
-PAPER_PROFILES = ["paper_llada_math", "paper_mmada_geneval"]
+PAPER_PROFILES = ["paper_llada_math", "paper_mmada_geneval"]  # 8 GPUs under ZeRO-2, LoRA
+ALL_PAPER_PROFILES = [*PAPER_PROFILES, "paper_dream_math"]
 
 
 def paper_repo(tmp_path, profile):
@@ -79,7 +80,33 @@ def test_mmada_geneval_profile_has_rebrls_setup(tmp_path):
     assert cfg.image.evaluate.samples_per_prompt == 4 and cfg.image.download.num_eval == 553
 
 
-@pytest.mark.parametrize("profile", PAPER_PROFILES)
+def test_dream_math_profile_has_dares_values(tmp_path):
+    """DARE's d1 recipe on Dream-v0-Instruct-7B (recipe/dream/run_d1_dream_7b_instruct.sh, --task math)."""
+    cfg = paper_repo(tmp_path, "paper_dream_math")[1]
+    assert cfg.model.spec().kind == "dream" and cfg.model.trust_remote_code and cfg.sft.max_steps == 0
+    run = cfg.methods["diffu_grpo"]
+    assert tuple(cfg.grpo.methods) == ("diffu_grpo",)
+    assert (run.method, run.learning_rate, run.num_prompts, run.num_generations, run.num_iterations) == (
+        "diffu_grpo", 5e-7, 16, 8, 1
+    )  # fmt: skip
+    assert (run.beta, run.epsilon, run.weight_decay, run.lora.r, run.gradient_checkpointing) == (
+        0,
+        0.2,
+        0.01,
+        0,
+        False,
+    )
+    for sampler in (run.sampler, cfg.rollout.sampler, cfg.evaluate.sampler):
+        assert (sampler.name, sampler.temperature) == ("dream", 0.2)
+        assert sampler.options["dream"] == {"alg": "entropy", "top_p": 0.95, "alg_temp": 0.0}
+    assert (run.sampler.steps, cfg.evaluate.sampler.steps, cfg.task_params["gsm8k"]["completion_length"]) == (
+        256, 512, 512
+    )  # fmt: skip
+    grpo = [s for s in dag.build(cfg) if s.script == "stages/grpo.py"]
+    assert all(s.cmd.startswith("accelerate launch --config_file configs/accelerate/fsdp.yaml") for s in grpo)
+
+
+@pytest.mark.parametrize("profile", ALL_PAPER_PROFILES)
 def test_offline_the_download_stage_names_every_missing_item(tmp_path, profile):
     root, cfg = paper_repo(tmp_path, profile)
     download = next(s for s in dag.build(cfg) if s.script == "stages/download.py")

@@ -72,6 +72,8 @@ class Registered:
 
 #: a model family of ``ddmrl.models.FAMILIES``
 ModelKind = Annotated[Str, WrapValidator(Registered(FAMILIES))]
+#: a sampler of ``ddmrl.samplers.SAMPLERS``
+SamplerName = Annotated[Str, WrapValidator(Registered(SAMPLERS))]
 TrainLoss = Literal["elbo", "maskgit"]
 TRAIN_LOSSES: tuple[str, ...] = get_args(TrainLoss)
 Tracker = Literal["tensorboard", "dvclive", "wandb"]  # accelerate's tracker names (ddmrl.training.tracking)
@@ -112,6 +114,7 @@ class ModelSpec(Section):
         "tiny",
         description="Model family (ddmrl.models.FAMILIES): TinyDDM (embedded), LLaDA, MMaDA, Dream or an "
         "AutoModelForMaskedLM (docs/real_scale.md, docs/families.md).",
+        json_schema_extra={"type": "a model family: tiny, llada, mmada, hf_masked_lm, dream or an import path"},
     )
     path_or_id: Str = Field(
         "", description="Checkpoint directory (normally under download.hub_dir) or a hub id already in the HF cache."
@@ -383,8 +386,11 @@ class SamplerConfig(Section):
     2025), MaskGIT's cosine confidence sampler (Chang et al. 2022; MMaDA's ``t2i_generate``) or MaskGRPO's emerge
     (ancestral) sampler."""
 
-    name: Literal["llada", "maskgit", "emerge", "dream"] = Field(
-        "llada", description="Which sampler (dream: Dream-v0's own, for model.kind dream; docs/families.md)."
+    name: SamplerName = Field(
+        "llada",
+        description="Which sampler (ddmrl.samplers.SAMPLERS; dream: Dream-v0's own, for model.kind dream, "
+        "docs/families.md).",
+        json_schema_extra={"type": "a sampler: llada, maskgit, emerge, dream"},
     )
     block_length: Int = Field(4, ge=1, description="llada: tokens per semi-autoregressive block.")
     steps: Int = Field(
