@@ -21,7 +21,12 @@ def offline(monkeypatch):
 
 
 def test_pinned_revisions_are_commits():
-    assert set(hub.PINNED_REVISIONS) == {"GSAI-ML/LLaDA-8B-Instruct", "Gen-Verse/MMaDA-8B-Base", "showlab/magvitv2"}
+    assert set(hub.PINNED_REVISIONS) == {
+        "GSAI-ML/LLaDA-8B-Instruct",
+        "Gen-Verse/MMaDA-8B-Base",
+        "showlab/magvitv2",
+        "Dream-org/Dream-v0-Instruct-7B",
+    }
     assert set(hub.PINNED_DATASET_REVISIONS) == {"openai/gsm8k", "HuggingFaceH4/MATH-500"}
     assert all(hub.is_commit(r) for r in [*hub.PINNED_REVISIONS.values(), *hub.PINNED_DATASET_REVISIONS.values()])
 
