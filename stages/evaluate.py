@@ -5,7 +5,9 @@ question, ground_truth, generation) and the metrics: accuracy in percent (Sudoku
 cells, pooled; Countdown: exact), the mean training reward and the model evaluations per sample (``nfe_per_sample``).
 A model saved with a learned unmasking policy is evaluated with it, and (its metrics' ``heuristics``, each
 generation's ``heuristics``) with the confidence heuristics it is compared with: d1's low-confidence protocol and
-Fast-dLLM's threshold rule. A model saved with Co-GRPO's schedule policy samples its images with that schedule.
+Fast-dLLM's threshold rule. With ``evaluate.pass_at_k.n`` > 0 the metrics also hold pass@k from n sampled completions
+per item (``pass_at_k``: the estimate per k and each item's count of correct samples). A model saved with Co-GRPO's
+schedule policy samples its images with that schedule.
 
     python stages/evaluate.py --params params.yaml --tasks data/download/tasks --model data/sft/model \
         --task sudoku4 --name sft --generations data/evaluate/sft/sudoku4.jsonl \
@@ -30,7 +32,7 @@ import argparse
 from ddmrl import config
 from ddmrl.aux_policies import load_aux_policy
 from ddmrl.cli import run_stage
-from ddmrl.evaluation import evaluate, evaluate_images, with_heuristics
+from ddmrl.evaluation import evaluate, evaluate_images, pass_at_k, with_heuristics
 from ddmrl.io import write_json, write_jsonl
 from ddmrl.models.checkpoint import load_checkpoint
 from ddmrl.models.layout import for_task
@@ -69,6 +71,10 @@ def main() -> None:
         ):  # the unmasking paper's comparison: the same model, the heuristics
             metrics, records = with_heuristics(
                 model, tok, task, held_out, ecfg.sampler, ecfg.batch_size, cfg.seed, metrics, records
+            )
+        if ecfg.pass_at_k.n:  # n sampled completions per item: pass@k beside the greedy accuracy
+            metrics["pass_at_k"] = pass_at_k(
+                model, tok, task, held_out, ecfg.sampler, ecfg.pass_at_k, ecfg.batch_size, cfg.seed
             )
 
     write_jsonl(args.generations, records)

@@ -33,6 +33,7 @@ from ddmrl.tables import (
     image_scores,
     image_table,
     main_table,
+    pass_at_k_table,
     plot_credit,
     plot_curves,
     results_frame,
@@ -94,6 +95,14 @@ def main() -> None:
         write_text(out / "sft_rollouts.md", "# SFT samples before RL (room for RL)\n\n" + to_markdown(room))
         for key, label in CURVES.items():
             plot_curves(cfg, curves, key, out / f"{key}_curves.png", label)
+        if cfg.evaluate.pass_at_k.n:  # sampled completions per item: pass@k beside the greedy accuracy
+            passes, records = pass_at_k_table(cfg, frame, evals)
+            intervals += records
+            write_csv(out / "pass_at_k.csv", pd.DataFrame(records))
+            note = (f"\n{cfg.evaluate.pass_at_k.n} samples per held-out item at temperature "
+                    f"{cfg.evaluate.pass_at_k.temperature}; unbiased estimator (Chen et al. 2021), 95 % bootstrap "
+                    "interval over the items and seeds.\n")  # fmt: skip
+            write_text(out / "pass_at_k.md", "# pass@k (text tasks)\n\n" + to_markdown(passes) + note)
     if files["credit"]:
         credit = pd.concat([pd.read_csv(p) for p in files["credit"]])
         write_csv(out / "credit.csv", credit.assign(series=credit["method"] + " " + credit["task"]))

@@ -11,9 +11,11 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
-from ddmrl.config import EvaluateConfig, SamplerConfig
+from ddmrl import stats
+from ddmrl.config import EvaluateConfig, PassAtKConfig, SamplerConfig
 from ddmrl.rollout import Rollouts, rollout
 from ddmrl.seeding import generator
 from ddmrl.tasks.base import Example, Task
@@ -65,6 +67,38 @@ def evaluate(
         "eval_seconds": time.time() - start,
     }
     return metrics, records
+
+
+def pass_at_k(
+    model,
+    tok,
+    task: Task,
+    examples: list[Example],
+    sampler: SamplerConfig,
+    cfg: PassAtKConfig,
+    batch_size: int,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """pass@k on ``examples`` (Chen et al. 2021): ``cfg.n`` completions per item sampled with ``sampler`` at
+    ``cfg.temperature``, each judged ``correct`` by the task's d1 parser; for each k the mean over items of the
+    unbiased estimator (percent), and the per-item correct counts (the tables' bootstrap over items)."""
+    sampler = dataclasses.replace(sampler, temperature=cfg.temperature)
+    gen = generator(seed, "pass_at_k", task.name)
+    counts = []
+    per_batch = max(1, batch_size // cfg.n)  # items per rollout call: about batch_size completions
+    for lo in range(0, len(examples), per_batch):
+        chunk = examples[lo : lo + per_batch]
+        out = rollout(model, tok, task, chunk, cfg.n, sampler, gen)
+        correct = [bool(task.score(text, chunk[i // cfg.n])["correct"]) for i, text in enumerate(out.texts)]
+        counts += [sum(correct[i * cfg.n : (i + 1) * cfg.n]) for i in range(len(chunk))]
+    c = np.array(counts)
+    return {
+        "n": cfg.n,
+        "temperature": cfg.temperature,
+        "pass_at": {str(k): float(100 * stats.pass_at_k(cfg.n, c, k).mean()) for k in cfg.k},
+        "ids": [ex.id for ex in examples],
+        "correct_counts": counts,
+    }
 
 
 def unmasking_heuristics(sampler: SamplerConfig, completion_length: int) -> dict[str, SamplerConfig]:

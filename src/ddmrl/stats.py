@@ -143,3 +143,20 @@ def paired_gain(
     items = _draw_items(rng, strata_idx, n_boot)
     reps = a.statistic(a.draw_seeds(rng, n_boot), items) - b.statistic(b.draw_seeds(rng, n_boot), items)
     return _interval(a.estimate() - b.estimate(), reps, level, n, a.n_seeds)
+
+
+def pass_at_k(n: int, c: np.ndarray | int, k: int) -> np.ndarray:
+    """The unbiased estimator of pass@k from ``n`` samples of which ``c`` are correct (per item, [N] or a scalar):
+    ``1 - C(n - c, k) / C(n, k)``, the chance that k of the n samples drawn without replacement hold a correct one
+    (Chen et al. 2021, *Evaluating Large Language Models Trained on Code*, eq. 1). Computed as Chen et al.'s
+    numerically stable product ``prod_{i = n - c + 1}^{n} (1 - k / i)``."""
+    if not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 1 <= k <= n samples; got k = {k}, n = {n}")
+    c = np.atleast_1d(np.asarray(c, dtype=np.int64))  # [N]
+    if np.any((c < 0) | (c > n)):
+        raise ValueError(f"correct counts must lie in [0, {n}]")
+    out = np.ones(c.shape, dtype=np.float64)
+    for j, cj in enumerate(c):
+        if n - cj >= k:  # else every k-subset holds a correct sample
+            out[j] = 1.0 - np.prod(1.0 - k / np.arange(n - cj + 1, n + 1))
+    return out

@@ -251,6 +251,31 @@ def main_table(
     return _fill(pd.DataFrame(md)), pd.DataFrame(csv), records
 
 
+def pass_at_k_table(cfg: Config, frame: pd.DataFrame, evals: list[dict[str, Any]]) -> tuple[pd.DataFrame, list]:
+    """pass@k per row and text task (``evaluate.pass_at_k``): the mean over items of the unbiased estimator, with a
+    95 % bootstrap interval over the items and the row's seeds (per-item estimates from each item's count of correct
+    samples). Returns (markdown frame, interval records)."""
+    by_model = {(e["model"], e["task"]): e["pass_at_k"] for e in evals if "pass_at_k" in e}
+    md, records = [], []
+    for label in ["base", "sft", *cfg.text_methods]:
+        sub = frame[frame["row"] == label]
+        row = {"model": display(label)}
+        for t in cfg.tasks:
+            runs = [by_model[m, t] for m in sub[sub["task"] == t]["model"] if (m, t) in by_model]
+            if not runs:
+                continue
+            if len({tuple(r["ids"]) for r in runs}) > 1:
+                raise ValueError(f"{label} on {t}: pass@k of different held-out items across seeds")
+            for k in cfg.evaluate.pass_at_k.k:
+                numer = np.stack([100 * stats.pass_at_k(r["n"], np.array(r["correct_counts"]), k) for r in runs])
+                iv = stats.interval(numer)  # [S, N]
+                row[f"{t} pass@{k} (%)"] = cell(iv)
+                records += _records(label, t, f"pass@{k}", iv)
+        if len(row) > 1:
+            md.append(row)
+    return _fill(pd.DataFrame(md)), records
+
+
 def versus_table(
     cfg: Config, frame: pd.DataFrame, scores: dict[Any, Scores], tasks: tuple[str, ...], reference: str = "unigrpo"
 ) -> tuple[pd.DataFrame, list[dict[str, Any]]]:

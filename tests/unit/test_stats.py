@@ -1,12 +1,13 @@
 """The tables' intervals: exact point estimates, bootstrap standard errors against the binomial formula, coverage
 on simulated data with a known truth, pairing, strata and seeds."""
 
+import itertools
 import math
 
 import numpy as np
 import pytest
 
-from ddmrl.stats import interval, paired_gain
+from ddmrl.stats import interval, paired_gain, pass_at_k
 
 
 def test_estimate_is_the_pooled_ratio_and_the_plain_mean():
@@ -91,3 +92,25 @@ def test_mismatched_items_are_refused():
         interval(np.ones(4), strata=["a"])
     with pytest.raises(ValueError, match="finite"):
         interval(np.array([1.0, np.nan]))
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 7])
+def test_pass_at_k_equals_the_share_of_k_subsets_holding_a_correct_sample(n):
+    """Chen et al.'s estimator against exact enumeration: for every count of correct samples c and every k, the
+    share of the C(n, k) subsets of k samples that hold a correct one."""
+    for c in range(n + 1):
+        samples = [True] * c + [False] * (n - c)
+        for k in range(1, n + 1):
+            subsets = list(itertools.combinations(samples, k))
+            exact = sum(any(s) for s in subsets) / len(subsets)
+            assert pass_at_k(n, c, k)[0] == pytest.approx(exact, abs=1e-12)
+
+
+def test_pass_at_1_is_the_share_of_correct_samples_and_bad_arguments_are_refused():
+    counts = np.array([0, 3, 8])
+    assert np.allclose(pass_at_k(8, counts, 1), counts / 8)
+    assert np.all(np.diff(np.stack([pass_at_k(8, counts, k) for k in (1, 2, 4, 8)]), axis=0) >= 0), "rises with k"
+    with pytest.raises(ValueError, match="1 <= k <= n"):
+        pass_at_k(4, counts[:1], 5)
+    with pytest.raises(ValueError, match=r"\[0, 4\]"):
+        pass_at_k(4, np.array([5]), 1)

@@ -16,9 +16,10 @@ keys, which may not contradict what the method fixes. Every resolved run is a fl
 every knob of every method, so library code reads ``cfg.gamma`` or ``cfg.shrink`` on any run.
 
 The schema (``ddmrl.config.schema``) is a leaf: it imports only the standard library, yaml, pydantic,
-``ddmrl.errors`` and the registries of methods, tasks and reward models (which import none of their members);
-validating a method section imports its method's module, validating a task's name or parameters its task's module
-(``task_params.<name>`` is validated by the task's ``Params``), neither of which imports torch.
+``ddmrl.errors`` and the registries of methods, tasks, reward models, model families and samplers (which import none
+of their members); validating a method section imports its method's module, validating a task's name or parameters
+its task's module (``task_params.<name>`` is validated by the task's ``Params``), neither of which imports torch; an
+entry of ``sampler.options`` imports its sampler's module (Dream's: torch).
 ``docs/params.md`` is generated from it: ``python -m ddmrl.config.docs``. Hyperparameter names
 follow TRL's ``GRPOConfig`` where the concept matches.
 """
@@ -48,6 +49,7 @@ from ddmrl.config.schema import (
     MarSamplerConfig,
     ModelConfig,
     ModelSpec,
+    PassAtKConfig,
     RolloutConfig,
     SamplerConfig,
     SFTConfig,
@@ -82,6 +84,7 @@ __all__ = [
     "MarSamplerConfig",
     "ModelConfig",
     "ModelSpec",
+    "PassAtKConfig",
     "RolloutConfig",
     "SFTConfig",
     "SamplerConfig",

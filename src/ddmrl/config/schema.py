@@ -589,6 +589,25 @@ class RolloutConfig(Section):
 
 
 @section
+class PassAtKConfig(Section):
+    """pass@k on the held-out items (Chen et al. 2021): ``n`` sampled completions per item at ``temperature``
+    (the evaluation sampler otherwise), the unbiased estimator for each ``k`` (``ddmrl.stats.pass_at_k``), beside the
+    greedy accuracy. JustGRPO's "flexibility trap" claim (Ni et al. 2026) is about how RL moves pass@k."""
+
+    n: Int = Field(0, ge=0, description="Samples per held-out item (0: no pass@k).")
+    k: tuple[Int, ...] = Field((1, 4, 16), min_length=1, description="The k of pass@k (each at most n).")
+    temperature: Float = Field(1.0, gt=0, description="Sampling temperature of the n samples.")
+
+    @model_validator(mode="after")
+    def _check(self) -> PassAtKConfig:
+        if self.n and max(self.k) > self.n:
+            raise refuse("k", self.k, f"each k must be at most n = {self.n}")
+        if any(k < 1 for k in self.k):
+            raise refuse("k", self.k, "each k must be at least 1")
+        return self
+
+
+@section
 class EvaluateConfig(Section):
     """Held-out evaluation: greedy decoding as in d1's protocol (text); for images, GenEval's several sampled
     images per prompt."""
@@ -603,6 +622,9 @@ class EvaluateConfig(Section):
         "samples_per_prompt for every prompt.",
     )
     sampler: SamplerConfig = Field(default_factory=SamplerConfig, description="The evaluation sampler.")
+    pass_at_k: PassAtKConfig = Field(
+        default_factory=PassAtKConfig, description="pass@k from sampled completions (text tasks; n: 0 is off)."
+    )
 
 
 # ------------------------------------------------------------------------------------------------ GRPO

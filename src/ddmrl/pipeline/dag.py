@@ -555,6 +555,7 @@ TABLES_TEXT = (
     "reward_curves.png", "kl_curves.png", "loss_curves.png", "clip_ratio_curves.png",
 )  # fmt: skip
 TABLES_CREDIT = ("credit.csv", "credit_by_reveal_step.png", "credit_summary.csv", "credit_summary.md")
+TABLES_PASS_AT_K = ("pass_at_k.md", "pass_at_k.csv")  # with evaluate.pass_at_k.n > 0
 TABLES_IMAGE = (
     "image_table.md", "image_table.csv", "image_table.html", "image_results_long.csv", "image_reward_curves.png",
     "image_kl_curves.png", "image_loss_curves.png", "image_clip_ratio_curves.png",
@@ -577,12 +578,13 @@ def tables(new: StageFactory) -> Stage:
         args["--credit"] = layout.CREDIT_DIR
     names = (*TABLES_TEXT,) if cfg.tasks else ()
     names += TABLES_CREDIT if layout.has_credit(cfg) else ()
+    names += TABLES_PASS_AT_K if cfg.tasks and cfg.evaluate.pass_at_k.n else ()
     names += (*TABLES_IMAGE,) if cfg.image.tasks else ()
     return new(
         "tables", "tables", {**args, "--out": out}, deps=tuple(p for v in reads.values() for p in v),
         dvc_deps=tuple(args.values()),
         params=("profile", "grpo.methods", "grpo.seeds", "tasks", "image.tasks", "image.methods", "image.seeds",
-                "mar.methods", "mar.seeds", "rebrl_ablation", "image.eval_tasks"),
+                "mar.methods", "mar.seeds", "rebrl_ablation", "image.eval_tasks", "evaluate.pass_at_k"),
         outs=tuple(f"{out}/{n}" for n in (*names, *TABLES_COMPARISONS, TABLES_CURVES)),
         dir_outs=(f"{out}/{CONTACT_SHEETS}",) if cfg.image.tasks else (), metrics=(f"{out}/{TABLES_METRICS}",),
         # the per-item scores of the intervals come from each text task's scorer; row labels from the methods

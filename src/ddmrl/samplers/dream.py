@@ -55,8 +55,8 @@ __all__ = ["ALGS", "Params", "generate", "propose"]
 
 @section
 class Params(Section):
-    """Dream's own keys (``sampler.options.dream``, used with ``sampler.name: dream``), named and defaulted as Dream-v0's
-    ``generation_config.json``; ``steps`` and ``temperature`` are the sampler's shared keys."""
+    """Dream's own keys (``sampler.options.dream``, used with ``sampler.name: dream``), named and defaulted as
+    Dream-v0's ``generation_config.json``; ``steps`` and ``temperature`` are the sampler's shared keys."""
 
     alg: Alg = Field("origin", description="Remasking rule: origin, maskgit_plus, topk_margin or entropy.")
     top_p: Float | None = Field(None, gt=0, le=1, description="Nucleus of the proposal distribution (null: off).")
