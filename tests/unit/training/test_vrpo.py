@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -32,7 +33,7 @@ import torch.nn.functional as F
 from fake_rewards import varied_reward
 
 import ddmrl.objectives.vrpo as vrpo_module
-from ddmrl.config import SamplerConfig, method_config
+from ddmrl.config import SamplerConfig, load, method_config
 from ddmrl.likelihood import token_logps
 from ddmrl.masking import apply_view, build_views
 from ddmrl.masking.views import Views, stratified_counts
@@ -42,8 +43,11 @@ from ddmrl.objectives import OBJECTIVES
 from ddmrl.objectives.base import ObjectiveInputs
 from ddmrl.objectives.vrpo import preference_pairs
 from ddmrl.objectives.weights import token_weights
+from ddmrl.pipeline import dag
 from ddmrl.tasks import make_task
 from ddmrl.training.grpo import train_grpo
+
+REPO = Path(__file__).resolve().parents[3]
 
 # ------------------------------------------------------------------------------------------ the transcription
 
@@ -298,3 +302,21 @@ def test_one_rollout_batch_starts_at_log_2_and_trains_the_pairs(make_model, monk
     assert torch.allclose(seen[0], torch.full_like(seen[0], math.log(2)), atol=1e-6)
     assert not torch.allclose(seen[1], torch.full_like(seen[1], math.log(2)), atol=1e-6)
     assert all(torch.equal(p, ref_before[k]) for k, p in ref.named_parameters())
+
+
+# ------------------------------------------------------------------------------------------ in the pipeline
+
+
+def test_the_extended_profile_runs_vrpo_on_equal_terms():
+    """A dry run of the extended profile's DAG (the stages themselves: ``tests/stages``' pattern, too slow to add
+    here): VRPO's GRPO runs, evaluations and credit stages, with the shared budget and beta, n_t = 4."""
+    cfg = load(REPO / "params.yaml", "extended")
+    names = {s.name for s in dag.build(cfg)}
+    for task in cfg.tasks:
+        assert f"credit_vrpo_{task}" in names
+        for seed in cfg.grpo.seeds:
+            assert {f"grpo_vrpo_{task}_s{seed}", f"evaluate_vrpo_{task}_s{seed}"} <= names
+    run, unigrpo = cfg.methods["vrpo"], cfg.methods["unigrpo"]
+    assert run.views_per_step == 4 and run.remasking == "vrpo" and run.kl_target == "ref"
+    for key in ("max_steps", "num_prompts", "num_generations", "num_iterations", "learning_rate", "beta", "sampler"):
+        assert getattr(run, key) == getattr(unigrpo, key), key
