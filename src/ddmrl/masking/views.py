@@ -3,10 +3,9 @@
 A view masks completion positions (and, for diffu-GRPO and SPG, some prompt positions); its loss targets are
 masked completion tokens (all of them, except in TraceRL's trajectory views where only the tokens of one trace
 step are targets). ``Views.schedule`` says which views each optimiser step of the rollout batch uses: view j at
-step j for most methods, every quadrature view at every step for GDPO, ``views_per_step`` views for SPG. Every
-view is drawn
-from its own seed, derived from the rollout seed, with a dedicated ``torch.Generator``: rebuilding the views
-from the stored seed gives identical masks, so the old, reference and current passes see the same inputs
+step j for most methods, every quadrature view at every step for GDPO, ``views_per_step`` views for SPG and VRPO.
+Every view is drawn from its own seed, derived from the rollout seed, with a dedicated ``torch.Generator``:
+rebuilding the views from the stored seed gives identical masks, so the old, reference and current passes see the same inputs
 (d1 and MaskGRPO's "managed randomness", without touching the global RNG; MaskGRPO's ``remask_*``).
 
 Couplings across the mu views (``coupling``):

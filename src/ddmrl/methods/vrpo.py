@@ -40,7 +40,8 @@ class Params(GRPOConfig):
     the loss. DARE's recipe (run_vrpo_llada_8b_instruct.sh; offline UltraFeedback pairs): LLaDA-8B-Instruct,
     lr 5e-7, weight decay 0.01, batches of 64 pairs in mini-batches of 32, mc_num = n_l = 4 (4 timesteps, one mask
     each), beta 0.2 on ELBOs divided by the 512-token response length (ddmrl's beta 0.2 / 512 on the sequence ELBO:
-    docs/reproduction.md), 512 prompt and 512 response tokens, 10 epochs."""
+    docs/reproduction.md), 512 prompt and 512 response tokens, 10 epochs. ``coupling`` does not apply (each
+    timestep's mask is drawn on its own)."""
 
     method: Str = "vrpo"
     remasking: Literal["vrpo"] = "vrpo"
