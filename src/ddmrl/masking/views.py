@@ -5,8 +5,8 @@ masked completion tokens (all of them, except in TraceRL's trajectory views wher
 step are targets). ``Views.schedule`` says which views each optimiser step of the rollout batch uses: view j at
 step j for most methods, every quadrature view at every step for GDPO, ``views_per_step`` views for SPG and VRPO.
 Every view is drawn from its own seed, derived from the rollout seed, with a dedicated ``torch.Generator``:
-rebuilding the views from the stored seed gives identical masks, so the old, reference and current passes see the same inputs
-(d1 and MaskGRPO's "managed randomness", without touching the global RNG; MaskGRPO's ``remask_*``).
+rebuilding the views from the stored seed gives identical masks, so the old, reference and current passes see the
+same inputs (d1 and MaskGRPO's "managed randomness", without touching the global RNG; MaskGRPO's ``remask_*``).
 
 Couplings across the mu views (``coupling``):
   independent  a fresh uniform u per view; position k is masked iff u_k < t_j (MaskGRPO / UniGRPO code)
