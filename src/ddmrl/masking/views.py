@@ -3,11 +3,10 @@
 A view masks completion positions (and, for diffu-GRPO and SPG, some prompt positions); its loss targets are
 masked completion tokens (all of them, except in TraceRL's trajectory views where only the tokens of one trace
 step are targets). ``Views.schedule`` says which views each optimiser step of the rollout batch uses: view j at
-step j for most methods, every quadrature view at every step for GDPO, ``views_per_step`` views for SPG. Every
-view is drawn
-from its own seed, derived from the rollout seed, with a dedicated ``torch.Generator``: rebuilding the views
-from the stored seed gives identical masks, so the old, reference and current passes see the same inputs
-(d1 and MaskGRPO's "managed randomness", without touching the global RNG; MaskGRPO's ``remask_*``).
+step j for most methods, every quadrature view at every step for GDPO, ``views_per_step`` views for SPG and VRPO.
+Every view is drawn from its own seed, derived from the rollout seed, with a dedicated ``torch.Generator``:
+rebuilding the views from the stored seed gives identical masks, so the old, reference and current passes see the
+same inputs (d1 and MaskGRPO's "managed randomness", without touching the global RNG; MaskGRPO's ``remask_*``).
 
 Couplings across the mu views (``coupling``):
   independent  a fresh uniform u per view; position k is masked iff u_k < t_j (MaskGRPO / UniGRPO code)
@@ -199,7 +198,7 @@ def build_views(
         remasking: key of ``VIEWS``: full_completion (d1, wd1), unigrpo (MMaDA), maskgrpo_fading (MaskGRPO
             text), maskgrpo_random (MaskGRPO image: truncated ratios, uniform masks), rebrl_linear (RebRL,
             t_j = j / mu), tracerl (TraceRL trace steps), gdpo_quadrature (GDPO), block_random (SPG), coupled
-            (Coupled-GRPO's complementary pairs).
+            (Coupled-GRPO's complementary pairs), vrpo (VRPO's stratified timesteps, one mask each).
         mu: optimiser steps per rollout batch (num_iterations); TraceRL's view count is its number of trace
             steps instead, GDPO's is ``views_per_step`` quadrature nodes shared by the mu steps.
         seed: rollout seed; view j uses ``derive_seed(seed, "view", j)``.
@@ -210,7 +209,8 @@ def build_views(
         gamma: MaskGRPO's smallest ratio.
         p_mask_prompt: probability of masking a prompt token (d1, SPG).
         shrink: TraceRL merges this many consecutive sampler steps into one trace step.
-        views_per_step: views each optimiser step averages (SPG's num_t) or GDPO's quadrature nodes.
+        views_per_step: views each optimiser step averages (SPG's num_t, VRPO's timesteps n_t) or GDPO's
+            quadrature nodes.
         block_length: SPG's block size (the sampler's semi-AR block).
         completion_ids, mask_id: [N, L] the rollouts' tokens and the mask id (views built from states: cj_grpo,
             mdpo_topk).
@@ -460,6 +460,46 @@ def coupled_views(r: ViewRequest) -> Views:
     return Views(torch.stack(masks), no_prompt, t_views, r.seed, schedule=schedule)
 
 
+# ---------------------------------------------------------------------------------------------- VRPO (LLaDA 1.5)
+
+
+def stratified_counts(length: int, n: int, k: int) -> torch.Tensor:
+    """VRPO's masked-token counts of one sequence with ``length`` valid tokens at ``n`` timesteps: from a first count
+    ``k`` in [1, length], n evenly spaced counts round(k + j length / n), j = 0..n-1, wrapped into [1, length]
+    (LLaDA's stratified discrete ELBO timesteps; DARE's ``_forward_process_vrpo``). Returns [n] (long); all 0 when
+    there is no valid token."""
+    if length == 0:
+        return torch.zeros(n, dtype=torch.long)
+    x = torch.round(torch.linspace(float(k), k + (n - 1) * (length / n), steps=n)).long()
+    return (x - 1) % length + 1
+
+
+def vrpo_views(r: ViewRequest) -> Views:
+    """VRPO (LLaDA 1.5; Zhu et al. 2025, arXiv 2505.19223): ``views_per_step`` timesteps per optimiser step with
+    one mask each (the paper's optimal allocation n_t = n, n_yt = 1). Per row and step, with l its valid completion
+    tokens: a first count k ~ U{1..l}, then the stratified counts of :func:`stratified_counts`; each view masks that
+    many valid positions, drawn uniformly without replacement, and its ratio t is count / l (the discrete ELBO's
+    L / l weight is its 1 / t). The prompt and the positions after the first EOS are never masked. The views are
+    the same inputs for the policy, old and reference passes (the paper's antithetic sampling)."""
+    n, length = r.completion_mask.shape
+    per_step, valid = r.views_per_step, r.completion_mask
+    lengths = valid.sum(1)  # [N]
+    masks, ratios = [], []
+    for s in range(r.mu):
+        g = generator(r.seed, "view", s)
+        first = (torch.rand(n, generator=g) * lengths).long() + 1  # [N] k ~ U{1..l}
+        counts = [stratified_counts(int(m), per_step, int(k)) for m, k in zip(lengths, first, strict=True)]
+        counts = torch.stack(counts, 1)  # [n_t, N]
+        for j in range(per_step):
+            order = torch.rand(n, length, generator=g).masked_fill(~valid, 2.0).argsort(1).argsort(1)  # [N, L]
+            masks.append(order < counts[j][:, None])
+            ratios.append(counts[j] / lengths.clamp_min(1))
+    v = r.mu * per_step
+    schedule = tuple(tuple(range(s * per_step, (s + 1) * per_step)) for s in range(r.mu))
+    no_prompt = torch.zeros(v, *r.prompt_ids.shape, dtype=torch.bool)
+    return Views(torch.stack(masks), no_prompt, torch.stack(ratios).float(), r.seed, schedule=schedule)
+
+
 def _random(seed: int, n: int, length: int) -> torch.Tensor:
     return torch.rand(n, length, generator=generator(seed, "ensure_one"))
 
@@ -487,6 +527,7 @@ VIEWS = {
     "cj_grpo": cj_grpo_views,
     "mdpo_topk": mdpo_views,
     "coupled": coupled_views,
+    "vrpo": vrpo_views,
 }
 
 

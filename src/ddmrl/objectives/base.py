@@ -13,6 +13,8 @@ depends on its method's objective only:
                        the token ratio, clipped, minus beta k3 KL
   valid_token_clip     JustGRPO (Ni et al. 2026): token_clip with each view's token mean over the samples of nonzero
                        advantage only
+  vrpo                 VRPO (Zhu et al. 2025): DPO on ELBO estimates, policy and reference on the same views, of
+                       each group's best and worst rollout
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@
                    is the objective's)
   coupled          omega_v(k) = delta_v(k) / (t_v F_s(k)), t_v the view's nominal ratio and F_s(k) the number of the
                    step's views that mask k: Coupled-GRPO's pooled estimate (its objective, ``coupled_clip``)
+  vrpo_elbo        omega_v(k) = delta_v(k) / (n_t t_v), t_v the view's realised ratio and n_t the step's views:
+                   VRPO's ELBO estimate, summed over the step's views (its objective, ``vrpo``)
   hint_entropy     d1's completion_mean, then (after the old pass, :func:`hint_entropy_filter`) only the top tau
                    highest-entropy hint positions of each view keep their weight (IGPO)
 
@@ -105,6 +107,22 @@ def coupled_weights(views: Views, completion_mask: torch.Tensor, _mode: str):
     return targets / (views.t.clamp_min(1e-8)[..., None] * count.clamp_min(1)), None
 
 
+# ---------------------------------------------------------------------------------------------- VRPO (LLaDA 1.5)
+
+
+def vrpo_elbo_weights(views: Views, completion_mask: torch.Tensor, _mode: str):
+    """VRPO (LLaDA 1.5; Zhu et al. 2025): the doubly Monte Carlo ELBO B(y) = (1/n_t) sum_j (1/t_j) sum_k
+    delta_j(k) log p_j(k) with one mask per timestep, as weights: omega_v(k) = delta_v(k) / (n_t t_v), t_v the
+    view's realised ratio (masked / valid tokens: the discrete estimator's L / l) and n_t the size of the view's
+    step, so that summing omega log p over a step's views is the step's ELBO estimate."""
+    targets = _targets(views, completion_mask)  # [V, N, L]
+    t = realised_ratio(views, completion_mask).clamp_min(1e-8)  # [V, N]
+    per_step = torch.ones_like(t)
+    for step in views.steps:
+        per_step[list(step)] = len(step)
+    return targets / (per_step * t)[..., None], None
+
+
 def hint_entropy_filter(
     weights: torch.Tensor, targets: torch.Tensor, entropy: torch.Tensor, hints: torch.Tensor, keep: float
 ) -> torch.Tensor:
@@ -137,4 +155,5 @@ WEIGHTINGS = {
     "gdpo_elbo": gdpo_elbo_weights,
     "mdpo_confidence": mdpo_confidence_weights,
     "coupled": coupled_weights,
+    "vrpo_elbo": vrpo_elbo_weights,
 }

@@ -22,6 +22,7 @@ from ddmrl.objectives.sequence_clip import sequence_clip
 from ddmrl.objectives.spg import spg
 from ddmrl.objectives.token_clip import token_clip
 from ddmrl.objectives.valid_token_clip import valid_token_clip
+from ddmrl.objectives.vrpo import vrpo
 from ddmrl.objectives.weighted_likelihood import weighted_likelihood
 
 
@@ -73,6 +74,7 @@ def test_registry_names_the_objectives():
         "mdpo": mdpo,
         "coupled_clip": coupled_clip,
         "valid_token_clip": valid_token_clip,
+        "vrpo": vrpo,
     }
 
 
