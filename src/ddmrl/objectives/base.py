@@ -13,6 +13,8 @@ depends on its method's objective only:
                        the token ratio, clipped, minus beta k3 KL
   valid_token_clip     JustGRPO (Ni et al. 2026): token_clip with each view's token mean over the samples of nonzero
                        advantage only
+  espo_clip            ESPO (Ou et al. 2025): the ELBO's sequence ratio normalised by the length, clipped, plus beta
+                       times the k2 KL of the ELBOs over the length
 """
 
 from __future__ import annotations

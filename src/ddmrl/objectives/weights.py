@@ -8,6 +8,8 @@
                    is the objective's)
   coupled          omega_v(k) = delta_v(k) / (t_v F_s(k)), t_v the view's nominal ratio and F_s(k) the number of the
                    step's views that mask k: Coupled-GRPO's pooled estimate (its objective, ``coupled_clip``)
+  espo_elbo        omega_v(k) = delta_v(k) / (t_v V_s), t_v = c_v / (T + 1) the view's nominal ratio and V_s the number
+                   of the step's views: ESPO's sequence ELBO, the mean of the step's one-view estimates (``espo``)
   hint_entropy     d1's completion_mean, then (after the old pass, :func:`hint_entropy_filter`) only the top tau
                    highest-entropy hint positions of each view keep their weight (IGPO)
 
@@ -105,6 +107,19 @@ def coupled_weights(views: Views, completion_mask: torch.Tensor, _mode: str):
     return targets / (views.t.clamp_min(1e-8)[..., None] * count.clamp_min(1)), None
 
 
+def espo_elbo_weights(views: Views, completion_mask: torch.Tensor, _mode: str):
+    """ESPO (Ou et al. 2025, arXiv 2512.03759): each view masking c of the T valid tokens is an unbiased estimate
+    of the ELBO, sum_k delta(k) log p(k) / t with t = c / (T + 1) and c uniform on {0..T} (the release's ``p_mask``;
+    t = 0 masks nothing); the step's V_s views (num_mc complementary pairs) are averaged, so that summing omega log p
+    over a step's views gives the release's ``_get_elbo_mc`` (each pair's (sum_M / t + sum_Mc / t') / 2, averaged
+    over the num_mc pairs). A view belongs to one step (``Views.steps``)."""
+    targets = _targets(views, completion_mask)  # [V, N, L]
+    size = torch.ones(targets.shape[0])
+    for step in views.steps:
+        size[list(step)] = len(step)
+    return targets / (views.t.clamp_min(1e-8) * size[:, None])[..., None], None
+
+
 def hint_entropy_filter(
     weights: torch.Tensor, targets: torch.Tensor, entropy: torch.Tensor, hints: torch.Tensor, keep: float
 ) -> torch.Tensor:
@@ -137,4 +152,5 @@ WEIGHTINGS = {
     "gdpo_elbo": gdpo_elbo_weights,
     "mdpo_confidence": mdpo_confidence_weights,
     "coupled": coupled_weights,
+    "espo_elbo": espo_elbo_weights,
 }
