@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from ddmrl.config import method_config
+from ddmrl.diagnostics import token_credit
 from ddmrl.likelihood import sequence_elbo, token_logps
 from ddmrl.masking import apply_view, build_views
 from ddmrl.masking.views import ESPO_SEEDS, espo_counts
@@ -34,7 +35,9 @@ from ddmrl.methods import METHODS
 from ddmrl.objectives import OBJECTIVES
 from ddmrl.objectives.base import ObjectiveInputs
 from ddmrl.objectives.weights import token_weights
+from ddmrl.rollout import Rollouts
 from ddmrl.seeding import generator
+from ddmrl.training.grpo import make_views
 
 # ------------------------------------------------------------------------------------------ the transcription
 
@@ -309,3 +312,24 @@ def test_legacy_needs_every_completion_position_and_is_refused_elsewhere():
     with pytest.raises(ValueError, match="legacy views reproduce maskgrpo_fading or espo, not unigrpo"):
         build_views("unigrpo", mu=1, seed=0, completion_mask=torch.ones(1, 3, dtype=torch.bool),
                     prompt_ids=torch.ones(1, 1, dtype=torch.long), pad_id=1, legacy=True)  # fmt: skip
+
+
+def test_credit_of_a_token_is_its_elbo_weight_over_the_batch_and_its_length(tok, make_model):
+    """ddmrl.diagnostics at ratio 1: d loss / d log p_v(k) = -A_i omega_v(k) / (N |y_i|), so a token's credit is its
+    ELBO weights summed over the views and steps, over N |y_i| (the views built through the loop's make_views)."""
+    n, length, prompt_length, mu = 4, 6, 3, 2
+    g = torch.Generator().manual_seed(0)
+    completion_mask = torch.ones(n, length, dtype=torch.bool)
+    completion_mask[2, 4:] = False
+    batch = Rollouts(
+        torch.randint(5, 10, (n, prompt_length), generator=g), torch.randint(6, 10, (n, length), generator=g),
+        completion_mask, torch.stack([torch.randperm(length, generator=g) for _ in range(n)]), [""] * n, 0,
+    )  # fmt: skip
+    cfg = method_config("espo", dict(num_iterations=mu, num_generations=2, num_prompts=2, beta=0.04), views_per_step=2)
+    model = make_model(max_positions=prompt_length + length, seed=1)
+    advantages = torch.tensor([1.0, -0.5, 2.0, -1.5])
+    credit = token_credit(model, cfg, batch, advantages, 7, tok.pad_token_id, tok.mask_token_id)
+    views, weights, _, _ = make_views(cfg, batch, 7, tok.pad_token_id, tok.mask_token_id)
+    assert views.masks.shape[0] == 2 * 2 * mu
+    want = weights.sum(0) / (n * completion_mask.sum(1, keepdim=True))
+    assert torch.allclose(credit, want * completion_mask, rtol=1e-5)
