@@ -16,6 +16,7 @@ from ddmrl.likelihood import sequence_elbo
 from ddmrl.objectives import OBJECTIVES
 from ddmrl.objectives.base import ObjectiveInputs
 from ddmrl.objectives.coupled_clip import coupled_clip
+from ddmrl.objectives.espo import espo_clip
 from ddmrl.objectives.mdpo import mdpo
 from ddmrl.objectives.policy_loss import aggregate, clipped_token_loss
 from ddmrl.objectives.sequence_clip import sequence_clip
@@ -73,6 +74,7 @@ def test_registry_names_the_objectives():
         "mdpo": mdpo,
         "coupled_clip": coupled_clip,
         "valid_token_clip": valid_token_clip,
+        "espo_clip": espo_clip,
     }
 
 
