@@ -39,7 +39,8 @@ class Params(GRPOConfig):
     LLaDA-8B-Instruct with LoRA r 128, lr 1e-6, beta 0.01 (reference synced every 64 steps), epsilon 0.2, G 10,
     mu 2, num_mc 1, leave-one-out advantages without std scaling, 256 tokens in 256 diffusion steps at temperature
     1.0 (blocks of 32); its Countdown script: mu 8, num_mc 2, G 6, beta 3e-3, lr 3e-6. ``espo_legacy`` reproduces
-    the release's draws over every completion position (with loss_after_eos: docs/reproduction.md)."""
+    the release's draws over every completion position (with loss_after_eos: docs/reproduction.md). ``coupling`` does
+    not apply (the pair is its own coupling)."""
 
     method: Str = "espo"
     remasking: Literal["espo"] = "espo"
@@ -52,6 +53,9 @@ class Params(GRPOConfig):
     )
 
     def _check_method(self) -> None:
+        if self.legacy_micro_step_views:
+            why = "d1's micro-step view index only applies to one view per step, not to espo's pairs"
+            raise refuse("legacy_micro_step_views", True, why)
         if self.espo_legacy and not self.loss_after_eos:
             why = "reproduces the release, which masks and normalises over every completion position"
             raise refuse("espo_legacy", True, f"{why}: set loss_after_eos true")

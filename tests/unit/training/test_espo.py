@@ -20,24 +20,28 @@ yjyddq/DARE (commit 83ae8a305a53a914cce563aedceeac88566891cb) ports it with padd
 from __future__ import annotations
 
 import copy
+import math
 import random
 
 import pytest
 import torch
 import torch.nn.functional as F
+from fake_rewards import varied_reward
 
-from ddmrl.config import method_config
+from ddmrl.config import SamplerConfig, method_config
 from ddmrl.diagnostics import token_credit
 from ddmrl.likelihood import sequence_elbo, token_logps
 from ddmrl.masking import apply_view, build_views
 from ddmrl.masking.views import ESPO_SEEDS, espo_counts
 from ddmrl.methods import METHODS
+from ddmrl.models import build_tokenizer
 from ddmrl.objectives import OBJECTIVES
 from ddmrl.objectives.base import ObjectiveInputs
 from ddmrl.objectives.weights import token_weights
 from ddmrl.rollout import Rollouts
 from ddmrl.seeding import generator
-from ddmrl.training.grpo import make_views
+from ddmrl.tasks import make_task
+from ddmrl.training.grpo import make_views, train_grpo
 
 # ------------------------------------------------------------------------------------------ the transcription
 
@@ -184,7 +188,7 @@ def test_the_release_rounds_half_offsets_to_even_counts():
     round(k + 3.5) (halves to even) is one of 4, 6, 8, 10 before the modulo, so it is never 0, 2 or 5: not uniform
     on {0..6}, and the ELBO estimate of that row is biased; ddmrl's counts are uniform."""
     counts = []
-    for s in range(300):
+    for s in range(100):
         noisy, _ = released_forward_process(torch.full((2, 7), 5), 1, 0, s)
         counts.append(int((noisy[1] == 0).sum()))
     assert set(counts) == {4, 6, 1, 3}
@@ -333,3 +337,26 @@ def test_credit_of_a_token_is_its_elbo_weight_over_the_batch_and_its_length(tok,
     assert views.masks.shape[0] == 2 * 2 * mu
     want = weights.sum(0) / (n * completion_mask.sum(1, keepdim=True))
     assert torch.allclose(credit, want * completion_mask, rtol=1e-5)
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_a_grpo_run_of_espo_moves_every_parameter(monkeypatch, make_model, legacy):
+    """The loop on the tiny model with two Monte Carlo pairs per step, by default and with the release's draws over
+    every completion position: finite losses, every parameter moved."""
+    task = make_task("sudoku4")
+    monkeypatch.setattr(task, "reward", varied_reward)
+    tok = build_tokenizer(task.alphabet, task.special_tokens)
+    policy = make_model(max_positions=task.prompt_length + 1 + task.completion_length, tokenizer=tok)
+    ref = copy.deepcopy(policy)
+    shared = dict(max_steps=2, num_prompts=2, num_generations=4, num_iterations=2, learning_rate=1e-2, beta=0.04,
+                  sampler=SamplerConfig(block_length=4, steps=4, temperature=1.0))  # fmt: skip
+    cfg = method_config("espo", shared, views_per_step=2, espo_legacy=legacy, loss_after_eos=legacy)
+    before = {n: p.detach().clone() for n, p in policy.named_parameters()}
+    curve, _ = train_grpo(policy, ref, tok, task, lambda it: task.generate(2, seed=100 + it), cfg, 0)
+    assert curve[-1]["step"] == 2 and all(math.isfinite(row["loss"]) for row in curve)
+    assert [n for n, p in policy.named_parameters() if torch.equal(p, before[n])] == []
+
+
+def test_espo_refuses_d1s_micro_step_view_index():
+    with pytest.raises(Exception, match="legacy_micro_step_views = True: d1's micro-step view index only applies"):
+        method_config("espo", legacy_micro_step_views=True)
