@@ -531,6 +531,55 @@ def espo_views(r: ViewRequest) -> Views:
     return Views(torch.stack(masks), no_prompt, torch.stack(ratios).float(), r.seed, schedule=schedule)
 
 
+# ---------------------------------------------------------------------------------------------------- EBPO
+def ebpo_block_counts(block_lengths: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """EBPO's stratified block counts (LLaDA2.1, arXiv 2602.08676; DARE's ``_forward_process_ebpo``): the cells
+    (sample m, block b) of row i, M x B_i of them in order, get noise levels (u_i + idx / (M B_i)) mod 1 and mask
+    c = min(floor(noise l_b) + 1, l_b) of their block's l_b valid tokens: c uniform on {1..l_b}. ``block_lengths``
+    [N, M, B] (0 for a block with no valid token), ``u`` [N] -> counts [N, M, B] (0 where l_b = 0)."""
+    n, m, b = block_lengths.shape
+    present = block_lengths > 0  # [N, M, B]
+    cells = present.flatten(1).sum(1, keepdim=True).clamp_min(1)  # [N, 1] M x B_i
+    idx = (present.flatten(1).cumsum(1) - 1).clamp_min(0)  # [N, M B] rank among the row's cells
+    noise = (u.double()[:, None] + idx.double() / cells) % 1.0
+    counts = torch.minimum((noise * block_lengths.flatten(1)).floor().long() + 1, block_lengths.flatten(1))
+    return (counts * present.flatten(1)).view(n, m, b)
+
+
+def ebpo_views(r: ViewRequest) -> Views:
+    """EBPO (LLaDA2.1's ELBO-based block policy optimisation, arXiv 2602.08676, as DARE implements it) over a
+    full-sequence model, block by block: the completion is cut into blocks of the sampler's ``block_length`` (from
+    its first position, as the llada sampler's semi-AR blocks); per optimiser step ``views_per_step`` Monte Carlo
+    samples (DARE's mc_num timesteps), each with one view per block b: the blocks before b clean, c_b of block b's
+    valid tokens masked (:func:`ebpo_block_counts`, nominal ratio c_b / l_b) and every later position masked, the
+    state the semi-AR sampler decodes block b from (a block-diffusion model's clean prefix, its later blocks hidden).
+    The targets are block b's masked tokens. Step j uses views [M B j, M B (j + 1)), B = ceil(L / block_length)."""
+    n, length = r.completion_mask.shape
+    m, size = r.views_per_step, r.block_length
+    nb = -(-length // size)
+    valid = r.completion_mask.bool()
+    pos = torch.arange(length)
+    block = pos // size  # [L]
+    in_block = block[None] == torch.arange(nb)[:, None]  # [B, L]
+    block_lengths = (valid[:, None] & in_block[None]).sum(-1)  # [N, B]
+    masks, targets, ratios = [], [], []
+    for j in range(r.mu):
+        g = generator(r.seed, "view", j)
+        counts = ebpo_block_counts(block_lengths[:, None].expand(n, m, nb), torch.rand(n, generator=g))  # [N, M, B]
+        for s in range(m):
+            order = torch.rand(n, length, generator=g).masked_fill(~valid, 2.0)  # [N, L]
+            for b in range(nb):
+                rank = order.masked_fill(~in_block[b][None], 3.0).argsort(1).argsort(1)  # [N, L] 0 = first in b
+                chosen = (rank < counts[:, s, b : b + 1]) & valid & in_block[b][None]
+                masks.append(chosen | (block[None] > b))
+                targets.append(chosen)
+                ratios.append(counts[:, s, b] / block_lengths[:, b].clamp_min(1))
+    schedule = tuple(tuple(range(m * nb * j, m * nb * (j + 1))) for j in range(r.mu))
+    no_prompt = torch.zeros(len(masks), *r.prompt_ids.shape, dtype=torch.bool)
+    t = torch.stack(ratios).float()  # [V, N]
+    return Views(torch.stack(masks), no_prompt, t, r.seed, targets=torch.stack(targets), schedule=schedule)
+
+
 def _random(seed: int, n: int, length: int) -> torch.Tensor:
     return torch.rand(n, length, generator=generator(seed, "ensure_one"))
 
@@ -559,6 +608,7 @@ VIEWS = {
     "mdpo_topk": mdpo_views,
     "coupled": coupled_views,
     "espo": espo_views,
+    "ebpo_blocks": ebpo_views,
 }
 
 

@@ -27,6 +27,7 @@ METHODS = Registry(
         "coupled_grpo": "ddmrl.methods.coupled_grpo:METHOD",
         "justgrpo": "ddmrl.methods.justgrpo:METHOD",
         "espo": "ddmrl.methods.espo:METHOD",
+        "ebpo": "ddmrl.methods.ebpo:METHOD",
     },
     group="ddmrl.methods",
 )

@@ -10,6 +10,8 @@
                    step's views that mask k: Coupled-GRPO's pooled estimate (its objective, ``coupled_clip``)
   espo_elbo        omega_v(k) = delta_v(k) / (t_v V_s), t_v = c_v / (T + 1) the view's nominal ratio and V_s the number
                    of the step's views: ESPO's sequence ELBO, the mean of the step's one-view estimates (``espo``)
+  ebpo_elbo        omega_v(k) = delta_v(k) / t_v, t_v = c_b / l_b the masked share of the view's block: EBPO's block
+                   ELBO terms (their mean over the step's views_per_step timesteps is the objective's, ``ebpo_clip``)
   hint_entropy     d1's completion_mean, then (after the old pass, :func:`hint_entropy_filter`) only the top tau
                    highest-entropy hint positions of each view keep their weight (IGPO)
 
@@ -120,6 +122,13 @@ def espo_elbo_weights(views: Views, completion_mask: torch.Tensor, _mode: str):
     return targets / (views.t.clamp_min(1e-8) * size[:, None])[..., None], None
 
 
+def ebpo_elbo_weights(views: Views, completion_mask: torch.Tensor, _mode: str):
+    """EBPO (LLaDA2.1, arXiv 2602.08676; DARE's block ELBO): each target token of a block view weighted by
+    1 / p_mask, p_mask = c_b / l_b its block's masked share; summed over a Monte Carlo sample's block views this is
+    sum_b of the block ELBOs (``ebpo_clip`` averages the views_per_step samples)."""
+    return _targets(views, completion_mask) / views.t.clamp_min(1e-8)[..., None], None
+
+
 def hint_entropy_filter(
     weights: torch.Tensor, targets: torch.Tensor, entropy: torch.Tensor, hints: torch.Tensor, keep: float
 ) -> torch.Tensor:
@@ -153,4 +162,5 @@ WEIGHTINGS = {
     "mdpo_confidence": mdpo_confidence_weights,
     "coupled": coupled_weights,
     "espo_elbo": espo_elbo_weights,
+    "ebpo_elbo": ebpo_elbo_weights,
 }
