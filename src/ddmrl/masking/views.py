@@ -200,7 +200,8 @@ def build_views(
         remasking: key of ``VIEWS``: full_completion (d1, wd1), unigrpo (MMaDA), maskgrpo_fading (MaskGRPO
             text), maskgrpo_random (MaskGRPO image: truncated ratios, uniform masks), rebrl_linear (RebRL,
             t_j = j / mu), tracerl (TraceRL trace steps), gdpo_quadrature (GDPO), block_random (SPG), coupled
-            (Coupled-GRPO's complementary pairs), espo (ESPO's stratified counts and complementary pairs).
+            (Coupled-GRPO's complementary pairs), espo (ESPO's stratified counts and complementary pairs),
+            ebpo_blocks (EBPO's block views).
         mu: optimiser steps per rollout batch (num_iterations); TraceRL's view count is its number of trace
             steps instead, GDPO's is ``views_per_step`` quadrature nodes shared by the mu steps.
         seed: rollout seed; view j uses ``derive_seed(seed, "view", j)``.
@@ -212,8 +213,8 @@ def build_views(
         p_mask_prompt: probability of masking a prompt token (d1, SPG).
         shrink: TraceRL merges this many consecutive sampler steps into one trace step.
         views_per_step: views each optimiser step averages (SPG's num_t), GDPO's quadrature nodes or ESPO's Monte
-            Carlo samples (its num_mc; two views each).
-        block_length: SPG's block size (the sampler's semi-AR block).
+            Carlo samples (its num_mc; two views each) or EBPO's timesteps (one view per block each).
+        block_length: SPG's and EBPO's block size (the sampler's semi-AR block).
         completion_ids, mask_id: [N, L] the rollouts' tokens and the mask id (views built from states: cj_grpo,
             mdpo_topk).
         trajectory: the rollouts' stored trajectory (``ddmrl.samplers.trajectory``); without one, the states are
