@@ -55,5 +55,5 @@ METHOD = Method(
     display="EBPO",
     weighting="ebpo_elbo",
     objective="ebpo_clip",
-    paper="LLaDA2.1 (Ant Group / inclusionAI 2026, arXiv 2602.08676): EBPO, as implemented in yjyddq/DARE",
+    paper="LLaDA2.1 technical report (arXiv 2602.08676): EBPO, as implemented in yjyddq/DARE",
 )
