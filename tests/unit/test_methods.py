@@ -33,6 +33,8 @@ ALL = [
     "coupled_grpo",
     "justgrpo",
     "vrpo",
+    "espo",
+    "ebpo",
 ]  # grpo's sampler (JustGRPO: its own, blocks of one token, unless grpo: sets one)
 AUX = ["cogrpo", "unmask_policy"]  # with an auxiliary policy (Co-GRPO: images, maskgit; unmasking policy: llada)
 AUGMENTED = ["igpo"]  # with a rollout augmenter (IGPO: the plain llada sampler, a task with reasoning traces)
@@ -88,6 +90,8 @@ def test_what_each_method_fixes():
         "justgrpo": {"remasking": "tracerl", "shrink": 1, "beta": 0.0, "loss_type": "token_mean"},
         "vrpo": {"remasking": "vrpo", "kl_target": "ref"},
         "unmask_policy": {"scale_rewards": "none", "beta": 0.0},
+        "espo": {"remasking": "espo"},
+        "ebpo": {"remasking": "ebpo_blocks"},
     }
 
 
@@ -244,6 +248,7 @@ def test_a_method_model_refuses_a_bad_value_in_one_line_when_built_directly():
         ("rebrl", "maskgrpo_legacy", False),
         ("mdpo", "mdpo_tempered_confidence", True),
         ("cj_grpo", "mdpo_tempered_confidence", False),
+        ("espo", "loss_after_eos", True),
     ],
 )
 def test_a_reproduction_switch_is_accepted_only_by_the_methods_that_declare_it(method, key, accepted):

@@ -49,6 +49,7 @@ ViewSampler = Literal[
     "full_completion", "unigrpo", "maskgrpo_fading", "maskgrpo_random", "rebrl_linear", "tracerl",
     "gdpo_quadrature", "block_random", "cj_grpo", "mdpo_topk", "coupled",
     "vrpo",
+    "espo", "ebpo_blocks",
 ]  # fmt: skip
 #: GRPOConfig's reproduction switches that only some methods accept (``Method.switches`` in their modules)
 SWITCHES = ("maskgrpo_legacy", "loss_after_eos", "mdpo_tempered_confidence")
@@ -772,7 +773,8 @@ class GRPOConfig(Section):
         2,
         ge=1,
         description="SPG: masks averaged per step (num_t); GDPO: Gauss-Legendre nodes; VRPO: timesteps of each ELBO "
-        "(n_t, one mask each).",
+        "(n_t, one mask each); ESPO: Monte Carlo samples of the ELBO (num_mc), a complementary pair of views each; "
+        "EBPO: Monte Carlo timesteps (mc_num), a view per block each.",
     )
     eubo_beta: Float = Field(
         1.0, gt=0, description="SPG: beta of the EUBO proxy (paper: 1.0 Sudoku, 1.5 GSM8K/MATH, 2.0 Countdown)."

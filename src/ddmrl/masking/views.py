@@ -26,6 +26,7 @@ from ddmrl.samplers.trajectory import Trajectory, next_states, states_from_revea
 from ddmrl.seeding import generator
 
 MAX_RATIO = 0.999  # MaskGRPO caps the last ratio below 1
+LEGACY_VIEWS = ("maskgrpo_fading", "espo")  # the view samplers with a released code's own draws (``legacy``)
 
 
 class StepStates(NamedTuple):
@@ -198,7 +199,8 @@ def build_views(
         remasking: key of ``VIEWS``: full_completion (d1, wd1), unigrpo (MMaDA), maskgrpo_fading (MaskGRPO
             text), maskgrpo_random (MaskGRPO image: truncated ratios, uniform masks), rebrl_linear (RebRL,
             t_j = j / mu), tracerl (TraceRL trace steps), gdpo_quadrature (GDPO), block_random (SPG), coupled
-            (Coupled-GRPO's complementary pairs), vrpo (VRPO's stratified timesteps, one mask each).
+            (Coupled-GRPO's complementary pairs), vrpo (VRPO's stratified timesteps, one mask each), espo (ESPO's
+            stratified counts and complementary pairs), ebpo_blocks (EBPO's block views).
         mu: optimiser steps per rollout batch (num_iterations); TraceRL's view count is its number of trace
             steps instead, GDPO's is ``views_per_step`` quadrature nodes shared by the mu steps.
         seed: rollout seed; view j uses ``derive_seed(seed, "view", j)``.
@@ -209,21 +211,23 @@ def build_views(
         gamma: MaskGRPO's smallest ratio.
         p_mask_prompt: probability of masking a prompt token (d1, SPG).
         shrink: TraceRL merges this many consecutive sampler steps into one trace step.
-        views_per_step: views each optimiser step averages (SPG's num_t, VRPO's timesteps n_t) or GDPO's
-            quadrature nodes.
-        block_length: SPG's block size (the sampler's semi-AR block).
+        views_per_step: views each optimiser step averages (SPG's num_t, VRPO's timesteps n_t), GDPO's quadrature
+            nodes, ESPO's Monte Carlo samples (its num_mc; two views each) or EBPO's timesteps (one view per block
+            each).
+        block_length: SPG's and EBPO's block size (the sampler's semi-AR block).
         completion_ids, mask_id: [N, L] the rollouts' tokens and the mask id (views built from states: cj_grpo,
             mdpo_topk).
         trajectory: the rollouts' stored trajectory (``ddmrl.samplers.trajectory``); without one, the states are
             rebuilt from ``reveal_step``, which is exact for a sampler that never re-masks (cj_grpo).
         step_advantages: [N, S] per-step advantages (mdpo_topk ranks the steps by their magnitude).
         train_steps: the steps mdpo_topk keeps per rollout (MDPO's sample_train_steps).
-        legacy: maskgrpo_fading only, MaskGRPO's released masks (:func:`legacy_fading_masks`).
+        legacy: maskgrpo_fading, MaskGRPO's released masks (:func:`legacy_fading_masks`); espo, ESPO's released
+            draws (:func:`espo_views`).
     """
     if remasking not in VIEWS:
         raise ValueError(f"unknown remasking '{remasking}'; choose one of {', '.join(VIEWS)}")
-    if legacy and remasking != "maskgrpo_fading":
-        raise ValueError(f"legacy views reproduce MaskGRPO's maskgrpo_fading, not {remasking}")
+    if legacy and remasking not in LEGACY_VIEWS:
+        raise ValueError(f"legacy views reproduce {' or '.join(LEGACY_VIEWS)}, not {remasking}")
     request = ViewRequest(mu, seed, completion_mask, prompt_ids, pad_id, reveal_step, coupling, gamma,
                           p_mask_prompt, shrink, views_per_step, block_length, completion_ids, mask_id, trajectory,
                           step_advantages, train_steps, legacy)  # fmt: skip
@@ -500,6 +504,123 @@ def vrpo_views(r: ViewRequest) -> Views:
     return Views(torch.stack(masks), no_prompt, torch.stack(ratios).float(), r.seed, schedule=schedule)
 
 
+# ---------------------------------------------------------------------------------------------------- ESPO
+ESPO_SEEDS = 2**12  # ESPO's release draws its mask seeds from [0, 4096) (``_generate_and_score_completions``)
+
+
+def espo_counts(lengths: torch.Tensor, u: float) -> torch.Tensor:
+    """ESPO's stratified mask counts (Ou et al. 2025, arXiv 2512.03759): one uniform u in [0, 1) shared by the N
+    rows, row i shifted by i / N, c_i = floor(((u + i / N) mod 1) (T_i + 1)): each c_i uniform on {0, ..., T_i}
+    (T_i valid tokens), the rows spread evenly over the counts. ``lengths`` [N] -> [N]."""
+    n = lengths.shape[0]
+    s = (u + torch.arange(n, dtype=torch.float64) / n) % 1.0  # [N]
+    return torch.minimum((s * (lengths + 1).double()).floor().long(), lengths.long())
+
+
+def released_espo_counts(length: int, n: int, gen: torch.Generator) -> torch.Tensor:
+    """The release's counts (ESPO ``forward_process``): k ~ U{0..T}, x = round(linspace(k, k + (n - 1)(T + 1) / n,
+    n)) mod (T + 1) in float32, T the full completion length. ``torch.round`` rounds halves to even, so an offset of
+    one half makes a row's count always even before the modulo: not uniform (docs/reproduction.md). [N]."""
+    k = torch.randint(0, length + 1, (), generator=gen)
+    x = torch.round(torch.linspace(float(k), float(k + (n - 1) * ((length + 1) / n)), steps=n)).long()
+    return x % (length + 1)
+
+
+def espo_masks(counts: torch.Tensor, valid: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """Mask ``counts[i]`` valid positions of row i, chosen uniformly at random. [N], [N, L] -> [N, L] bool."""
+    order = torch.rand(valid.shape, generator=gen).masked_fill(~valid, 2.0).argsort(1).argsort(1)  # [N, L]
+    return order < counts[:, None]
+
+
+def released_espo_masks(counts: torch.Tensor, length: int, gen: torch.Generator) -> torch.Tensor:
+    """The release's masks: row i masks the first counts[i] entries of a fresh ``randperm(L)``, row after row."""
+    first = torch.arange(length)[None] < counts[:, None]  # [N, L]
+    return torch.stack([row[torch.randperm(length, generator=gen)] for row in first])
+
+
+def espo_views(r: ViewRequest) -> Views:
+    """ESPO (Ou et al. 2025, arXiv 2512.03759): per optimiser step, ``views_per_step`` Monte Carlo samples (its
+    num_mc) of the sequence ELBO, each a pair of views: c_i valid completion tokens masked (:func:`espo_counts`,
+    nominal ratio c_i / (T_i + 1)) and exactly the other T_i - c_i (ratio (T_i - c_i) / (T_i + 1); its ``reduce_var``
+    coupling). Each view is on its own an unbiased estimate of the ELBO (its count is uniform on {0..T_i}); the pair
+    averages two. The prompt is never masked. Step j uses views [2 M j, 2 M (j + 1)); the same views give the
+    current, old and reference ELBOs.
+
+    ``legacy``: the release's draws (:func:`released_espo_counts`, :func:`released_espo_masks`) over every completion
+    position (T = L), from one seed in [0, 4096) per (step, sample) as its ``mask_seeds``."""
+    n, length = r.completion_mask.shape
+    m = r.views_per_step
+    valid = r.completion_mask.bool()
+    lengths = valid.sum(1)  # [N]
+    if r.legacy:
+        seeds = torch.randint(0, ESPO_SEEDS, (r.mu, m), generator=generator(r.seed, "espo_seeds")).tolist()
+    masks, ratios = [], []
+    for j in range(r.mu):
+        for s in range(m):
+            if r.legacy:
+                g = torch.Generator().manual_seed(seeds[j][s])
+                counts, total = released_espo_counts(length, n, g), torch.full((n,), length)
+                mask = released_espo_masks(counts, length, g)
+            else:
+                g = generator(r.seed, "view", j, s)
+                counts, total = espo_counts(lengths, torch.rand((), generator=g, dtype=torch.float64).item()), lengths
+                mask = espo_masks(counts, valid, g)
+            masks += [mask, valid & ~mask]
+            ratios += [counts / (total + 1), (total - counts) / (total + 1)]
+    schedule = tuple(tuple(range(2 * m * j, 2 * m * (j + 1))) for j in range(r.mu))
+    no_prompt = torch.zeros(2 * m * r.mu, *r.prompt_ids.shape, dtype=torch.bool)
+    return Views(torch.stack(masks), no_prompt, torch.stack(ratios).float(), r.seed, schedule=schedule)
+
+
+# ---------------------------------------------------------------------------------------------------- EBPO
+def ebpo_block_counts(block_lengths: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """EBPO's stratified block counts (LLaDA2.1, arXiv 2602.08676; DARE's ``_forward_process_ebpo``): the cells
+    (sample m, block b) of row i, M x B_i of them in order, get noise levels (u_i + idx / (M B_i)) mod 1 and mask
+    c = min(floor(noise l_b) + 1, l_b) of their block's l_b valid tokens: c uniform on {1..l_b}. ``block_lengths``
+    [N, M, B] (0 for a block with no valid token), ``u`` [N] -> counts [N, M, B] (0 where l_b = 0)."""
+    n, m, b = block_lengths.shape
+    present = block_lengths > 0  # [N, M, B]
+    cells = present.flatten(1).sum(1, keepdim=True).clamp_min(1)  # [N, 1] M x B_i
+    idx = (present.flatten(1).cumsum(1) - 1).clamp_min(0)  # [N, M B] rank among the row's cells
+    noise = (u.double()[:, None] + idx.double() / cells) % 1.0
+    counts = torch.minimum((noise * block_lengths.flatten(1)).floor().long() + 1, block_lengths.flatten(1))
+    return (counts * present.flatten(1)).view(n, m, b)
+
+
+def ebpo_views(r: ViewRequest) -> Views:
+    """EBPO (LLaDA2.1's ELBO-based block policy optimisation, arXiv 2602.08676, as DARE implements it) over a
+    full-sequence model, block by block: the completion is cut into blocks of the sampler's ``block_length`` (from
+    its first position, as the llada sampler's semi-AR blocks); per optimiser step ``views_per_step`` Monte Carlo
+    samples (DARE's mc_num timesteps), each with one view per block b: the blocks before b clean, c_b of block b's
+    valid tokens masked (:func:`ebpo_block_counts`, nominal ratio c_b / l_b) and every later position masked, the
+    state the semi-AR sampler decodes block b from (a block-diffusion model's clean prefix, its later blocks hidden).
+    The targets are block b's masked tokens. Step j uses views [M B j, M B (j + 1)), B = ceil(L / block_length)."""
+    n, length = r.completion_mask.shape
+    m, size = r.views_per_step, r.block_length
+    nb = -(-length // size)
+    valid = r.completion_mask.bool()
+    pos = torch.arange(length)
+    block = pos // size  # [L]
+    in_block = block[None] == torch.arange(nb)[:, None]  # [B, L]
+    block_lengths = (valid[:, None] & in_block[None]).sum(-1)  # [N, B]
+    masks, targets, ratios = [], [], []
+    for j in range(r.mu):
+        g = generator(r.seed, "view", j)
+        counts = ebpo_block_counts(block_lengths[:, None].expand(n, m, nb), torch.rand(n, generator=g))  # [N, M, B]
+        for s in range(m):
+            order = torch.rand(n, length, generator=g).masked_fill(~valid, 2.0)  # [N, L]
+            for b in range(nb):
+                rank = order.masked_fill(~in_block[b][None], 3.0).argsort(1).argsort(1)  # [N, L] 0 = first in b
+                chosen = (rank < counts[:, s, b : b + 1]) & valid & in_block[b][None]
+                masks.append(chosen | (block[None] > b))
+                targets.append(chosen)
+                ratios.append(counts[:, s, b] / block_lengths[:, b].clamp_min(1))
+    schedule = tuple(tuple(range(m * nb * j, m * nb * (j + 1))) for j in range(r.mu))
+    no_prompt = torch.zeros(len(masks), *r.prompt_ids.shape, dtype=torch.bool)
+    t = torch.stack(ratios).float()  # [V, N]
+    return Views(torch.stack(masks), no_prompt, t, r.seed, targets=torch.stack(targets), schedule=schedule)
+
+
 def _random(seed: int, n: int, length: int) -> torch.Tensor:
     return torch.rand(n, length, generator=generator(seed, "ensure_one"))
 
@@ -528,6 +649,8 @@ VIEWS = {
     "mdpo_topk": mdpo_views,
     "coupled": coupled_views,
     "vrpo": vrpo_views,
+    "espo": espo_views,
+    "ebpo_blocks": ebpo_views,
 }
 
 

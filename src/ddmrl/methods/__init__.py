@@ -27,6 +27,8 @@ METHODS = Registry(
         "coupled_grpo": "ddmrl.methods.coupled_grpo:METHOD",
         "justgrpo": "ddmrl.methods.justgrpo:METHOD",
         "vrpo": "ddmrl.methods.vrpo:METHOD",
+        "espo": "ddmrl.methods.espo:METHOD",
+        "ebpo": "ddmrl.methods.ebpo:METHOD",
     },
     group="ddmrl.methods",
 )

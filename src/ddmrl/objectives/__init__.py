@@ -14,6 +14,8 @@ OBJECTIVES = Registry(
         "coupled_clip": "ddmrl.objectives.coupled_clip:coupled_clip",
         "valid_token_clip": "ddmrl.objectives.valid_token_clip:valid_token_clip",
         "vrpo": "ddmrl.objectives.vrpo:vrpo",
+        "espo_clip": "ddmrl.objectives.espo:espo_clip",
+        "ebpo_clip": "ddmrl.objectives.ebpo:ebpo_clip",
     }
 )
 

@@ -15,6 +15,10 @@ depends on its method's objective only:
                        advantage only
   vrpo                 VRPO (Zhu et al. 2025): DPO on ELBO estimates, policy and reference on the same views, of
                        each group's best and worst rollout
+  espo_clip            ESPO (Ou et al. 2025): the ELBO's sequence ratio normalised by the length, clipped, plus beta
+                       times the k2 KL of the ELBOs over the length
+  ebpo_clip            EBPO (LLaDA2.1, as DARE implements it): the composite block ELBO's sequence ratio, clipped in
+                       the log domain, plus beta times the k3 KL of the composite ELBOs
 """
 
 from __future__ import annotations

@@ -10,6 +10,10 @@
                    step's views that mask k: Coupled-GRPO's pooled estimate (its objective, ``coupled_clip``)
   vrpo_elbo        omega_v(k) = delta_v(k) / (n_t t_v), t_v the view's realised ratio and n_t the step's views:
                    VRPO's ELBO estimate, summed over the step's views (its objective, ``vrpo``)
+  espo_elbo        omega_v(k) = delta_v(k) / (t_v V_s), t_v = c_v / (T + 1) the view's nominal ratio and V_s the number
+                   of the step's views: ESPO's sequence ELBO, the mean of the step's one-view estimates (``espo``)
+  ebpo_elbo        omega_v(k) = delta_v(k) / t_v, t_v = c_b / l_b the masked share of the view's block: EBPO's block
+                   ELBO terms (their mean over the step's views_per_step timesteps is the objective's, ``ebpo_clip``)
   hint_entropy     d1's completion_mean, then (after the old pass, :func:`hint_entropy_filter`) only the top tau
                    highest-entropy hint positions of each view keep their weight (IGPO)
 
@@ -121,6 +125,24 @@ def vrpo_elbo_weights(views: Views, completion_mask: torch.Tensor, _mode: str):
     for step in views.steps:
         per_step[list(step)] = len(step)
     return targets / (per_step * t)[..., None], None
+def espo_elbo_weights(views: Views, completion_mask: torch.Tensor, _mode: str):
+    """ESPO (Ou et al. 2025, arXiv 2512.03759): each view masking c of the T valid tokens is an unbiased estimate
+    of the ELBO, sum_k delta(k) log p(k) / t with t = c / (T + 1) and c uniform on {0..T} (the release's ``p_mask``;
+    t = 0 masks nothing); the step's V_s views (num_mc complementary pairs) are averaged, so that summing omega log p
+    over a step's views gives the release's ``_get_elbo_mc`` (each pair's (sum_M / t + sum_Mc / t') / 2, averaged
+    over the num_mc pairs). A view belongs to one step (``Views.steps``)."""
+    targets = _targets(views, completion_mask)  # [V, N, L]
+    size = torch.ones(targets.shape[0])
+    for step in views.steps:
+        size[list(step)] = len(step)
+    return targets / (views.t.clamp_min(1e-8) * size[:, None])[..., None], None
+
+
+def ebpo_elbo_weights(views: Views, completion_mask: torch.Tensor, _mode: str):
+    """EBPO (LLaDA2.1, arXiv 2602.08676; DARE's block ELBO): each target token of a block view weighted by
+    1 / p_mask, p_mask = c_b / l_b its block's masked share; summed over a Monte Carlo sample's block views this is
+    sum_b of the block ELBOs (``ebpo_clip`` averages the views_per_step samples)."""
+    return _targets(views, completion_mask) / views.t.clamp_min(1e-8)[..., None], None
 
 
 def hint_entropy_filter(
@@ -156,4 +178,6 @@ WEIGHTINGS = {
     "mdpo_confidence": mdpo_confidence_weights,
     "coupled": coupled_weights,
     "vrpo_elbo": vrpo_elbo_weights,
+    "espo_elbo": espo_elbo_weights,
+    "ebpo_elbo": ebpo_elbo_weights,
 }

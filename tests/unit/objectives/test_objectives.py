@@ -16,6 +16,8 @@ from ddmrl.likelihood import sequence_elbo
 from ddmrl.objectives import OBJECTIVES
 from ddmrl.objectives.base import ObjectiveInputs
 from ddmrl.objectives.coupled_clip import coupled_clip
+from ddmrl.objectives.ebpo import ebpo_clip
+from ddmrl.objectives.espo import espo_clip
 from ddmrl.objectives.mdpo import mdpo
 from ddmrl.objectives.policy_loss import aggregate, clipped_token_loss
 from ddmrl.objectives.sequence_clip import sequence_clip
@@ -75,6 +77,8 @@ def test_registry_names_the_objectives():
         "coupled_clip": coupled_clip,
         "valid_token_clip": valid_token_clip,
         "vrpo": vrpo,
+        "espo_clip": espo_clip,
+        "ebpo_clip": ebpo_clip,
     }
 
 
