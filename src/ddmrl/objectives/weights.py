@@ -125,6 +125,8 @@ def vrpo_elbo_weights(views: Views, completion_mask: torch.Tensor, _mode: str):
     for step in views.steps:
         per_step[list(step)] = len(step)
     return targets / (per_step * t)[..., None], None
+
+
 def espo_elbo_weights(views: Views, completion_mask: torch.Tensor, _mode: str):
     """ESPO (Ou et al. 2025, arXiv 2512.03759): each view masking c of the T valid tokens is an unbiased estimate
     of the ELBO, sum_k delta(k) log p(k) / t with t = c / (T + 1) and c uniform on {0..T} (the release's ``p_mask``;
