@@ -460,6 +460,43 @@ def coupled_views(r: ViewRequest) -> Views:
     return Views(torch.stack(masks), no_prompt, t_views, r.seed, schedule=schedule)
 
 
+# ---- BGPO (Lin et al. 2025, arXiv 2510.11683): stratified mask counts, views_per_step views per optimiser step
+
+
+def stratified_counts(valid: int, m: int, k: int) -> torch.Tensor:
+    """BGPO's m mask counts of one sequence with T = ``valid`` completion tokens from its start k in [1, T] (LLaDA's
+    stratified ELBO sampling, as DARE's ``_forward_process_bgpo``): x_j = round(k + j T / m), j = 0..m-1, wrapped
+    into [1, T], so the counts are spread evenly over [1, T]. Returns [m] long."""
+    x = torch.round(torch.linspace(float(k), float(k) + (m - 1) * valid / m, m)).long()
+    return (x - 1) % valid + 1
+
+
+def bgpo_views(r: ViewRequest) -> Views:
+    """BGPO: per optimiser step ``views_per_step`` views of every rollout; view j masks exactly x_j of its T valid
+    completion tokens (:func:`stratified_counts`), chosen uniformly without replacement; t = x_j / T. The prompt and
+    the positions after the first EOS are never masked. Each step draws its own views (the release draws one set per
+    rollout batch and takes one optimiser step), so mu views_per_step views in all."""
+    n, length = r.completion_mask.shape
+    m, valid = r.views_per_step, r.completion_mask.sum(1)  # [N]
+    masks = torch.zeros(r.mu * m, n, length, dtype=torch.bool)
+    t = torch.ones(r.mu * m, n)
+    for s in range(r.mu):
+        g = generator(r.seed, "view", s)
+        for i in range(n):
+            total = int(valid[i])
+            if total == 0:
+                continue
+            counts = stratified_counts(total, m, int(torch.randint(1, total + 1, (), generator=g)))  # [m]
+            positions = r.completion_mask[i].nonzero().squeeze(1)  # [T]
+            for j in range(m):
+                chosen = positions[torch.randperm(total, generator=g)[: int(counts[j])]]
+                masks[s * m + j, i, chosen] = True
+            t[s * m : (s + 1) * m, i] = counts / total
+    schedule = tuple(tuple(range(s * m, (s + 1) * m)) for s in range(r.mu))
+    no_prompt = torch.zeros(r.mu * m, *r.prompt_ids.shape, dtype=torch.bool)
+    return Views(masks, no_prompt, t, r.seed, schedule=schedule)
+
+
 def _random(seed: int, n: int, length: int) -> torch.Tensor:
     return torch.rand(n, length, generator=generator(seed, "ensure_one"))
 
@@ -487,6 +524,7 @@ VIEWS = {
     "cj_grpo": cj_grpo_views,
     "mdpo_topk": mdpo_views,
     "coupled": coupled_views,
+    "bgpo_stratified": bgpo_views,  # BGPO
 }
 
 

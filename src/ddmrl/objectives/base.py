@@ -13,6 +13,8 @@ depends on its method's objective only:
                        the token ratio, clipped, minus beta k3 KL
   valid_token_clip     JustGRPO (Ni et al. 2026): token_clip with each view's token mean over the samples of nonzero
                        advantage only
+  bgpo                 BGPO (Lin et al. 2025): per view the linear (A > 0) or Jensen (A <= 0) bound of the sequence
+                       ratio of its one-sample ELBO, clipped; a mean of per-view terms (one backward pass per view)
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@
                    is the objective's)
   coupled          omega_v(k) = delta_v(k) / (t_v F_s(k)), t_v the view's nominal ratio and F_s(k) the number of the
                    step's views that mask k: Coupled-GRPO's pooled estimate (its objective, ``coupled_clip``)
+  bgpo_elbo        omega_j(k) = delta_j(k) / (t_j L): BGPO's one-sample ELBO of view j over the completion length
   hint_entropy     d1's completion_mean, then (after the old pass, :func:`hint_entropy_filter`) only the top tau
                    highest-entropy hint positions of each view keep their weight (IGPO)
 
@@ -105,6 +106,14 @@ def coupled_weights(views: Views, completion_mask: torch.Tensor, _mode: str):
     return targets / (views.t.clamp_min(1e-8)[..., None] * count.clamp_min(1)), None
 
 
+def bgpo_elbo_weights(views: Views, completion_mask: torch.Tensor, _mode: str):
+    """BGPO (Lin et al. 2025): omega_j(k) = delta_j(k) / (t_j L), t_j = x_j / T the view's masked fraction of the T
+    valid tokens and L the completion length, so that sum_k omega_j(k) log p_j(k) is the view's one-sample ELBO
+    (T / x_j) sum_{masked} log p divided by L (the release's ``loss_per_sample / response_length``)."""
+    targets = _targets(views, completion_mask)  # [V, N, L]
+    return targets / (views.t.clamp_min(1e-8)[..., None] * targets.shape[-1]), None
+
+
 def hint_entropy_filter(
     weights: torch.Tensor, targets: torch.Tensor, entropy: torch.Tensor, hints: torch.Tensor, keep: float
 ) -> torch.Tensor:
@@ -137,4 +146,5 @@ WEIGHTINGS = {
     "gdpo_elbo": gdpo_elbo_weights,
     "mdpo_confidence": mdpo_confidence_weights,
     "coupled": coupled_weights,
+    "bgpo_elbo": bgpo_elbo_weights,  # BGPO
 }

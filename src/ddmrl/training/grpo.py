@@ -219,6 +219,15 @@ def step_views(views: Views, step: int, micro: int, cfg: GRPOConfig) -> tuple[in
     return views.steps[step] if own is None else own
 
 
+def view_groups(run: Loop, ids: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """The step's views as the update takes them: one view at a time when the method's objective is a mean of one
+    term per view (``Method.separable_views``: BGPO), so that each view's graph is freed after its backward pass;
+    else all together. DeepSpeed counts one backward pass per micro-batch: there always all together."""
+    if run.method.separable_views(run.cfg) and len(ids) > 1 and not dist.is_deepspeed(run.acc):
+        return [(v,) for v in ids]
+    return [ids]
+
+
 def objective_inputs(b: Batch, old, ref, logps, ids: tuple[int, ...], rows: slice, g: int) -> ObjectiveInputs:
     """Slice a batch to the step's views and one micro-batch of rows."""
     v = list(ids)
@@ -388,14 +397,34 @@ def update(run: Loop, b: Batch, old, kl_ref, steps: int, optimisers: list, bar) 
         for a, rows in enumerate(micro_rows):
             acc.sync_gradients = a == ga - 1  # DeepSpeed steps its engine at the accumulation boundary
             with dist.no_sync_unless(acc, trained, a == ga - 1):
-                loss, parts = torch.zeros((), device=acc.device), {}
+                loss, parts, done = torch.zeros((), device=acc.device), {}, 0.0
                 if not run.frozen:
                     ids = step_views(b.views, s, a, cfg)
+                    *early, last = view_groups(run, ids)
+                    for part in early:  # a separable objective: these views' gradients first, each graph freed
+                        logps = torch.stack(
+                            [token_logps(policy, b.inputs[v, rows], b.target_ids[v, rows], **guidance) for v in part]
+                        )
+                        out = objective(objective_inputs(b, old, kl_ref, logps, part, rows, g), cfg)
+                        share = len(part) / len(ids)
+                        finite = dist.all_processes(acc, bool(torch.isfinite(out.loss)))
+                        if not finite:
+                            break
+                        with dist.no_sync_unless(acc, trained, False):
+                            acc.backward(out.loss * share)
+                        done += out.loss.item() * share
+                        parts = {"kl": parts.get("kl", 0.0) + out.kl * share,
+                                 "clip_ratio": parts.get("clip_ratio", 0.0) + out.clip_ratio * share}  # fmt: skip
+                    if not finite:
+                        break
                     logps = torch.stack(
-                        [token_logps(policy, b.inputs[v, rows], b.target_ids[v, rows], **guidance) for v in ids]
+                        [token_logps(policy, b.inputs[v, rows], b.target_ids[v, rows], **guidance) for v in last]
                     )
-                    out = objective(objective_inputs(b, old, kl_ref, logps, ids, rows, g), cfg)
-                    loss, parts = loss + out.loss, {"kl": out.kl, "clip_ratio": out.clip_ratio}
+                    out = objective(objective_inputs(b, old, kl_ref, logps, last, rows, g), cfg)
+                    share = len(last) / len(ids)
+                    loss = loss + out.loss * share
+                    parts = {"kl": parts.get("kl", 0.0) + out.kl * share,
+                             "clip_ratio": parts.get("clip_ratio", 0.0) + out.clip_ratio * share}  # fmt: skip
                 if aux is not None:
                     trace = b.rollouts.aux.rows(rows)
                     logp = aux(trace.obs, trace.actions)  # [n, S] with gradient
@@ -406,7 +435,7 @@ def update(run: Loop, b: Batch, old, kl_ref, steps: int, optimisers: list, bar) 
                 if not finite:
                     break
                 acc.backward(loss)  # divides by gradient_accumulation_steps
-            for key, value in {"loss": loss.item(), **parts}.items():
+            for key, value in {"loss": loss.item() + done, **parts}.items():
                 stats[key] += value / (ga * steps)
         acc.sync_gradients = True
         if finite:
