@@ -149,7 +149,8 @@ def _methods() -> str:
     out = [
         "## Methods\n",
         "Each method's model differs from [`grpo`](#grposection)'s keys only in these defaults and in "
-        "what its definition fixes (a section may not set those to another value).\n",
+        "what its definition fixes (a section may not set those to another value), and in its own keys (a method's "
+        "release switch that no other method reads).\n",
     ]
     base = GRPOConfig.__pydantic_fields__
     for method in METHODS:
@@ -158,6 +159,9 @@ def _methods() -> str:
         fixed = METHODS[method].fixed()
         rows = ["| key | default | |", "|---|---|---|"]
         for name, info in cls.__pydantic_fields__.items():
+            if name not in base:  # the method's own key
+                rows.append(f"| `{name}` | {_value(info.default)} | its own key: {info.description or ''} |")
+                continue
             if name == "method" or (info.default == base[name].default and name not in fixed):
                 continue
             rows.append(f"| `{name}` | {_value(info.default)} | {'fixed by the method' if name in fixed else ''} |")
