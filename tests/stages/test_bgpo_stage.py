@@ -1,5 +1,6 @@
 """BGPO end to end through the pipeline's own stages: the smoke profile with the extended profile's bgpo section as
-the only text method, the exact commands the DAG builds from the base model to the GRPO run. Run in a temporary copy of the repository (as tests/stages/test_igpo_stage.py)."""
+the only text method, the exact commands the DAG builds from the base model to the GRPO run. Run in a temporary copy
+of the repository (as tests/stages/test_igpo_stage.py)."""
 
 from __future__ import annotations
 

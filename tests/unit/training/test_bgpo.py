@@ -71,9 +71,11 @@ def released_elbos(model, seq, masks, p_mask, response_length):
     return out / response_length
 
 
-def released_policy_loss(old_l, l, advantages, response_mask, eps_low, eps_high, clip_ratio_c=3.0):
-    """``compute_policy_loss_bgpo`` (token-mean): ``old_l``, ``l``, ``advantages`` [B, R] broadcast values."""
-    negative_approx_kl = torch.where(advantages > 0, torch.log(1 + l - old_l), l - old_l)
+def released_policy_loss(old_l_theta, l_theta, advantages, response_mask, eps_low, eps_high, clip_ratio_c=3.0):
+    """``compute_policy_loss_bgpo`` (token-mean): ``old_l_theta``, ``l_theta``, ``advantages`` [B, R] broadcast
+    values."""
+    d = l_theta - old_l_theta
+    negative_approx_kl = torch.where(advantages > 0, torch.log(1 + d), d)
     ratio = torch.exp(negative_approx_kl)
     pg_losses1 = -advantages * ratio
     pg_losses2 = -advantages * torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
@@ -226,10 +228,10 @@ def test_the_loss_equals_the_release_policy_loss_with_its_dual_clip_and_differs_
     length = x.completion_mask.shape[1]
     rel = 0.0
     for j in range(v):
-        l = delta[j, :, None].expand(n, length)
+        lj = delta[j, :, None].expand(n, length)
         a = x.advantages[:, None].expand(n, length)
         mask = x.completion_mask.float() if loss_type == "token_mean" else torch.ones(n, length)
-        rel += released_policy_loss(torch.zeros(n, length), l, a, mask, 0.2, 0.2).item() / v
+        rel += released_policy_loss(torch.zeros(n, length), lj, a, mask, 0.2, 0.2).item() / v
     dual = OBJECTIVE(x, method_config("bgpo", epsilon=0.2, dual_clip=3.0, loss_type=loss_type)).loss
     assert math.isclose(dual.item(), rel, rel_tol=1e-5)
     plain = OBJECTIVE(x, method_config("bgpo", epsilon=0.2, loss_type=loss_type)).loss
