@@ -35,6 +35,7 @@ ALL = [
     "vrpo",
     "espo",
     "ebpo",
+    "bgpo",
 ]  # grpo's sampler (JustGRPO: its own, blocks of one token, unless grpo: sets one)
 AUX = ["cogrpo", "unmask_policy"]  # with an auxiliary policy (Co-GRPO: images, maskgit; unmasking policy: llada)
 AUGMENTED = ["igpo"]  # with a rollout augmenter (IGPO: the plain llada sampler, a task with reasoning traces)
@@ -88,7 +89,8 @@ def test_what_each_method_fixes():
         "cj_grpo": {"remasking": "cj_grpo"},
         "coupled_grpo": {"remasking": "coupled"},
         "justgrpo": {"remasking": "tracerl", "shrink": 1, "beta": 0.0, "loss_type": "token_mean"},
-        "vrpo": {"remasking": "vrpo", "kl_target": "ref"},
+        "vrpo": {"remasking": "stratified", "kl_target": "ref"},
+        "bgpo": {"beta": 0.0},
         "unmask_policy": {"scale_rewards": "none", "beta": 0.0},
         "espo": {"remasking": "espo"},
         "ebpo": {"remasking": "ebpo_blocks"},

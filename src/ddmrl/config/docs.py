@@ -149,7 +149,8 @@ def _methods() -> str:
     out = [
         "## Methods\n",
         "Each method's model differs from [`grpo`](#grposection)'s keys only in these defaults and in "
-        "what its definition fixes (a section may not set those to another value).\n",
+        "what its definition fixes (a section may not set those to another value), and in its own keys (a method's "
+        "release switch that no other method reads).\n",
     ]
     base = GRPOConfig.__pydantic_fields__
     for method in METHODS:

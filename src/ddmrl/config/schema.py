@@ -47,9 +47,7 @@ DEFAULT_PROFILE = "tiny"
 
 ViewSampler = Literal[
     "full_completion", "unigrpo", "maskgrpo_fading", "maskgrpo_random", "rebrl_linear", "tracerl",
-    "gdpo_quadrature", "block_random", "cj_grpo", "mdpo_topk", "coupled",
-    "vrpo",
-    "espo", "ebpo_blocks",
+    "gdpo_quadrature", "block_random", "cj_grpo", "mdpo_topk", "coupled", "stratified", "espo", "ebpo_blocks",
 ]  # fmt: skip
 #: GRPOConfig's reproduction switches that only some methods accept (``Method.switches`` in their modules)
 SWITCHES = ("maskgrpo_legacy", "loss_after_eos", "mdpo_tempered_confidence")

@@ -199,8 +199,8 @@ def build_views(
         remasking: key of ``VIEWS``: full_completion (d1, wd1), unigrpo (MMaDA), maskgrpo_fading (MaskGRPO
             text), maskgrpo_random (MaskGRPO image: truncated ratios, uniform masks), rebrl_linear (RebRL,
             t_j = j / mu), tracerl (TraceRL trace steps), gdpo_quadrature (GDPO), block_random (SPG), coupled
-            (Coupled-GRPO's complementary pairs), vrpo (VRPO's stratified timesteps, one mask each), espo (ESPO's
-            stratified counts and complementary pairs), ebpo_blocks (EBPO's block views).
+            (Coupled-GRPO's complementary pairs), stratified (VRPO's and BGPO's stratified timesteps, one mask
+            each), espo (ESPO's stratified counts and complementary pairs), ebpo_blocks (EBPO's block views).
         mu: optimiser steps per rollout batch (num_iterations); TraceRL's view count is its number of trace
             steps instead, GDPO's is ``views_per_step`` quadrature nodes shared by the mu steps.
         seed: rollout seed; view j uses ``derive_seed(seed, "view", j)``.
@@ -464,13 +464,14 @@ def coupled_views(r: ViewRequest) -> Views:
     return Views(torch.stack(masks), no_prompt, t_views, r.seed, schedule=schedule)
 
 
-# ---------------------------------------------------------------------------------------------- VRPO (LLaDA 1.5)
+# ------------------------------------------------------------------------------ VRPO (LLaDA 1.5) and BGPO
 
 
 def stratified_counts(length: int, n: int, k: int) -> torch.Tensor:
-    """VRPO's masked-token counts of one sequence with ``length`` valid tokens at ``n`` timesteps: from a first count
-    ``k`` in [1, length], n evenly spaced counts round(k + j length / n), j = 0..n-1, wrapped into [1, length]
-    (LLaDA's stratified discrete ELBO timesteps; DARE's ``_forward_process_vrpo``). Returns [n] (long); all 0 when
+    """VRPO's and BGPO's masked-token counts of one sequence with ``length`` valid tokens at ``n`` timesteps: from a
+    first count ``k`` in [1, length], n evenly spaced counts round(k + j length / n), j = 0..n-1, wrapped into
+    [1, length] (LLaDA's stratified discrete ELBO timesteps; DARE's ``_forward_process_vrpo`` and
+    ``_forward_process_bgpo``). Returns [n] (long); all 0 when
     there is no valid token."""
     if length == 0:
         return torch.zeros(n, dtype=torch.long)
@@ -478,9 +479,10 @@ def stratified_counts(length: int, n: int, k: int) -> torch.Tensor:
     return (x - 1) % length + 1
 
 
-def vrpo_views(r: ViewRequest) -> Views:
-    """VRPO (LLaDA 1.5; Zhu et al. 2025, arXiv 2505.19223): ``views_per_step`` timesteps per optimiser step with
-    one mask each (the paper's optimal allocation n_t = n, n_yt = 1). Per row and step, with l its valid completion
+def stratified_views(r: ViewRequest) -> Views:
+    """VRPO (LLaDA 1.5; Zhu et al. 2025, arXiv 2505.19223) and BGPO (Lin et al. 2025, arXiv 2510.11683):
+    ``views_per_step`` timesteps per optimiser step with one mask each (VRPO's optimal allocation n_t = n,
+    n_yt = 1; BGPO's m Monte Carlo samples), each step its own draw. Per row and step, with l its valid completion
     tokens: a first count k ~ U{1..l}, then the stratified counts of :func:`stratified_counts`; each view masks that
     many valid positions, drawn uniformly without replacement, and its ratio t is count / l (the discrete ELBO's
     L / l weight is its 1 / t). The prompt and the positions after the first EOS are never masked. The views are
@@ -648,7 +650,7 @@ VIEWS = {
     "cj_grpo": cj_grpo_views,
     "mdpo_topk": mdpo_views,
     "coupled": coupled_views,
-    "vrpo": vrpo_views,
+    "stratified": stratified_views,  # VRPO, BGPO
     "espo": espo_views,
     "ebpo_blocks": ebpo_views,
 }

@@ -29,6 +29,7 @@ METHODS = Registry(
         "vrpo": "ddmrl.methods.vrpo:METHOD",
         "espo": "ddmrl.methods.espo:METHOD",
         "ebpo": "ddmrl.methods.ebpo:METHOD",
+        "bgpo": "ddmrl.methods.bgpo:METHOD",  # BGPO
     },
     group="ddmrl.methods",
 )

@@ -74,6 +74,12 @@ class Method:
         """The views of micro-step ``micro_step`` when the method indexes them its own way; None: the schedule's."""
         return None
 
+    def separable_views(self, cfg: Any) -> bool:
+        """Whether the objective is a mean of one term per view of a step, so that the update takes each view's
+        gradient on its own and frees its graph before the next (BGPO's constant memory in the views); default no:
+        the step's views go through one backward pass."""
+        return False
+
     def fixed(self) -> dict[str, Any]:
         """What its definition fixes: each field of ``params`` typed as a ``Literal`` of one value (SPG's beta 0)."""
         out = {}

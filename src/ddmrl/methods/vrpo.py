@@ -10,7 +10,7 @@ diffusion model, whose log-likelihoods are replaced by ELBO estimates (the paper
   l_pi(y_t, t, y | x) = (1/t) sum_i 1[y_t^i = M] log p_pi(y^i | y_t, x)
 
 with the paper's three variance reductions: a larger budget n = n_t n_yt; its optimal allocation n_t = n, n_yt = 1
-(one mask per timestep: ``vrpo`` views, ``views_per_step`` = n_t timesteps per optimiser step); antithetic
+(one mask per timestep: ``stratified`` views, ``views_per_step`` = n_t timesteps per optimiser step); antithetic
 sampling, the same timesteps and masks for B_theta and B_ref (the loop evaluates the policy and the reference on the
 same views). The timesteps are those of DARE's implementation (yjyddq/DARE, the reference, as the paper released no
 training code): LLaDA's discrete form, l masked tokens of the |y| valid ones with weight |y| / l, the n_t counts
@@ -44,7 +44,7 @@ class Params(GRPOConfig):
     timestep's mask is drawn on its own)."""
 
     method: Str = "vrpo"
-    remasking: Literal["vrpo"] = "vrpo"
+    remasking: Literal["stratified"] = "stratified"
     kl_target: Literal["ref"] = "ref"
     views_per_step: Int = Field(4, ge=1)
 

@@ -16,6 +16,7 @@ OBJECTIVES = Registry(
         "vrpo": "ddmrl.objectives.vrpo:vrpo",
         "espo_clip": "ddmrl.objectives.espo:espo_clip",
         "ebpo_clip": "ddmrl.objectives.ebpo:ebpo_clip",
+        "bgpo": "ddmrl.objectives.bgpo:bgpo",  # BGPO
     }
 )
 

@@ -19,6 +19,8 @@ depends on its method's objective only:
                        times the k2 KL of the ELBOs over the length
   ebpo_clip            EBPO (LLaDA2.1, as DARE implements it): the composite block ELBO's sequence ratio, clipped in
                        the log domain, plus beta times the k3 KL of the composite ELBOs
+  bgpo                 BGPO (Lin et al. 2025): per view the linear (A > 0) or Jensen (A <= 0) bound of the sequence
+                       ratio of its one-sample ELBO, clipped; a mean of per-view terms (one backward pass per view)
 """
 
 from __future__ import annotations

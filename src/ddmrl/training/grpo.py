@@ -219,6 +219,30 @@ def step_views(views: Views, step: int, micro: int, cfg: GRPOConfig) -> tuple[in
     return views.steps[step] if own is None else own
 
 
+def view_groups(run: Loop, ids: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """The step's views as the update takes them: one view at a time when the method's objective is a mean of one
+    term per view (``Method.separable_views``: BGPO), so that each view's graph is freed after its backward pass;
+    else all together. DeepSpeed counts one backward pass per micro-batch: there always all together."""
+    if run.method.separable_views(run.cfg) and len(ids) > 1 and not dist.is_deepspeed(run.acc):
+        return [(v,) for v in ids]
+    return [ids]
+
+
+def views_objective(run: Loop, b: Batch, old, kl_ref, ids: tuple[int, ...], rows: slice):
+    """The method's objective on views ``ids`` of the micro-batch ``rows``, their current log-probs with gradient."""
+    logps = torch.stack(
+        [token_logps(run.policy, b.inputs[v, rows], b.target_ids[v, rows], **run.guidance) for v in ids]
+    )
+    x = objective_inputs(b, old, kl_ref, logps, ids, rows, run.cfg.num_generations)
+    return OBJECTIVES[run.method.objective](x, run.cfg)
+
+
+def with_parts(parts: dict[str, float], out, part: tuple[int, ...], ids: tuple[int, ...]) -> dict[str, float]:
+    """The step's diagnostics so far plus those of its views ``part``, weighted by their share of its ``ids``."""
+    share = len(part) / len(ids)
+    return {k: parts.get(k, 0.0) + getattr(out, k) * share for k in ("kl", "clip_ratio")}
+
+
 def objective_inputs(b: Batch, old, ref, logps, ids: tuple[int, ...], rows: slice, g: int) -> ObjectiveInputs:
     """Slice a batch to the step's views and one micro-batch of rows."""
     v = list(ids)
@@ -371,10 +395,9 @@ def update(run: Loop, b: Batch, old, kl_ref, steps: int, optimisers: list, bar) 
     micro-batches of whole prompt groups: the method's objective on the step's views plus the auxiliary policy's
     clipped loss (one backward pass); a non-finite loss skips its step."""
     acc, cfg, policy, aux = run.acc, run.cfg, run.policy, run.aux
-    g, ga = cfg.num_generations, cfg.gradient_accumulation_steps
+    ga = cfg.gradient_accumulation_steps
     rows_per_micro = b.rewards.shape[0] // ga
     micro_rows = [slice(a * rows_per_micro, (a + 1) * rows_per_micro) for a in range(ga)]
-    objective, guidance = OBJECTIVES[run.method.objective], run.guidance
     if not run.frozen:
         policy.train()
     keys = ["loss", "kl", "clip_ratio"] + ([] if aux is None else ["aux_loss", "aux_clip_ratio"])
@@ -388,14 +411,22 @@ def update(run: Loop, b: Batch, old, kl_ref, steps: int, optimisers: list, bar) 
         for a, rows in enumerate(micro_rows):
             acc.sync_gradients = a == ga - 1  # DeepSpeed steps its engine at the accumulation boundary
             with dist.no_sync_unless(acc, trained, a == ga - 1):
-                loss, parts = torch.zeros((), device=acc.device), {}
+                loss, parts, done = torch.zeros((), device=acc.device), {}, 0.0
                 if not run.frozen:
                     ids = step_views(b.views, s, a, cfg)
-                    logps = torch.stack(
-                        [token_logps(policy, b.inputs[v, rows], b.target_ids[v, rows], **guidance) for v in ids]
-                    )
-                    out = objective(objective_inputs(b, old, kl_ref, logps, ids, rows, g), cfg)
-                    loss, parts = loss + out.loss, {"kl": out.kl, "clip_ratio": out.clip_ratio}
+                    *early, last = view_groups(run, ids)
+                    for part in early:  # a separable objective: these views' gradients first, each graph freed
+                        out = views_objective(run, b, old, kl_ref, part, rows)
+                        finite = dist.all_processes(acc, bool(torch.isfinite(out.loss)))
+                        if not finite:
+                            break
+                        with dist.no_sync_unless(acc, trained, False):
+                            acc.backward(out.loss * len(part) / len(ids))
+                        done, parts = done + out.loss.item() * len(part) / len(ids), with_parts(parts, out, part, ids)
+                    if not finite:
+                        break
+                    out = views_objective(run, b, old, kl_ref, last, rows)
+                    loss, parts = loss + out.loss * (len(last) / len(ids)), with_parts(parts, out, last, ids)
                 if aux is not None:
                     trace = b.rollouts.aux.rows(rows)
                     logp = aux(trace.obs, trace.actions)  # [n, S] with gradient
@@ -406,7 +437,7 @@ def update(run: Loop, b: Batch, old, kl_ref, steps: int, optimisers: list, bar) 
                 if not finite:
                     break
                 acc.backward(loss)  # divides by gradient_accumulation_steps
-            for key, value in {"loss": loss.item(), **parts}.items():
+            for key, value in {"loss": loss.item() + done, **parts}.items():
                 stats[key] += value / (ga * steps)
         acc.sync_gradients = True
         if finite:

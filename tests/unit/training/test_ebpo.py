@@ -32,7 +32,7 @@ from ddmrl.likelihood import token_logps
 from ddmrl.masking import apply_view, build_views
 from ddmrl.masking.views import ebpo_block_counts
 from ddmrl.methods import METHODS
-from ddmrl.models import build_tokenizer
+from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.objectives import OBJECTIVES
 from ddmrl.objectives.base import ObjectiveInputs
 from ddmrl.objectives.weights import token_weights

@@ -34,7 +34,7 @@ from ddmrl.likelihood import sequence_elbo, token_logps
 from ddmrl.masking import apply_view, build_views
 from ddmrl.masking.views import ESPO_SEEDS, espo_counts
 from ddmrl.methods import METHODS
-from ddmrl.models import build_tokenizer
+from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.objectives import OBJECTIVES
 from ddmrl.objectives.base import ObjectiveInputs
 from ddmrl.objectives.weights import token_weights

@@ -38,7 +38,7 @@ from ddmrl.likelihood import token_logps
 from ddmrl.masking import apply_view, build_views
 from ddmrl.masking.views import Views, stratified_counts
 from ddmrl.methods import METHODS
-from ddmrl.models import build_tokenizer
+from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.objectives import OBJECTIVES
 from ddmrl.objectives.base import ObjectiveInputs
 from ddmrl.objectives.vrpo import preference_pairs
@@ -146,7 +146,8 @@ def test_vrpo_views_mask_their_counts_of_valid_tokens_one_mask_per_timestep(tok)
     valid = torch.ones(n, length, dtype=torch.bool)
     valid[1, 7:] = False  # EOS at 6
     valid[3, 2:] = False
-    views = build_views("vrpo", mu=mu, seed=11, completion_mask=valid, views_per_step=n_t, pad_id=tok.pad_token_id,
+    views = build_views("stratified", mu=mu, seed=11, completion_mask=valid, views_per_step=n_t,
+                        pad_id=tok.pad_token_id,
                         prompt_ids=torch.randint(5, 10, (n, prompt_length), generator=g))  # fmt: skip
     assert views.steps == ((0, 1, 2, 3), (4, 5, 6, 7))
     assert not views.prompt_masks.any() and not (views.masks & ~valid[None]).any()
@@ -157,7 +158,8 @@ def test_vrpo_views_mask_their_counts_of_valid_tokens_one_mask_per_timestep(tok)
         for i in range(n):
             c = counts[list(step), i]
             assert torch.equal(c, stratified_counts(int(lengths[i]), n_t, int(c[0])))
-    again = build_views("vrpo", mu=mu, seed=11, completion_mask=valid, views_per_step=n_t, pad_id=tok.pad_token_id,
+    again = build_views("stratified", mu=mu, seed=11, completion_mask=valid, views_per_step=n_t,
+                        pad_id=tok.pad_token_id,
                         prompt_ids=torch.zeros(n, prompt_length, dtype=torch.long))  # fmt: skip
     assert torch.equal(again.masks, views.masks)  # regenerated from the seed
 
@@ -166,7 +168,7 @@ def test_the_elbo_weights_are_one_over_n_t_times_the_ratio():
     """omega_v(k) = delta_v(k) / (n_t t_v): summed over a step's views, the discrete ELBO (1/n_t) sum_j (l/c_j) sum."""
     valid = torch.ones(2, 6, dtype=torch.bool)
     valid[1, 4:] = False
-    views = build_views("vrpo", mu=1, seed=3, completion_mask=valid, views_per_step=3, pad_id=1,
+    views = build_views("stratified", mu=1, seed=3, completion_mask=valid, views_per_step=3, pad_id=1,
                         prompt_ids=torch.zeros(2, 2, dtype=torch.long))  # fmt: skip
     w, _ = token_weights("vrpo_elbo", views, valid)
     counts = views.masks.sum(-1).float()  # [3, 2]
@@ -258,7 +260,7 @@ def test_shared_noise_cancels_in_the_log_ratio_and_cuts_its_variance(make_model,
     policy = perturbed(ref_model, 4, scale=0.002)
 
     def elbo(model, seed):
-        views = build_views("vrpo", mu=1, seed=seed, completion_mask=valid, views_per_step=2, pad_id=1,
+        views = build_views("stratified", mu=1, seed=seed, completion_mask=valid, views_per_step=2, pad_id=1,
                             prompt_ids=prompt)  # fmt: skip
         w, _ = token_weights("vrpo_elbo", views, valid)
         inputs = [apply_view(prompt, completion, views, v, tok.mask_token_id) for v in range(2)]
@@ -317,6 +319,6 @@ def test_the_extended_profile_runs_vrpo_on_equal_terms():
         for seed in cfg.grpo.seeds:
             assert {f"grpo_vrpo_{task}_s{seed}", f"evaluate_vrpo_{task}_s{seed}"} <= names
     run, unigrpo = cfg.methods["vrpo"], cfg.methods["unigrpo"]
-    assert run.views_per_step == 4 and run.remasking == "vrpo" and run.kl_target == "ref"
+    assert run.views_per_step == 4 and run.remasking == "stratified" and run.kl_target == "ref"
     for key in ("max_steps", "num_prompts", "num_generations", "num_iterations", "learning_rate", "beta", "sampler"):
         assert getattr(run, key) == getattr(unigrpo, key), key

@@ -1,0 +1,419 @@
+"""BGPO (Lin et al. 2025, arXiv 2510.11683): its stratified views, its bound of the ELBO objective (linear for A > 0,
+Jensen for A <= 0), the accumulation of one view's gradient at a time, and its loss and gradient against a
+transcription of the released code.
+
+THU-KEG/BGPO could not be fetched here; DARE carries its algorithm. The transcription below restates, in our words,
+what yjyddq/DARE (commit 83ae8a305a53a914cce563aedceeac88566891cb) computes in ``verl/trainer/ppo/dllm_core_algos.py``
+(``_forward_process_bgpo``, ``compute_policy_loss_bgpo``) and ``verl/workers/actor/llada_dp_actor_bgpo.py``
+(``_forward_micro_batch``, ``update_policy``):
+
+* ``_forward_process_bgpo`` (called once per sequence on m = mc_num = n_l copies): T = the valid response tokens
+  (attention mask 1 after the prompt); k = randint(1, T + 1); x = round(linspace(k, k + (m - 1) T / m, m)), then
+  ((x - 1) % T) + 1; copy j masks x_j positions of the valid response (``randperm(T)[:x_j]``); p_mask = x_j / T.
+* ``_forward_micro_batch``: per copy j and row b, l_bj = -(cross_entropy(logits[masked], seq[masked]) / p_mask).sum()
+  over the masked positions (the logits of a position are its own: LLaDA), then l_bj / response_length, broadcast
+  over the response positions.
+* ``compute_policy_loss_bgpo``: d = l - l_old; negative_approx_kl = log(1 + d) where A > 0, else d; ratio = its exp;
+  -A ratio and -A clip(ratio, 1 - eps_low, 1 + eps_high), their max; where A < 0 the min of that and -A c (dual
+  clip, c = 3); ``agg_loss`` token-mean over the response mask: sum(loss mask) / (sum(mask) + 1e-8).
+* ``update_policy``: for each copy j of a micro-batch, a forward pass of that copy alone, its loss divided by the
+  gradient accumulation and by mc_num, and ``loss.backward()`` at once: the gradients of the m copies accumulate.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from fake_rewards import varied_reward
+
+import ddmrl.training.grpo as grpo_module
+from ddmrl.config import ConfigError, GRPOConfig, method_config
+from ddmrl.likelihood import token_logps
+from ddmrl.masking import apply_view, build_views
+from ddmrl.masking.views import Views, stratified_counts
+from ddmrl.methods import METHODS
+from ddmrl.models.tokenizer import build_tokenizer
+from ddmrl.objectives import OBJECTIVES
+from ddmrl.objectives.base import ObjectiveInputs
+from ddmrl.objectives.bgpo import bound_ratio, view_elbo_change
+from ddmrl.objectives.weights import token_weights
+from ddmrl.tasks import make_task
+from ddmrl.training.grpo import train_grpo
+
+METHOD = METHODS["bgpo"]
+OBJECTIVE = OBJECTIVES[METHOD.objective]
+
+# ------------------------------------------------------------------------------------------ the transcription
+
+
+def released_counts(valid: int, m: int, k: int) -> torch.Tensor:
+    """The m mask counts of ``_forward_process_bgpo`` given its draw k."""
+    x = torch.round(torch.linspace(float(k), k + (m - 1) * (valid / m), steps=m)).long()
+    return ((x - 1) % valid) + 1
+
+
+def released_elbos(model, seq, masks, p_mask, response_length):
+    """[B, m] ``loss_per_sample / response_length`` of ``_forward_micro_batch``: ``masks`` [B, m, S] bool over the
+    whole sequence, ``p_mask`` [B, m]."""
+    b, m, _ = masks.shape
+    out = torch.zeros(b, m)
+    for j in range(m):
+        noisy = torch.where(masks[:, j], 0, seq)  # the mask id of the tests' tokenizer is 0
+        logits = model(noisy).logits
+        for i in range(b):
+            mask = masks[i, j]
+            ce = F.cross_entropy(logits[i][mask], seq[i][mask], reduction="none")
+            out[i, j] = -(ce / p_mask[i, j]).sum()
+    return out / response_length
+
+
+def released_policy_loss(old_l_theta, l_theta, advantages, response_mask, eps_low, eps_high, clip_ratio_c=3.0):
+    """``compute_policy_loss_bgpo`` (token-mean): ``old_l_theta``, ``l_theta``, ``advantages`` [B, R] broadcast
+    values."""
+    d = l_theta - old_l_theta
+    negative_approx_kl = torch.where(advantages > 0, torch.log(1 + d), d)
+    ratio = torch.exp(negative_approx_kl)
+    pg_losses1 = -advantages * ratio
+    pg_losses2 = -advantages * torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
+    clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
+    pg_losses3 = -advantages * clip_ratio_c
+    clip_pg_losses2 = torch.min(pg_losses3, clip_pg_losses1)
+    pg_losses = torch.where(advantages < 0, clip_pg_losses2, clip_pg_losses1)
+    return (pg_losses * response_mask).sum() / (response_mask.sum() + 1e-8)
+
+
+def released_update(policy, old_elbos, seq, masks, p_mask, advantages, response_mask, eps, gradient_accumulation=1):
+    """``update_policy`` on one micro-batch: one forward and backward pass per copy; returns the summed loss (the
+    gradients are left accumulated in ``policy``)."""
+    b, m, _ = masks.shape
+    response_length = response_mask.shape[1]
+    a = advantages[:, None].expand(b, response_length)
+    total = 0.0
+    for j in range(m):
+        l_j = released_elbos(policy, seq, masks[:, j : j + 1], p_mask[:, j : j + 1], response_length)[:, 0]
+        pg_loss = released_policy_loss(
+            old_elbos[:, j, None].expand(b, response_length), l_j[:, None].expand(b, response_length), a,
+            response_mask.float(), eps, eps,
+        )  # fmt: skip
+        loss = pg_loss / gradient_accumulation / m
+        loss.backward()
+        total += loss.item()
+    return total
+
+
+# ------------------------------------------------------------------------------------------ the views
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 16])
+def test_the_stratified_counts_are_the_releases_for_every_start(m):
+    """For every valid length T <= 12 and every start k in [1, T], the m counts equal the release's, lie in [1, T]
+    and are spread over it (one per stratum of width T / m when m <= T)."""
+    for valid in range(1, 13):
+        for k in range(1, valid + 1):
+            ours = stratified_counts(valid, m, k)
+            assert torch.equal(ours, released_counts(valid, m, k)), (valid, k)
+            assert int(ours.min()) >= 1 and int(ours.max()) <= valid
+
+
+def test_each_view_masks_its_count_of_the_valid_tokens_only():
+    """views_per_step views per step, each masking exactly x_j of the T valid completion tokens (never the prompt,
+    never past the first EOS), t = x_j / T, a fresh draw per step, identical from the same seed."""
+    n, length, prompt_length, m, mu = 4, 10, 3, 4, 2
+    completion_mask = torch.ones(n, length, dtype=torch.bool)
+    completion_mask[1, 6:] = False
+    completion_mask[3, 2:] = False
+    prompt = torch.full((n, prompt_length), 5)
+    views = build_views("stratified", mu=mu, seed=7, completion_mask=completion_mask, prompt_ids=prompt,
+                        pad_id=1, views_per_step=m)  # fmt: skip
+    assert views.masks.shape == (mu * m, n, length) and views.steps == ((0, 1, 2, 3), (4, 5, 6, 7))
+    assert not views.prompt_masks.any() and not (views.masks & ~completion_mask[None]).any()
+    valid = completion_mask.sum(1)
+    assert torch.allclose(views.t * valid[None], views.masks.sum(-1).float())
+    for s in range(mu):
+        for i in range(n):
+            counts = views.masks[s * m : (s + 1) * m, i].sum(-1)
+            t = int(valid[i])
+            k = int(counts[0])
+            assert torch.equal(counts, released_counts(t, m, k))
+    assert not torch.equal(views.masks[:m], views.masks[m:])
+    again = build_views("stratified", mu=mu, seed=7, completion_mask=completion_mask, prompt_ids=prompt,
+                        pad_id=1, views_per_step=m)  # fmt: skip
+    assert torch.equal(again.masks, views.masks)
+
+
+# ------------------------------------------------------------------------------------------ the bound
+
+
+def random_inputs(seed: int, v: int = 4, n: int = 6, length: int = 7, scale: float = 0.3) -> ObjectiveInputs:
+    g = torch.Generator().manual_seed(seed)
+    completion_mask = torch.ones(n, length, dtype=torch.bool)
+    completion_mask[0, 4:] = False
+    targets = (torch.rand(v, n, length, generator=g) < 0.5) & completion_mask[None]
+    targets[:, :, 0] = True
+    t = targets.sum(-1) / completion_mask.sum(-1)[None]
+    views = Views(targets, torch.zeros(v, n, 2, dtype=torch.bool), t.float(), 0)
+    weights, _ = token_weights("bgpo_elbo", views, completion_mask)
+    old = -torch.rand(v, n, length, generator=g) * 2
+    logps = (old + scale * torch.randn(v, n, length, generator=g)).requires_grad_()
+    advantages = torch.tensor([1.0, -0.5, 0.8, -1.2, 0.0, 2.0])[:n]
+    return ObjectiveInputs(logps, old, None, advantages, weights, None, t.float(), targets, completion_mask, 3)
+
+
+def elbo_objective(x: ObjectiveInputs) -> torch.Tensor:
+    """The objective BGPO bounds, unclipped: -sum_i T_i A_i exp(mean_j Delta_ij) / sum_i T_i (token mean)."""
+    ratio = torch.exp(view_elbo_change(x.logps, x.old, x.weights).mean(0))  # [N]
+    length = x.completion_mask.sum(1).float()
+    return -(x.advantages * ratio * length).sum() / length.sum()
+
+
+def test_on_policy_the_bound_equals_the_elbo_objective_in_value_and_gradient():
+    """At theta = old every Delta is 0: the bound's value and gradient with respect to every view's log-probs are
+    the ELBO-based objective's (the paper's equivalence), for advantages of both signs and zero."""
+    x = random_inputs(0)
+    x = x._replace(logps=x.old.clone().requires_grad_())
+    cfg = method_config("bgpo", epsilon=0.2)
+    loss = OBJECTIVE(x, cfg).loss
+    (grad,) = torch.autograd.grad(loss, x.logps)
+    want = elbo_objective(x)
+    (want_grad,) = torch.autograd.grad(want, x.logps)
+    assert torch.allclose(loss, want) and torch.allclose(grad, want_grad, atol=1e-7)
+    assert grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_off_policy_each_rows_bound_is_below_the_elbo_objective(seed):
+    """A mean_j r_j <= A exp(mean_j Delta_j) for every row: 1 + D <= e^D (A > 0), e^{mean D} <= mean e^D (A < 0)."""
+    x = random_inputs(seed, scale=0.5)
+    delta = view_elbo_change(x.logps, x.old, x.weights).detach()  # [V, N]
+    a = x.advantages
+    bound = a * bound_ratio(delta, a).mean(0)
+    exact = a * torch.exp(delta.mean(0))
+    assert (bound <= exact + 1e-6).all()
+    assert (bound < exact - 1e-6)[a != 0].all()  # strict where the views disagree
+
+
+def test_the_views_gradients_taken_one_at_a_time_sum_to_the_joint_gradient():
+    """The objective is a mean of one term per view: the loss of each view alone, scaled by 1 / m and
+    backpropagated on its own, accumulates the joint loss's gradient (what lets the loop free each view's graph)."""
+    x = random_inputs(4, scale=0.5)
+    cfg = method_config("bgpo", epsilon=0.1)
+    joint = OBJECTIVE(x, cfg).loss
+    (want,) = torch.autograd.grad(joint, x.logps)
+    v = x.logps.shape[0]
+    total, acc = 0.0, torch.zeros_like(x.logps)
+    for j in range(v):
+        one = x._replace(logps=x.logps[j : j + 1], old=x.old[j : j + 1], weights=x.weights[j : j + 1],
+                         targets=x.targets[j : j + 1], t=x.t[j : j + 1])  # fmt: skip
+        part = OBJECTIVE(one, cfg).loss / v
+        (g,) = torch.autograd.grad(part, x.logps)
+        acc += g
+        total += part.item()
+    assert math.isclose(total, joint.item(), rel_tol=1e-6)
+    assert torch.allclose(acc, want, atol=1e-8)
+
+
+@pytest.mark.parametrize("loss_type", ["token_mean", "seq_mean"])
+def test_the_loss_equals_the_release_policy_loss_with_its_dual_clip_and_differs_only_where_it_acts(loss_type):
+    """On broadcast per-view values, ``dual_clip: 3`` gives the release's token-mean loss (mean over views); the
+    default (no dual clip) differs only by rows with A < 0 and ratio > 3. seq_mean: the plain mean over rows."""
+    x = random_inputs(2, scale=3.0)  # large changes: clipped ratios, and some exp(Delta) > 3 where A < 0
+    delta = view_elbo_change(x.logps, x.old, x.weights).detach()
+    a = x.advantages[None]
+    assert ((delta.exp() > 3) & (a < 0)).any() and ((delta > -1) | (a <= 0)).all()  # the release is finite
+    v, n = delta.shape
+    length = x.completion_mask.shape[1]
+    rel = 0.0
+    for j in range(v):
+        lj = delta[j, :, None].expand(n, length)
+        a = x.advantages[:, None].expand(n, length)
+        mask = x.completion_mask.float() if loss_type == "token_mean" else torch.ones(n, length)
+        rel += released_policy_loss(torch.zeros(n, length), lj, a, mask, 0.2, 0.2).item() / v
+    dual = OBJECTIVE(x, method_config("bgpo", epsilon=0.2, dual_clip=3.0, loss_type=loss_type)).loss
+    assert math.isclose(dual.item(), rel, rel_tol=1e-5)
+    plain = OBJECTIVE(x, method_config("bgpo", epsilon=0.2, loss_type=loss_type)).loss
+    assert plain.item() > dual.item()  # the dual clip caps the loss of negative advantages at -c A
+
+
+def test_where_the_release_is_nan_the_linear_bound_is_kept():
+    """A > 0 and Delta <= -1: the release's log(1 + Delta) is NaN (its ratio exp(log(1 + Delta))); ddmrl keeps the
+    paper's linear bound 1 + Delta, equal to the release's ratio wherever that is finite (docs/reproduction.md)."""
+    delta = torch.tensor([[-1.5, -0.5, 0.3, -1.5]])
+    advantages = torch.tensor([1.0, 1.0, 1.0, -1.0])
+    ours = bound_ratio(delta, advantages)
+    release = torch.exp(torch.where(advantages > 0, torch.log(1 + delta), delta))
+    assert torch.isnan(release[0, 0]) and torch.allclose(ours[0, 0], torch.tensor(-0.5))
+    assert torch.allclose(ours[0, 1:], release[0, 1:])
+
+
+# ------------------------------------------------------------------------------------------ against the release
+
+
+def perturbed(model, seed: int, scale: float):
+    other = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=g))
+    return other
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_loss_and_gradient_equal_the_release_on_identical_masks(make_model, tok, seed):
+    """Old and current policies differ (ratios away from 1, some clipped), EOS padding present, advantages of both
+    signs: ddmrl's views, bgpo_elbo weights and bgpo objective on the release's inputs give its per-view ELBOs, its
+    loss (summed over its per-copy backward passes) and its accumulated gradient, whether ddmrl takes the views
+    together or one at a time."""
+    prompt_length, length, n, m, eps = 3, 8, 4, 3, 0.05
+    g = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(5, 10, (n, prompt_length), generator=g)
+    completion = torch.randint(5, 10, (n, length), generator=g)
+    completion[1, 5:] = tok.eos_token_id
+    completion_mask = torch.ones(n, length, dtype=torch.bool)
+    completion_mask[1, 6:] = False  # up to and including the first EOS
+    old_model = make_model(max_positions=prompt_length + length, seed=1)
+    policy = perturbed(old_model, 11 + seed, 0.1)
+    twin = copy.deepcopy(policy)
+    advantages = torch.tensor([1.0, -0.5, 0.8, -1.2])
+
+    views = build_views("stratified", mu=1, seed=seed, completion_mask=completion_mask, prompt_ids=prompt,
+                        pad_id=tok.pad_token_id, views_per_step=m)  # fmt: skip
+    # the release's inputs: the same masks over the whole sequence, p_mask = x / T
+    seq = torch.cat([prompt, completion], 1)
+    masks = torch.cat([torch.zeros(m, n, prompt_length, dtype=torch.bool), views.masks], 2).transpose(0, 1)
+    p_mask = views.t.T  # [n, m]
+    with torch.no_grad():
+        old_rel = released_elbos(old_model, seq, masks, p_mask, length)  # [n, m]
+    loss_rel = released_update(policy, old_rel, seq, masks, p_mask, advantages, completion_mask, eps)
+    grads_rel = [p.grad.clone() for p in policy.parameters()]
+
+    weights, _ = token_weights("bgpo_elbo", views, completion_mask)
+    inputs = [apply_view(prompt, completion, views, v, tok.mask_token_id) for v in range(m)]
+    with torch.no_grad():
+        old = torch.stack([token_logps(old_model, x, completion) for x in inputs])
+    assert torch.allclose((weights * old).sum(-1), old_rel.T, rtol=1e-5, atol=1e-6)
+    cfg = method_config("bgpo", epsilon=eps, dual_clip=3.0)
+    targets = views.masks & completion_mask[None]
+
+    def loss_of(model, ids):
+        logps = torch.stack([token_logps(model, inputs[v], completion) for v in ids])
+        x = ObjectiveInputs(logps, old[list(ids)], None, advantages, weights[list(ids)], None, views.t[list(ids)],
+                            targets[list(ids)], completion_mask, 2)  # fmt: skip
+        return OBJECTIVE(x, cfg)
+
+    out = loss_of(twin, tuple(range(m)))
+    assert 0 < out.clip_ratio < 1
+    assert math.isclose(out.loss.item(), loss_rel, rel_tol=1e-5)
+    grads = torch.autograd.grad(out.loss, list(twin.parameters()))
+    for a, b in zip(grads, grads_rel, strict=True):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-7)
+    for v in range(m):  # one view at a time, as the loop takes them
+        (loss_of(twin, (v,)).loss / m).backward()
+    for p, b in zip(twin.parameters(), grads_rel, strict=True):
+        assert torch.allclose(p.grad, b, rtol=1e-4, atol=1e-7)
+
+
+# ------------------------------------------------------------------------------------------ the method and the loop
+
+
+def test_what_bgpo_fixes_and_refuses():
+    cfg = method_config("bgpo")
+    assert (cfg.remasking, cfg.views_per_step, cfg.beta, cfg.dual_clip) == ("stratified", 16, 0.0, 0.0)
+    assert METHOD.fixed() == {"beta": 0.0} and METHOD.separable_views(cfg)
+    assert not METHODS["gdpo"].separable_views(method_config("gdpo"))
+    with pytest.raises(ConfigError, match=r"^dual_clip = 0.5: the dual clip's bound c must exceed 1"):
+        method_config("bgpo", dual_clip=0.5)
+    with pytest.raises(ConfigError, match="beta"):
+        method_config("bgpo", beta=0.1)
+    assert isinstance(GRPOConfig(), GRPOConfig)
+
+
+def one_step(monkeypatch, make_model, separable: bool):
+    task = make_task("sudoku4")
+    monkeypatch.setattr(task, "reward", varied_reward)
+    tok = build_tokenizer(task.alphabet, task.special_tokens)
+    policy = make_model(max_positions=task.prompt_length + 1 + task.completion_length, tokenizer=tok, seed=3)
+    before = {k: p.detach().clone() for k, p in policy.named_parameters()}
+    calls, backward = [], []
+    real_logps, real_backward = grpo_module.token_logps, grpo_module.dist.local_accelerator
+
+    def counting(model, inputs, targets, **kw):
+        calls.append((inputs.shape[0], torch.is_grad_enabled()))
+        return real_logps(model, inputs, targets, **kw)
+
+    def accelerator(*args, **kw):
+        acc = real_backward(*args, **kw)
+        original = acc.backward
+
+        def counted(loss, **k):
+            backward.append(len(calls))
+            return original(loss, **k)
+
+        acc.backward = counted
+        return acc
+
+    monkeypatch.setattr(grpo_module, "token_logps", counting)
+    monkeypatch.setattr(grpo_module.dist, "local_accelerator", accelerator)
+    monkeypatch.setattr(type(METHOD), "separable_views", lambda self, cfg: separable)
+    cfg = method_config("bgpo", dict(max_steps=1, num_prompts=2, num_generations=4, num_iterations=1,
+                                     learning_rate=1e-2, views_per_step=3))  # fmt: skip
+    curve, _ = train_grpo(policy, None, tok, task, lambda it: task.generate(2, seed=100 + it), cfg, 0)
+    return policy, before, curve, calls, backward
+
+
+def test_one_grpo_step_takes_each_views_gradient_on_its_own_and_moves_every_parameter(monkeypatch, make_model):
+    """One rollout batch, one optimiser step over 3 views: one forward pass with gradient then one backward pass per
+    view (each graph freed before the next view's forward pass), every parameter moves, no KL; the same update as
+    taking the 3 views through one backward pass."""
+    policy, before, curve, calls, backward = one_step(monkeypatch, make_model, True)
+    assert len(curve) == 1 and curve[0]["step"] == 1 and math.isfinite(curve[0]["loss"]) and curve[0]["kl"] == 0
+    with_grad = [i for i, (_, grad) in enumerate(calls) if grad]
+    assert len(with_grad) == 3 and backward == [i + 1 for i in with_grad]  # forward, backward, forward, ...
+    unchanged = [k for k, p in policy.named_parameters() if p.requires_grad and torch.equal(p, before[k])]
+    assert unchanged == []
+    joint, _, curve_joint, calls_joint, backward_joint = one_step(monkeypatch, make_model, False)
+    assert len(backward_joint) == 1 and backward_joint[0] == len(calls_joint)
+    assert math.isclose(curve[0]["loss"], curve_joint[0]["loss"], rel_tol=1e-5, abs_tol=1e-8)
+    for (k, p), q in zip(policy.named_parameters(), joint.parameters(), strict=True):
+        assert torch.allclose(p, q, rtol=1e-4, atol=1e-6), k
+
+
+class _Saved:
+    """A tensor saved for backward, counted while its graph holds it."""
+
+    live = peak = 0
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.t, self.bytes = t, t.numel() * t.element_size()
+        _Saved.live += self.bytes
+        _Saved.peak = max(_Saved.peak, _Saved.live)
+
+    def __del__(self) -> None:
+        _Saved.live -= self.bytes
+
+
+def peak_saved_bytes(monkeypatch, make_model, views: int, separable: bool) -> int:
+    """The most bytes the update's autograd graphs held at once (tensors saved for backward) over one optimiser
+    step of ``views`` views."""
+    task = make_task("sudoku4")
+    monkeypatch.setattr(task, "reward", varied_reward)
+    tok = build_tokenizer(task.alphabet, task.special_tokens)
+    policy = make_model(max_positions=task.prompt_length + 1 + task.completion_length, tokenizer=tok, seed=3)
+    monkeypatch.setattr(type(METHOD), "separable_views", lambda self, cfg: separable)
+    cfg = method_config("bgpo", dict(max_steps=1, num_prompts=2, num_generations=4, num_iterations=1,
+                                     views_per_step=views))  # fmt: skip
+    _Saved.live = _Saved.peak = 0
+    with torch.autograd.graph.saved_tensors_hooks(_Saved, lambda s: s.t):
+        train_grpo(policy, None, tok, task, lambda it: task.generate(2, seed=100 + it), cfg, 0)
+    return _Saved.peak
+
+
+def test_the_updates_memory_is_one_views_whatever_the_number_of_views(monkeypatch, make_model):
+    """The paper's claim, in the loop: taken one at a time, 6 views hold one view's graph at most (the same peak as
+    1 view), where all together they hold 6 (the model's graphs; the objective's few scalars per row aside)."""
+    one = peak_saved_bytes(monkeypatch, make_model, 1, True)
+    assert peak_saved_bytes(monkeypatch, make_model, 6, True) == one
+    assert 5.99 * one < peak_saved_bytes(monkeypatch, make_model, 6, False) <= 6 * one
