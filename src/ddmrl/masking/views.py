@@ -169,6 +169,7 @@ class ViewRequest(NamedTuple):
     step_advantages: torch.Tensor | None = None
     train_steps: int = 1
     legacy: bool = False
+    branch_steps: tuple[int, ...] = ()
 
 
 def build_views(
@@ -192,6 +193,7 @@ def build_views(
     step_advantages: torch.Tensor | None = None,
     train_steps: int = 1,
     legacy: bool = False,
+    branch_steps: tuple[int, ...] = (),
 ) -> Views:
     """Build the training views of a rollout batch with the view sampler ``VIEWS[remasking]``.
 
@@ -219,6 +221,7 @@ def build_views(
         step_advantages: [N, S] per-step advantages (mdpo_topk ranks the steps by their magnitude).
         train_steps: the steps mdpo_topk keeps per rollout (MDPO's sample_train_steps).
         legacy: maskgrpo_fading only, MaskGRPO's released masks (:func:`legacy_fading_masks`).
+        branch_steps: the sampler steps at which a tree of rollouts' depths end (``ddmrl.rollout.Tree.steps``; tree).
     """
     if remasking not in VIEWS:
         raise ValueError(f"unknown remasking '{remasking}'; choose one of {', '.join(VIEWS)}")
@@ -226,7 +229,7 @@ def build_views(
         raise ValueError(f"legacy views reproduce MaskGRPO's maskgrpo_fading, not {remasking}")
     request = ViewRequest(mu, seed, completion_mask, prompt_ids, pad_id, reveal_step, coupling, gamma,
                           p_mask_prompt, shrink, views_per_step, block_length, completion_ids, mask_id, trajectory,
-                          step_advantages, train_steps, legacy)  # fmt: skip
+                          step_advantages, train_steps, legacy, tuple(branch_steps))  # fmt: skip
     return VIEWS[remasking](request)
 
 
@@ -460,6 +463,24 @@ def coupled_views(r: ViewRequest) -> Views:
     return Views(torch.stack(masks), no_prompt, t_views, r.seed, schedule=schedule)
 
 
+def tree_views(r: ViewRequest) -> Views:
+    """d-TreeRPO (Pan et al. 2025, arXiv 2512.09675): one view per depth d of a tree of rollouts
+    (``ddmrl.rollout.Tree``), the edge from each row's node at depth d to its child: the input is the parent's
+    state (every token revealed at a step >= the depth's first step masked), the targets the tokens the child
+    revealed (steps in [steps[d - 1], steps[d])), trained towards the row's own tokens. Rows under one node repeat
+    its edges (the objective counts each node once). Every optimiser step uses every view: every segment of the
+    tree is trained at every step (the release takes one parent's segments per num_iterations steps)."""
+    if r.reveal_step is None or not r.branch_steps:
+        raise ValueError("tree views need the rollouts' reveal_step and the tree's branch steps (rollout branching)")
+    bounds = torch.tensor(r.branch_steps[:-1], dtype=torch.long)  # [D - 1]
+    depth = torch.bucketize(r.reveal_step.long(), bounds, right=True)  # [N, L] the depth that revealed each token
+    d = torch.arange(len(r.branch_steps))[:, None, None]  # [D, 1, 1]
+    masks, targets = depth[None] >= d, depth[None] == d  # [D, N, L]
+    no_prompt = torch.zeros(len(r.branch_steps), *r.prompt_ids.shape, dtype=torch.bool)
+    every = (tuple(range(len(r.branch_steps))),) * r.mu
+    return Views(masks, no_prompt, masks.float().mean(-1), r.seed, targets=targets, schedule=every)
+
+
 def _random(seed: int, n: int, length: int) -> torch.Tensor:
     return torch.rand(n, length, generator=generator(seed, "ensure_one"))
 
@@ -487,6 +508,7 @@ VIEWS = {
     "cj_grpo": cj_grpo_views,
     "mdpo_topk": mdpo_views,
     "coupled": coupled_views,
+    "tree": tree_views,
 }
 
 

@@ -26,6 +26,7 @@ METHODS = Registry(
         "igpo": "ddmrl.methods.igpo:METHOD",
         "coupled_grpo": "ddmrl.methods.coupled_grpo:METHOD",
         "justgrpo": "ddmrl.methods.justgrpo:METHOD",
+        "treerpo": "ddmrl.methods.treerpo:METHOD",
     },
     group="ddmrl.methods",
 )

@@ -13,6 +13,7 @@ OBJECTIVES = Registry(
         "mdpo": "ddmrl.objectives.mdpo:mdpo",
         "coupled_clip": "ddmrl.objectives.coupled_clip:coupled_clip",
         "valid_token_clip": "ddmrl.objectives.valid_token_clip:valid_token_clip",
+        "tree_clip": "ddmrl.objectives.tree_clip:tree_clip",
     }
 )
 

@@ -13,6 +13,8 @@ depends on its method's objective only:
                        the token ratio, clipped, minus beta k3 KL
   valid_token_clip     JustGRPO (Ni et al. 2026): token_clip with each view's token mean over the samples of nonzero
                        advantage only
+  tree_clip            d-TreeRPO (Pan et al. 2025): token_clip per edge of a tree of rollouts, with per-edge
+                       advantages, plus a time-scheduled self-distillation loss
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ class ObjectiveInputs(NamedTuple):
     weights: [V, N, L], z: [N] | None (RebRL's normaliser), t: [V, N] realised masked fractions,
     targets: [V, N, L] bool valid loss targets, completion_mask: [N, L], num_generations: G,
     view_advantages: [V, N] | None per-view advantages (MDPO's per-step advantages of each view's step).
+    target_ids: [V, N, L] | None the tokens each view is trained towards (d-TreeRPO's self-distillation).
+    progress: the share of the run's optimiser steps done before this one (t / T of d-TreeRPO's schedules).
     """
 
     logps: torch.Tensor
@@ -43,6 +47,8 @@ class ObjectiveInputs(NamedTuple):
     completion_mask: torch.Tensor
     num_generations: int
     view_advantages: torch.Tensor | None = None
+    target_ids: torch.Tensor | None = None
+    progress: float = 0.0
 
 
 class ObjectiveOutput(NamedTuple):
