@@ -161,7 +161,7 @@ def rollout(
         if record_trajectory or aux_policy is not None or clamp is not None or tempered_confidence:
             raise ValueError("branching (a tree of rollouts): none of record_trajectory, aux_policy, clamp, tempered")
         if math.prod(branching) != num_generations:
-            raise ValueError(f"branching {branching}: its leaves per prompt must be num_generations = {num_generations}")
+            raise ValueError(f"branching {branching}: its leaves per prompt must be num_generations {num_generations}")
         return tree_rollout(model, tok, task, prompts[::num_generations], branching, sampler, gen, kw)
     out = SAMPLERS[sampler.name](
         model, prompts, task.completion_length, mask_id=tok.mask_token_id, generator=gen, **kw
