@@ -32,6 +32,7 @@ ALL = [
     "cj_grpo",
     "coupled_grpo",
     "justgrpo",
+    "treerpo",
 ]  # grpo's sampler (JustGRPO: its own, blocks of one token, unless grpo: sets one)
 AUX = ["cogrpo", "unmask_policy"]  # with an auxiliary policy (Co-GRPO: images, maskgit; unmasking policy: llada)
 AUGMENTED = ["igpo"]  # with a rollout augmenter (IGPO: the plain llada sampler, a task with reasoning traces)
@@ -85,6 +86,7 @@ def test_what_each_method_fixes():
         "cj_grpo": {"remasking": "cj_grpo"},
         "coupled_grpo": {"remasking": "coupled"},
         "justgrpo": {"remasking": "tracerl", "shrink": 1, "beta": 0.0, "loss_type": "token_mean"},
+        "treerpo": {"remasking": "tree"},
         "unmask_policy": {"scale_rewards": "none", "beta": 0.0},
     }
 

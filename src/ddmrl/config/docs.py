@@ -158,9 +158,11 @@ def _methods() -> str:
         fixed = METHODS[method].fixed()
         rows = ["| key | default | |", "|---|---|---|"]
         for name, info in cls.__pydantic_fields__.items():
-            if name == "method" or (info.default == base[name].default and name not in fixed):
+            own = name not in base  # a key of this method's model only
+            if name == "method" or (not own and info.default == base[name].default and name not in fixed):
                 continue
-            rows.append(f"| `{name}` | {_value(info.default)} | {'fixed by the method' if name in fixed else ''} |")
+            note = "fixed by the method" if name in fixed else f"its own key: {info.description}" if own else ""
+            rows.append(f"| `{name}` | {_value(info.default)} | {note} |")
         out.append("\n".join(rows) + "\n")
     return "\n".join(out)
 

@@ -39,28 +39,30 @@ class Params(GRPOConfig):
     """d-TreeRPO (Pan et al. 2025, d-TreeRPO: Towards More Reliable Policy Optimization for Diffusion Language
     Models, arXiv 2512.09675; THU-BPM/d-TreeRPO): rollouts sampled as a tree (num_tree_samples children of the root,
     tree_branch_factor of every later node, tree_contraction_factor depths over the sampler's steps; num_generations
-    = its leaves), per-edge advantages (a node's mean leaf reward against its siblings'), the clipped token ratio of
-    each edge's one-step transition with beta k3 KL, and the time-scheduled self-distillation loss. Release recipe
+    = its leaves, so num_tree_samples follows from it by default), per-edge advantages (a node's mean leaf reward
+    against its siblings'), the clipped token ratio of each edge's one-step transition with beta k3 KL, and the
+    time-scheduled self-distillation loss. Release recipe
     (slurm_scripts/dtreerpo.yaml): LLaDA-8B-Instruct with LoRA r 128, lr 3e-5, beta 0.01, epsilon 0.4, mu 12,
-    T 4, s 2, 4 trees (16 leaves) per prompt, 256 tokens in 128 steps (blocks of 32), lambda_max 3e-3, gamma 2,
+    T 4, s 2, 4 trees (G 16 leaves) per prompt, 256 tokens in 128 steps (blocks of 32), lambda_max 3e-3, gamma 2,
     tau_max 2, beta_sd 0.7 over 30000 steps (docs/reproduction.md)."""
 
     method: Str = "treerpo"
     remasking: Literal["tree"] = "tree"
-    num_generations: Int = Field(16, ge=2, description="G: the tree's leaves per prompt (its rollouts).")
     tree_branch_factor: Int = Field(4, ge=1, description="d-TreeRPO: T, children of every node below the root.")
     tree_contraction_factor: Int = Field(2, ge=1, description="d-TreeRPO: s, the tree's depths (branching at N/s).")
-    num_tree_samples: Int = Field(4, ge=1, description="d-TreeRPO: children of the root (trees per prompt).")
+    num_tree_samples: Int = Field(
+        0, ge=0, description="d-TreeRPO: children of the root; 0: num_generations / tree_branch_factor^(s - 1)."
+    )
     sd_lambda_max: Float = Field(3e-3, ge=0, description="d-TreeRPO: the self-distillation weight at the end.")
     sd_gamma: Float = Field(2.0, gt=0, description="d-TreeRPO: the growth rate of the self-distillation weight.")
     sd_tau_max: Float = Field(2.0, gt=0, description="d-TreeRPO: the softmax temperature of A at the start.")
     sd_beta: Float = Field(0.7, ge=0, description="d-TreeRPO: the exponent of the temperature's decay.")
 
     def _check_method(self) -> None:
-        leaves = self.num_tree_samples * self.tree_branch_factor ** (self.tree_contraction_factor - 1)
-        if self.num_generations != leaves:
-            why = f"the tree has num_tree_samples x tree_branch_factor^(tree_contraction_factor - 1) = {leaves} leaves"
-            raise refuse("num_generations", self.num_generations, why)
+        below = self.tree_branch_factor ** (self.tree_contraction_factor - 1)  # the leaves under a root child
+        if self.num_generations % below or self.num_tree_samples not in (0, self.num_generations // below):
+            why = "the tree's leaves, num_tree_samples x tree_branch_factor^(tree_contraction_factor - 1)"
+            raise refuse("num_generations", self.num_generations, f"must be {why} (= {below} x the root's children)")
         s, why = self.sampler, "the tree resumes partial states of the plain llada sampler"
         for key, want in {"name": "llada", "kv_cache": "none", "parallel": "none", "schedule": "linear"}.items():
             if getattr(s, key) != want:
@@ -76,7 +78,8 @@ class TreeRPO(Method):
 
     def rollout_options(self, cfg: Any) -> dict[str, Any]:
         depth, width = cfg.tree_contraction_factor, cfg.tree_branch_factor
-        return {"branching": (cfg.num_tree_samples,) + (width,) * (depth - 1)}
+        roots = cfg.num_tree_samples or cfg.num_generations // width ** (depth - 1)
+        return {"branching": (roots,) + (width,) * (depth - 1)}
 
 
 # a tree of rollouts; each edge's one-step transition from its parent state; A = V(node) - mean V(siblings);

@@ -21,6 +21,7 @@ from ddmrl.objectives.policy_loss import aggregate, clipped_token_loss
 from ddmrl.objectives.sequence_clip import sequence_clip
 from ddmrl.objectives.spg import spg
 from ddmrl.objectives.token_clip import token_clip
+from ddmrl.objectives.tree_clip import tree_clip
 from ddmrl.objectives.valid_token_clip import valid_token_clip
 from ddmrl.objectives.weighted_likelihood import weighted_likelihood
 
@@ -73,6 +74,7 @@ def test_registry_names_the_objectives():
         "mdpo": mdpo,
         "coupled_clip": coupled_clip,
         "valid_token_clip": valid_token_clip,
+        "tree_clip": tree_clip,
     }
 
 

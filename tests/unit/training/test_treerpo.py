@@ -286,10 +286,12 @@ def state_at(batch: Rollouts, step: int, mask_id: int) -> torch.Tensor:
 def test_what_treerpo_fixes_and_its_release_defaults():
     p = METHOD.params()
     assert METHOD.fixed() == {"remasking": "tree"}
-    assert (p.num_tree_samples, p.tree_branch_factor, p.tree_contraction_factor, p.num_generations) == (4, 4, 2, 16)
+    assert (p.num_tree_samples, p.tree_branch_factor, p.tree_contraction_factor, p.num_generations) == (0, 4, 2, 8)
     assert (p.sd_lambda_max, p.sd_gamma, p.sd_tau_max, p.sd_beta) == (3e-3, 2.0, 2.0, 0.7)
     assert METHOD.objective == "tree_clip" and METHOD.view_advantage == "tree"
-    assert METHOD.rollout_options(p) == {"branching": (4, 4)}
+    assert METHOD.rollout_options(p) == {"branching": (2, 4)}  # G 8: 2 trees of 4 leaves
+    release = config(num_generations=16, tree_branch_factor=4, num_tree_samples=0)
+    assert METHOD.rollout_options(release) == {"branching": (4, 4)}  # the release's 4 trees of 4 x 4
     assert METHOD.rollout_options(config(tree_contraction_factor=3, num_generations=8)) == {"branching": (2, 2, 2)}
 
 
@@ -297,6 +299,7 @@ def test_what_treerpo_fixes_and_its_release_defaults():
     ("keys", "key"),
     [
         ({"num_generations": 8}, "num_generations"),
+        ({"num_generations": 5, "num_tree_samples": 0}, "num_generations"),
         ({"sampler": {"kv_cache": "prefix"}}, "sampler.kv_cache"),
         ({"sampler": {"schedule": "ass"}}, "sampler.schedule"),
         ({"sampler": {"remasking": "rcr"}}, "sampler.remasking"),
