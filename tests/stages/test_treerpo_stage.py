@@ -1,6 +1,7 @@
 """d-TreeRPO end to end through the pipeline's own stages: the smoke profile with the extended profile's treerpo
 section as the only text method (G 4: one tree of 4 leaves per prompt), the exact commands the DAG builds from the
-base model to the GRPO run. Run in a temporary copy of the repository (as tests/stages/test_igpo_stage.py)."""
+base model to the GRPO run (its credit measurement: tests/unit/training/test_treerpo.py). Run in a temporary copy
+of the repository (as tests/stages/test_igpo_stage.py)."""
 
 from __future__ import annotations
 

@@ -38,10 +38,11 @@ import torch
 import torch.nn.functional as F
 
 from ddmrl.config import ConfigError, SamplerConfig, method_config
+from ddmrl.diagnostics import credit_by_reveal_step, token_credit
 from ddmrl.likelihood import token_logps
 from ddmrl.methods import METHODS
 from ddmrl.objectives import OBJECTIVES
-from ddmrl.objectives.advantages import tree_advantages
+from ddmrl.objectives.advantages import VIEW_ADVANTAGES, tree_advantages
 from ddmrl.rollout import Rollouts, sampler_kwargs, tree_rollout, tree_steps
 from ddmrl.samplers import SAMPLERS
 from ddmrl.training.grpo import Batch, make_views, objective_inputs, view_logps, view_targets
@@ -432,3 +433,24 @@ def test_loss_and_gradient_equal_the_release_on_the_same_tree(tok, make_model, t
     assert abs(loss.item()) > 1e-4
     for a, c in zip(ours, theirs, strict=True):
         assert torch.allclose(a, c, rtol=1e-4, atol=1e-7)
+
+
+def test_the_credit_diagnostic_divides_each_edge_by_its_advantage(tok, make_model):
+    """``stages/credit.py`` on tree rollouts: the per-edge advantages (VIEW_ADVANTAGES) enter token_credit; at ratio 1
+    a token's credit is its edge's share of the loss: every target of an edge with a nonzero advantage gets some."""
+    length, p, branching = 8, 3, (2, 2)
+    model = make_model(max_positions=p + length, seed=5)
+    prompts = torch.randint(5, 10, (2, p), generator=torch.Generator().manual_seed(2))
+    batch = tree(tok, model, prompts, branching, length, seed=3)
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.5])
+    view_adv = VIEW_ADVANTAGES[METHOD.view_advantage](rewards, batch)  # [2, 8]
+    assert torch.equal(view_adv, tree_advantages(rewards, branching))
+    adv = view_adv.abs().amax(0)
+    credit = token_credit(model, config(sd_lambda_max=0.0), batch, adv, 5, tok.pad_token_id, tok.mask_token_id,
+                          None, view_adv)  # fmt: skip
+    depth = (batch.reveal_step >= batch.tree.steps[0]).long()  # [N, L] the edge that revealed each token
+    edge_adv = torch.where(depth == 0, view_adv[0][:, None], view_adv[1][:, None])  # [N, L]
+    got = (credit > 0) & batch.completion_mask
+    assert torch.equal(got, (edge_adv != 0) & batch.completion_mask)
+    table = credit_by_reveal_step(credit, batch, adv)
+    assert len(table) > 0 and table["relative_credit"].notna().all()
