@@ -6,9 +6,9 @@ t2, token) is also measured under every coupling of its views (independent, nest
 the sampler's own order, where a token's reveal step decides in how many views it is masked, as in Eq. 10). Methods
 that train on the sampler's stored states (MDPO, CJ-GRPO) sample the same rollouts again from their stored seed with
 the states recorded (and MDPO rewards every step's prediction); MDPO's credit of a view is divided by the advantage
-of its step. A method that samples its own way (``Method.rollout_options``: d-TreeRPO's trees) samples the batch's
-prompts again its way from the stored seed, and a method with per-view advantages (d-TreeRPO's per-edge ones) has
-each view's credit divided by its view's advantage.
+of its step. A method whose rollouts are trees (``Method.rollout_options``' ``branching``: d-TreeRPO) samples the
+batch's prompts again as trees from the stored seed, and a method with per-view advantages (d-TreeRPO's per-edge
+ones) has each view's credit divided by its view's advantage.
 
     python stages/credit.py --params params.yaml --tasks data/download/tasks --model data/sft/model \
         --task sudoku4 --method rebrl --rollouts data/reward/sft/sudoku4.jsonl --out data/credit/rebrl/sudoku4.csv
@@ -70,12 +70,13 @@ def main() -> None:
     section = cfg.methods[args.method]
     step_adv = view_adv = None
     method = METHODS[section.method]
-    own = method.rollout_options(dataclasses.replace(section, num_generations=g))  # its own way of sampling
-    if section.remasking in STATE_VIEWS or own:  # the same rollouts again, their states recorded (MDPO, CJ-GRPO)
+    # rows sampled as trees (d-TreeRPO): the stored prompts are sampled again that way
+    tree = method.rollout_options(dataclasses.replace(section, num_generations=g)).get("branching", ())
+    if section.remasking in STATE_VIEWS or tree:  # the same rollouts again, their states recorded (MDPO, CJ-GRPO)
         examples = [Example.from_record(r["example"]) for r in records[::g]]
         record = section.remasking in STATE_VIEWS
         batch = rollout(model, tok, task, examples, g, cfg.rollout.sampler, generator(records[0]["seed"]), record,
-                        **own)  # fmt: skip
+                        branching=tree)  # fmt: skip
         if batch.tree is None and not torch.equal(batch.completion_ids, ids):
             print("note: the regenerated rollouts differ from the stored ones (another device?); using them")
         rewards = rollout_rewards(task, examples, batch, g)
