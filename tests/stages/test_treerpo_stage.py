@@ -1,5 +1,5 @@
 """d-TreeRPO end to end through the pipeline's own stages: the smoke profile with the extended profile's treerpo
-section as the only text method (G 4: one tree of 4 leaves per prompt), the exact commands the DAG builds from the
+section as the only text method (G 4: two trees of 2 leaves per prompt), the exact commands the DAG builds from the
 base model to the GRPO run (its credit measurement: tests/unit/training/test_treerpo.py). Run in a temporary copy
 of the repository (as tests/stages/test_igpo_stage.py)."""
 
@@ -20,7 +20,7 @@ STAGES = ("download", "sft", f"grpo_{RUN}")
 
 def treerpo_only(smoke: dict, extended: dict) -> None:
     smoke["grpo"]["methods"] = ["treerpo"]
-    smoke["methods"] = {"treerpo": extended["methods"]["treerpo"]}
+    smoke["methods"] = {"treerpo": {**extended["methods"]["treerpo"], "tree_branch_factor": 2}}  # G 4: 2 trees of 2
     smoke["image"]["tasks"] = []
 
 

@@ -63,6 +63,11 @@ class Params(GRPOConfig):
         if self.num_generations % below or self.num_tree_samples not in (0, self.num_generations // below):
             why = "the tree's leaves, num_tree_samples x tree_branch_factor^(tree_contraction_factor - 1)"
             raise refuse("num_generations", self.num_generations, f"must be {why} (= {below} x the root's children)")
+        lone = "a node's only child has no sibling to be credited against (the release credits it its raw value)"
+        if self.tree_contraction_factor > 1 and self.tree_branch_factor < 2:
+            raise refuse("tree_branch_factor", self.tree_branch_factor, f"must be >= 2: {lone}")
+        if self.num_generations // below < 2:
+            raise refuse("num_generations", self.num_generations, f"must give the root >= 2 children: {lone}")
         s, why = self.sampler, "the tree resumes partial states of the plain llada sampler"
         for key, want in {"name": "llada", "kv_cache": "none", "parallel": "none", "schedule": "linear"}.items():
             if getattr(s, key) != want:

@@ -301,6 +301,8 @@ def test_what_treerpo_fixes_and_its_release_defaults():
     [
         ({"num_generations": 8}, "num_generations"),
         ({"num_generations": 5, "num_tree_samples": 0}, "num_generations"),
+        ({"num_generations": 2, "num_tree_samples": 0}, "num_generations"),  # a lone root child
+        ({"tree_branch_factor": 1, "num_tree_samples": 0}, "tree_branch_factor"),  # lone children below
         ({"sampler": {"kv_cache": "prefix"}}, "sampler.kv_cache"),
         ({"sampler": {"schedule": "ass"}}, "sampler.schedule"),
         ({"sampler": {"remasking": "rcr"}}, "sampler.remasking"),
