@@ -6,7 +6,9 @@ t2, token) is also measured under every coupling of its views (independent, nest
 the sampler's own order, where a token's reveal step decides in how many views it is masked, as in Eq. 10). Methods
 that train on the sampler's stored states (MDPO, CJ-GRPO) sample the same rollouts again from their stored seed with
 the states recorded (and MDPO rewards every step's prediction); MDPO's credit of a view is divided by the advantage
-of its step.
+of its step. A method whose rollouts are trees (``Method.rollout_options``' ``branching``: d-TreeRPO) samples the
+batch's prompts again as trees from the stored seed, and a method with per-view advantages (d-TreeRPO's per-edge
+ones) has each view's credit divided by its view's advantage.
 
     python stages/credit.py --params params.yaml --tasks data/download/tasks --model data/sft/model \
         --task sudoku4 --method rebrl --rollouts data/reward/sft/sudoku4.jsonl --out data/credit/rebrl/sudoku4.csv
@@ -25,7 +27,7 @@ from ddmrl.diagnostics import credit_by_reveal_step, credit_variants, token_cred
 from ddmrl.io import read_jsonl
 from ddmrl.methods import METHODS
 from ddmrl.models.checkpoint import load_checkpoint
-from ddmrl.objectives.advantages import STEP_ADVANTAGES, group_advantages
+from ddmrl.objectives.advantages import STEP_ADVANTAGES, VIEW_ADVANTAGES, group_advantages
 from ddmrl.rollout import Rollouts, rollout, step_rewards
 from ddmrl.rollout import rewards as rollout_rewards
 from ddmrl.seeding import generator
@@ -66,14 +68,20 @@ def main() -> None:
     if args.method not in cfg.methods:
         raise config.ConfigError(f"--method {args.method}: not a method section; sections: {', '.join(cfg.methods)}")
     section = cfg.methods[args.method]
-    step_adv = None
-    if section.remasking in STATE_VIEWS:  # the same rollouts again, their states recorded (MDPO, CJ-GRPO)
+    step_adv = view_adv = None
+    method = METHODS[section.method]
+    # rows sampled as trees (d-TreeRPO): the stored prompts are sampled again that way
+    tree = method.rollout_options(dataclasses.replace(section, num_generations=g)).get("branching", ())
+    if section.remasking in STATE_VIEWS or tree:  # the same rollouts again, their states recorded (MDPO, CJ-GRPO)
         examples = [Example.from_record(r["example"]) for r in records[::g]]
-        batch = rollout(model, tok, task, examples, g, cfg.rollout.sampler, generator(records[0]["seed"]), True)
-        if not torch.equal(batch.completion_ids, ids):
+        record = section.remasking in STATE_VIEWS
+        batch = rollout(model, tok, task, examples, g, cfg.rollout.sampler, generator(records[0]["seed"]), record,
+                        branching=tree)  # fmt: skip
+        if batch.tree is None and not torch.equal(batch.completion_ids, ids):
             print("note: the regenerated rollouts differ from the stored ones (another device?); using them")
         rewards = rollout_rewards(task, examples, batch, g)
-        method = METHODS[section.method]
+        if method.view_advantage:
+            view_adv = VIEW_ADVANTAGES[method.view_advantage](rewards, batch)  # [V, N]
         if method.step_advantage:
             step_adv = STEP_ADVANTAGES[method.step_advantage](step_rewards(tok, task, examples, batch, g), g)
     variants = credit_variants(args.method, section)
@@ -83,9 +91,11 @@ def main() -> None:
         adv, _ = group_advantages(rewards, g, vcfg.scale_rewards)
         if step_adv is not None:  # a rollout counts when any of its steps has an advantage
             adv = step_adv.abs().amax(1)
+        if view_adv is not None:  # or any of its views
+            adv = view_adv.abs().amax(0)
         credit = token_credit(
             model, dataclasses.replace(vcfg, num_generations=g), batch, adv, seed, tok.pad_token_id, tok.mask_token_id,
-            step_adv,
+            step_adv, view_adv,
         )  # fmt: skip
         frames.append(credit_by_reveal_step(credit, batch, adv).assign(method=name, task=args.task))
     write_csv(args.out, pd.concat(frames))  # empty (header only) when no rollout had a non-zero advantage

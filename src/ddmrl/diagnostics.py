@@ -39,12 +39,14 @@ def token_credit(
     pad_id: int,
     mask_id: int,
     step_advantages: torch.Tensor | None = None,
+    per_view_advantages: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """C [N, L]: per-token gradient magnitude over one rollout batch's inner steps, each view's divided by the
     advantage it was trained with, |A_i| (0 if A_i = 0), or with per-step advantages [N, S] (MDPO) the advantage of
-    the view's sampler step."""
+    the view's sampler step, or with per-view advantages [V, N] (d-TreeRPO's per-edge ones) the view's."""
     views, weights, z, inputs = make_views(cfg, rollouts, seed, pad_id, mask_id, step_advantages)
     targets, per_view = view_targets(views, rollouts.completion_ids), view_advantages(views, step_advantages)
+    per_view = per_view if per_view_advantages is None else per_view_advantages
     # the objective sees advantages, views and weights; rewards and group flags do not enter the gradient
     none = torch.zeros(0)
     b = Batch(rollouts, none, advantages, none, views, weights, z, inputs, targets, per_view)

@@ -7,6 +7,7 @@ functions, so what RL trains on and what the tables report come from the same co
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import TYPE_CHECKING, NamedTuple
 
 import torch
@@ -31,7 +32,8 @@ class Rollouts(NamedTuple):
     trajectory (every step's state, prediction and confidence, ``ddmrl.samplers.trajectory``; None unless recorded).
     aux: what an auxiliary policy did (``ddmrl.aux_policies.base.AuxTrace``: its inputs, actions and their log-probs
     per step), None without one. hints [N, L]: positions clamped to ground-truth tokens while the row was sampled
-    (IGPO's inpainted rows, ``ddmrl.augmenters``); None when no rollout augmenter ran.
+    (IGPO's inpainted rows, ``ddmrl.augmenters``); None when no rollout augmenter ran. tree: the branching of a
+    tree of rollouts (:class:`Tree`, ``rollout``'s ``branching``), None for independent ones.
     """
 
     prompt_ids: torch.Tensor
@@ -43,6 +45,32 @@ class Rollouts(NamedTuple):
     trajectory: Trajectory | None = None
     aux: AuxTrace | None = None
     hints: torch.Tensor | None = None
+    tree: Tree | None = None
+
+
+class Tree(NamedTuple):
+    """Rollouts sampled as a tree (d-TreeRPO, Pan et al. 2025, arXiv 2512.09675): every prompt's state is copied
+    ``branching[0]`` times and each copy continued to sampler step ``steps[0]``, every state reached there copied
+    ``branching[1]`` times and continued to ``steps[1]``, and so on to the end of the schedule. Each prompt's
+    prod(branching) leaves are its rows, in depth-first order: rows i and j share their states up to ``steps[d]``
+    iff i // prod(branching[d + 1:]) == j // prod(branching[d + 1:]).
+
+    branching: the children of a node at each depth (the root's first).
+    steps: the sampler steps at which the depths end, the last one the schedule's total.
+    """
+
+    branching: tuple[int, ...]
+    steps: tuple[int, ...]
+
+
+def tree_steps(total: int, depth: int) -> tuple[int, ...]:
+    """The sampler steps at which a tree of ``depth`` levels branches: d-TreeRPO's N / s, 2 N / s, ..., N (its
+    ``branch_points`` counted from the start, ``int`` as its release rounds).
+
+    >>> tree_steps(128, 2), tree_steps(10, 3)
+    ((64, 128), (3, 6, 10))
+    """
+    return tuple(int(k * total / depth) for k in range(1, depth + 1))
 
 
 def sampler_steps(sampler: SamplerConfig, completion_length: int) -> int:
@@ -99,6 +127,7 @@ def rollout(
     aux_policy: AuxPolicy | None = None,
     clamp: torch.Tensor | None = None,
     tempered_confidence: bool = False,
+    branching: tuple[int, ...] = (),
 ) -> Rollouts:
     """Sample ``num_generations`` completions for each example (prompts repeated consecutively), on the device of
     the model's parameters (the returned tensors live there too). ``record_trajectory`` (llada sampler): keep every
@@ -106,7 +135,8 @@ def rollout(
     sampler consults at every step (in its ``train()`` mode it explores, in ``eval()`` mode it acts as deployed).
     ``clamp`` [N, L] (llada sampler): each row's starting completion, tokens other than the mask fixed (inpainting);
     the rollouts' ``hints`` mark them. ``tempered_confidence`` (llada sampler): rank by the tempered probability of
-    each proposal (MDPO's released sampler, ``ddmrl.samplers.llada.generate``)."""
+    each proposal (MDPO's released sampler, ``ddmrl.samplers.llada.generate``). ``branching`` (llada sampler):
+    sample each prompt's ``num_generations`` = prod(branching) rows as a tree (:class:`Tree`, :func:`tree_rollout`)."""
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     prompts = encode_prompts(tok, task, examples).repeat_interleave(num_generations, 0).to(device)  # [N, P]
     kw = sampler_kwargs(sampler, task.completion_length)
@@ -130,12 +160,47 @@ def rollout(
             raise ValueError(f"inpainting (clamped positions) needs the llada sampler, not {sampler.name!r}")
         kw["clamp"] = clamp.to(device)
         hints = kw["clamp"] != tok.mask_token_id  # [N, L]
+    if branching:
+        if record_trajectory or aux_policy is not None or clamp is not None or tempered_confidence:
+            raise ValueError("branching (a tree of rollouts): none of record_trajectory, aux_policy, clamp, tempered")
+        if math.prod(branching) != num_generations:
+            raise ValueError(f"branching {branching}: its leaves per prompt must be num_generations {num_generations}")
+        return tree_rollout(model, tok, task, prompts[::num_generations], branching, sampler, gen, kw)
     out = SAMPLERS[sampler.name](
         model, prompts, task.completion_length, mask_id=tok.mask_token_id, generator=gen, **kw
     )
     texts = task.decode(tok, out.completion_ids)
     mask = completion_mask(out.completion_ids, tok.eos_token_id)
     return Rollouts(prompts, out.completion_ids, mask, out.reveal_step, texts, out.nfe, out.trajectory, out.aux, hints)
+
+
+def tree_rollout(
+    model, tok, task: Task, prompts: torch.Tensor, branching: tuple[int, ...], sampler: SamplerConfig, gen, kw: dict
+) -> Rollouts:
+    """The rows of a tree of rollouts (:class:`Tree`) of each prompt [B, P]: at depth d every state is copied
+    ``branching[d]`` times and each copy continued by the llada sampler over the steps of that depth
+    (``step_window``, from the copied partial state), so that the copies share the state and differ in the sampler's
+    draws afterwards (d-TreeRPO's ``_generate_partial``). Rows are grouped by prompt, leaves in depth-first order."""
+    if sampler.name != "llada" or sampler.schedule != "linear" or sampler.remasking == "rcr":
+        raise ValueError("branching: the plain llada sampler (linear schedule, no rcr) resumes partial states")
+    if sampler.kv_cache != "none" or sampler.parallel != "none":
+        raise ValueError("branching: the plain llada sampler (kv_cache none, parallel none) resumes partial states")
+    length, mask_id = task.completion_length, tok.mask_token_id
+    blocks = -(-length // sampler.block_length)
+    steps = tree_steps(max(1, kw["steps"] // blocks) * blocks, len(branching))
+    state = torch.full((prompts.shape[0], length), mask_id, dtype=prompts.dtype, device=prompts.device)  # [B, L]
+    reveal = torch.full_like(state, -1)
+    nfe, start = 0, 0
+    for width, end in zip(branching, steps, strict=True):
+        prompts, state, reveal = (t.repeat_interleave(width, 0) for t in (prompts, state, reveal))
+        out = SAMPLERS[sampler.name](
+            model, prompts, length, mask_id=mask_id, generator=gen, clamp=state, step_window=(start, end), **kw
+        )
+        state, reveal = out.completion_ids, torch.where(out.reveal_step >= 0, out.reveal_step, reveal)
+        nfe, start = nfe + out.nfe, end
+    texts = task.decode(tok, state)
+    mask = completion_mask(state, tok.eos_token_id)
+    return Rollouts(prompts, state, mask, reveal, texts, nfe, tree=Tree(tuple(branching), steps))
 
 
 def rewards(task: Task, examples: list[Example], batch: Rollouts, num_generations: int) -> torch.Tensor:

@@ -36,6 +36,7 @@ ALL = [
     "espo",
     "ebpo",
     "bgpo",
+    "treerpo",
 ]  # grpo's sampler (JustGRPO: its own, blocks of one token, unless grpo: sets one)
 AUX = ["cogrpo", "unmask_policy"]  # with an auxiliary policy (Co-GRPO: images, maskgit; unmasking policy: llada)
 AUGMENTED = ["igpo"]  # with a rollout augmenter (IGPO: the plain llada sampler, a task with reasoning traces)
@@ -91,6 +92,7 @@ def test_what_each_method_fixes():
         "justgrpo": {"remasking": "tracerl", "shrink": 1, "beta": 0.0, "loss_type": "token_mean"},
         "vrpo": {"remasking": "stratified", "kl_target": "ref"},
         "bgpo": {"beta": 0.0},
+        "treerpo": {"remasking": "tree"},
         "unmask_policy": {"scale_rewards": "none", "beta": 0.0},
         "espo": {"remasking": "espo"},
         "ebpo": {"remasking": "ebpo_blocks"},

@@ -48,6 +48,7 @@ DEFAULT_PROFILE = "tiny"
 ViewSampler = Literal[
     "full_completion", "unigrpo", "maskgrpo_fading", "maskgrpo_random", "rebrl_linear", "tracerl",
     "gdpo_quadrature", "block_random", "cj_grpo", "mdpo_topk", "coupled", "stratified", "espo", "ebpo_blocks",
+    "tree",  # d-TreeRPO's tree edges (ddmrl.methods.treerpo)
 ]  # fmt: skip
 #: GRPOConfig's reproduction switches that only some methods accept (``Method.switches`` in their modules)
 SWITCHES = ("maskgrpo_legacy", "loss_after_eos", "mdpo_tempered_confidence")
@@ -861,7 +862,7 @@ class GRPOConfig(Section):
                 f"must divide num_prompts = {self.num_prompts} (micro-batches hold whole prompt groups)",
             )
         views = self.remasking
-        if self.legacy_micro_step_views and views in ("tracerl", "gdpo_quadrature", "block_random", "coupled"):
+        if self.legacy_micro_step_views and views in ("tracerl", "gdpo_quadrature", "block_random", "coupled", "tree"):
             raise refuse(
                 "legacy_micro_step_views",
                 True,

@@ -169,6 +169,7 @@ class ViewRequest(NamedTuple):
     step_advantages: torch.Tensor | None = None
     train_steps: int = 1
     legacy: bool = False
+    branch_steps: tuple[int, ...] = ()
 
 
 def build_views(
@@ -192,6 +193,7 @@ def build_views(
     step_advantages: torch.Tensor | None = None,
     train_steps: int = 1,
     legacy: bool = False,
+    branch_steps: tuple[int, ...] = (),
 ) -> Views:
     """Build the training views of a rollout batch with the view sampler ``VIEWS[remasking]``.
 
@@ -223,6 +225,7 @@ def build_views(
         train_steps: the steps mdpo_topk keeps per rollout (MDPO's sample_train_steps).
         legacy: maskgrpo_fading, MaskGRPO's released masks (:func:`legacy_fading_masks`); espo, ESPO's released
             draws (:func:`espo_views`).
+        branch_steps: the sampler steps at which a tree of rollouts' depths end (``ddmrl.rollout.Tree.steps``; tree).
     """
     if remasking not in VIEWS:
         raise ValueError(f"unknown remasking '{remasking}'; choose one of {', '.join(VIEWS)}")
@@ -230,7 +233,7 @@ def build_views(
         raise ValueError(f"legacy views reproduce {' or '.join(LEGACY_VIEWS)}, not {remasking}")
     request = ViewRequest(mu, seed, completion_mask, prompt_ids, pad_id, reveal_step, coupling, gamma,
                           p_mask_prompt, shrink, views_per_step, block_length, completion_ids, mask_id, trajectory,
-                          step_advantages, train_steps, legacy)  # fmt: skip
+                          step_advantages, train_steps, legacy, tuple(branch_steps))  # fmt: skip
     return VIEWS[remasking](request)
 
 
@@ -623,6 +626,24 @@ def ebpo_views(r: ViewRequest) -> Views:
     return Views(torch.stack(masks), no_prompt, t, r.seed, targets=torch.stack(targets), schedule=schedule)
 
 
+def tree_views(r: ViewRequest) -> Views:
+    """d-TreeRPO (Pan et al. 2025, arXiv 2512.09675): one view per depth d of a tree of rollouts
+    (``ddmrl.rollout.Tree``), the edge from each row's node at depth d to its child: the input is the parent's
+    state (every token revealed at a step >= the depth's first step masked), the targets the tokens the child
+    revealed (steps in [steps[d - 1], steps[d])), trained towards the row's own tokens. Rows under one node repeat
+    its edges (the objective counts each node once). Every optimiser step uses every view: every segment of the
+    tree is trained at every step (the release takes one parent's segments per num_iterations steps)."""
+    if r.reveal_step is None or not r.branch_steps:
+        raise ValueError("tree views need the rollouts' reveal_step and the tree's branch steps (rollout branching)")
+    bounds = torch.tensor(r.branch_steps[:-1], dtype=torch.long)  # [D - 1]
+    depth = torch.bucketize(r.reveal_step.long(), bounds, right=True)  # [N, L] the depth that revealed each token
+    d = torch.arange(len(r.branch_steps))[:, None, None]  # [D, 1, 1]
+    masks, targets = depth[None] >= d, depth[None] == d  # [D, N, L]
+    no_prompt = torch.zeros(len(r.branch_steps), *r.prompt_ids.shape, dtype=torch.bool)
+    every = (tuple(range(len(r.branch_steps))),) * r.mu
+    return Views(masks, no_prompt, masks.float().mean(-1), r.seed, targets=targets, schedule=every)
+
+
 def _random(seed: int, n: int, length: int) -> torch.Tensor:
     return torch.rand(n, length, generator=generator(seed, "ensure_one"))
 
@@ -653,6 +674,7 @@ VIEWS = {
     "stratified": stratified_views,  # VRPO, BGPO
     "espo": espo_views,
     "ebpo_blocks": ebpo_views,
+    "tree": tree_views,
 }
 
 

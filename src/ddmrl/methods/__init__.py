@@ -30,6 +30,7 @@ METHODS = Registry(
         "espo": "ddmrl.methods.espo:METHOD",
         "ebpo": "ddmrl.methods.ebpo:METHOD",
         "bgpo": "ddmrl.methods.bgpo:METHOD",  # BGPO
+        "treerpo": "ddmrl.methods.treerpo:METHOD",
     },
     group="ddmrl.methods",
 )

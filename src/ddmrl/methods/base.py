@@ -29,6 +29,8 @@ class Method:
         objective: key in ``ddmrl.objectives.OBJECTIVES``: the loss of one optimiser step.
         step_advantage: key in ``ddmrl.objectives.advantages.STEP_ADVANTAGES``: per-step advantages from the task
             reward of each step's prediction (MDPO), or "" (one advantage per rollout).
+        view_advantage: key in ``ddmrl.objectives.advantages.VIEW_ADVANTAGES``: per-view advantages from the
+            rollout batch's rewards and structure (d-TreeRPO's per-edge advantages of a tree), or "" (none).
         augmenter: key in ``ddmrl.augmenters.AUGMENTERS``: edits the scored groups before the advantages (IGPO's
             inpainting of all-wrong groups), or "" (none).
         switches: the reproduction switches of ``GRPOConfig`` it accepts (``ddmrl.config.schema.SWITCHES``: its
@@ -42,6 +44,7 @@ class Method:
     paper: str
     objective: str = "token_clip"
     step_advantage: str = ""
+    view_advantage: str = ""
     augmenter: str = ""
     switches: tuple[str, ...] = ()
 

@@ -17,6 +17,7 @@ OBJECTIVES = Registry(
         "espo_clip": "ddmrl.objectives.espo:espo_clip",
         "ebpo_clip": "ddmrl.objectives.ebpo:ebpo_clip",
         "bgpo": "ddmrl.objectives.bgpo:bgpo",  # BGPO
+        "tree_clip": "ddmrl.objectives.tree_clip:tree_clip",
     }
 )
 

@@ -1,8 +1,15 @@
-"""Group-relative advantages (GRPO, Shao et al. 2024; TRL's ``scale_rewards``), and MDPO's per-step advantages."""
+"""Group-relative advantages (GRPO, Shao et al. 2024; TRL's ``scale_rewards``), MDPO's per-step advantages and
+d-TreeRPO's per-edge advantages of a tree of rollouts."""
 
 from __future__ import annotations
 
+import math
+from typing import TYPE_CHECKING
+
 import torch
+
+if TYPE_CHECKING:
+    from ddmrl.rollout import Rollouts
 
 
 def group_advantages(
@@ -56,3 +63,44 @@ def mdpo_step_advantages(step_rewards: torch.Tensor, num_generations: int, eps: 
 
 
 STEP_ADVANTAGES = {"mdpo": mdpo_step_advantages}
+
+
+def tree_advantages(rewards: torch.Tensor, branching: tuple[int, ...]) -> torch.Tensor:
+    """d-TreeRPO's step-wise advantages (Pan et al. 2025, arXiv 2512.09675; THU-BPM/d-TreeRPO
+    ``_perform_tree_search_and_compute_advantages``): the rewards of the leaves propagate bottom-up, a node's value
+    being the mean of its children's (so the mean reward of its leaves), and the edge into node n is credited with
+
+        A(n) = V(n) - mean_{m in siblings(n), m != n} V(m)        (0 for the mean when n has no sibling)
+
+    the node's value against its siblings' (leave-one-out; K / (K - 1) (V(n) - V(parent)) for K siblings).
+
+    Args:
+        rewards: [B * G] the leaves' rewards, G = prod(branching) per prompt in depth-first order
+            (``ddmrl.rollout.Tree``).
+        branching: the children of a node at each depth, the root's first.
+    Returns:
+        [D, B * G]: row i's advantage at depth d, the edge from its node at depth d to its node at depth d + 1
+        (rows under one node repeat its edge's).
+    """
+    g = math.prod(branching)
+    r = rewards.view(-1, g)  # [B, G]
+    out, nodes = [], 1
+    for k in branching:
+        nodes *= k
+        value = r.view(r.shape[0], nodes, g // nodes).mean(-1)  # [B, n] the nodes at this depth
+        sib = value.view(r.shape[0], nodes // k, k)  # [B, parents, K]
+        rest = (sib.sum(-1, keepdim=True) - sib) / max(k - 1, 1)  # [B, parents, K] the siblings' mean
+        adv = (sib - rest).view(r.shape[0], nodes)  # [B, n]
+        out.append(adv.repeat_interleave(g // nodes, 1).flatten())  # [B * G]
+    return torch.stack(out)
+
+
+def rollout_tree_advantages(rewards: torch.Tensor, rollouts: Rollouts) -> torch.Tensor:
+    """[D, N] :func:`tree_advantages` of rollouts sampled as a tree (``ddmrl.rollout.rollout``'s ``branching``)."""
+    if rollouts.tree is None:
+        raise ValueError("tree advantages need rollouts sampled as a tree (the method's rollout_options branching)")
+    return tree_advantages(rewards, rollouts.tree.branching)
+
+
+#: per-view advantages from a rollout batch's rewards (``Method.view_advantage``): [N], Rollouts -> [V, N]
+VIEW_ADVANTAGES = {"tree": rollout_tree_advantages}

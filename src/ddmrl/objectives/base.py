@@ -21,6 +21,8 @@ depends on its method's objective only:
                        the log domain, plus beta times the k3 KL of the composite ELBOs
   bgpo                 BGPO (Lin et al. 2025): per view the linear (A > 0) or Jensen (A <= 0) bound of the sequence
                        ratio of its one-sample ELBO, clipped; a mean of per-view terms (one backward pass per view)
+  tree_clip            d-TreeRPO (Pan et al. 2025): token_clip per edge of a tree of rollouts, with per-edge
+                       advantages, plus a time-scheduled self-distillation loss
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ class ObjectiveInputs(NamedTuple):
     weights: [V, N, L], z: [N] | None (RebRL's normaliser), t: [V, N] realised masked fractions,
     targets: [V, N, L] bool valid loss targets, completion_mask: [N, L], num_generations: G,
     view_advantages: [V, N] | None per-view advantages (MDPO's per-step advantages of each view's step).
+    target_ids: [V, N, L] | None the tokens each view is trained towards (d-TreeRPO's self-distillation).
+    progress: the share of the run's optimiser steps done before this one (t / T of d-TreeRPO's schedules).
     """
 
     logps: torch.Tensor
@@ -51,6 +55,8 @@ class ObjectiveInputs(NamedTuple):
     completion_mask: torch.Tensor
     num_generations: int
     view_advantages: torch.Tensor | None = None
+    target_ids: torch.Tensor | None = None
+    progress: float = 0.0
 
 
 class ObjectiveOutput(NamedTuple):

@@ -138,6 +138,7 @@ def generate(
     aux_policy: AuxPolicy | None = None,
     clamp: torch.Tensor | None = None,
     tempered_confidence: bool = False,
+    step_window: tuple[int, int] | None = None,
 ) -> SampleOutput:
     """Sample completions of ``completion_length`` tokens for ``prompt_ids`` [N, P] (left-padded).
 
@@ -154,7 +155,14 @@ def generate(
     fixed (inpainting; the plain sampler with low_confidence or random remasking). ``tempered_confidence``: the
     plain sampler ranks, re-masks (RCR) and records the tempered probability softmax(logits / temperature) of each
     proposal instead of the untempered one (MDPO's released sampler; unchanged at temperature 0).
+    ``step_window`` (a, b): run only the steps a <= s < b of the schedule, from the partial state ``clamp`` (the state
+    before step a; d-TreeRPO's branching, ``ddmrl.rollout.rollout``'s ``branching``): a block entered at its step
+    a' > its first splits its remaining masks over its remaining steps, which for LLaDA's linear split is the
+    uninterrupted schedule's own (so consecutive windows reproduce the whole run, tested); ``reveal_step`` counts
+    the schedule's steps (-1 where the token was given).
     """
+    if step_window is not None and (clamp is None or remasking == "rcr" or schedule != "linear"):
+        raise ValueError("step_window: resumes a partial state (clamp) of the plain linear schedule, no rcr")
     if clamp is not None and (kv_cache != "none" or parallel != "none" or aux_policy is not None):
         raise ValueError("clamp (inpainting): the plain sampler only (kv_cache, parallel: none; no aux_policy)")
     if clamp is not None and remasking == "rcr":
@@ -220,15 +228,24 @@ def generate(
     recorder = TrajectoryRecorder() if record_trajectory else None
     running = torch.zeros(x.shape[0], completion_length, dtype=torch.float64, device=x.device)  # RCR's confidences
     step, nfe = 0, 0
+    first, last = step_window or (0, total)
     for lo, hi, steps_in_block, counts in blocks:
         lo, hi = p + lo, p + hi
-        if counts is None:  # LLaDA's linear split of the block's masks over its steps
-            transfer = transfer_schedule((x[:, lo:hi] == mask_id).sum(1), steps_in_block)  # [N, S]
+        skip = min(max(first - step, 0), steps_in_block)  # steps of this block before the window
+        if skip == steps_in_block or step + skip >= last:  # the block lies outside the window
+            step += steps_in_block
+            continue
+        if counts is None:  # LLaDA's linear split of the block's masks over its (remaining) steps
+            rest = transfer_schedule((x[:, lo:hi] == mask_id).sum(1), steps_in_block - skip)  # [N, S - skip]
+            transfer = torch.cat([rest.new_zeros(rest.shape[0], skip), rest], 1)  # [N, S]
         else:
             transfer = torch.tensor(counts, device=x.device).expand(x.shape[0], steps_in_block)
         if rcr_scope == "block":  # the block's own confidences only
             running = torch.zeros_like(running)
         for s in range(steps_in_block):
+            if s < skip or step >= last:  # outside the window
+                step += 1
+                continue
             logits = guided_logits(model, x, p, mask_id, cfg_scale).float()  # [N, T, V]
             nfe += 2 if cfg_scale else 1
             never = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)

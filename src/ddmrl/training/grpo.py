@@ -63,7 +63,7 @@ from ddmrl.masking import Views, apply_view, build_views
 from ddmrl.methods import METHODS
 from ddmrl.methods.base import Method
 from ddmrl.objectives import OBJECTIVES
-from ddmrl.objectives.advantages import STEP_ADVANTAGES, group_advantages
+from ddmrl.objectives.advantages import STEP_ADVANTAGES, VIEW_ADVANTAGES, group_advantages
 from ddmrl.objectives.base import ObjectiveInputs
 from ddmrl.objectives.weights import ENTROPY_WEIGHTINGS, hint_entropy_filter, realised_ratio, token_weights
 from ddmrl.rollout import Rollouts, rewards, rollout, step_rewards
@@ -131,6 +131,7 @@ def make_views(
         step_advantages=step_advantages,
         train_steps=cfg.sample_train_steps,
         legacy=method.legacy_views(cfg),
+        branch_steps=() if batch.tree is None else batch.tree.steps,
     )
     broadcast = method.broadcast_weighting(cfg)
     weights, z = token_weights(method.weighting, views, batch.completion_mask, cfg.rebrl_mode, broadcast)
@@ -228,12 +229,13 @@ def view_groups(run: Loop, ids: tuple[int, ...]) -> list[tuple[int, ...]]:
     return [ids]
 
 
-def views_objective(run: Loop, b: Batch, old, kl_ref, ids: tuple[int, ...], rows: slice):
-    """The method's objective on views ``ids`` of the micro-batch ``rows``, their current log-probs with gradient."""
+def views_objective(run: Loop, b: Batch, old, kl_ref, ids: tuple[int, ...], rows: slice, progress: float):
+    """The method's objective on views ``ids`` of the micro-batch ``rows``, their current log-probs with gradient
+    (``progress``: the share of the run's optimiser steps done)."""
     logps = torch.stack(
         [token_logps(run.policy, b.inputs[v, rows], b.target_ids[v, rows], **run.guidance) for v in ids]
     )
-    x = objective_inputs(b, old, kl_ref, logps, ids, rows, run.cfg.num_generations)
+    x = objective_inputs(b, old, kl_ref, logps, ids, rows, run.cfg.num_generations, progress)
     return OBJECTIVES[run.method.objective](x, run.cfg)
 
 
@@ -243,8 +245,11 @@ def with_parts(parts: dict[str, float], out, part: tuple[int, ...], ids: tuple[i
     return {k: parts.get(k, 0.0) + getattr(out, k) * share for k in ("kl", "clip_ratio")}
 
 
-def objective_inputs(b: Batch, old, ref, logps, ids: tuple[int, ...], rows: slice, g: int) -> ObjectiveInputs:
-    """Slice a batch to the step's views and one micro-batch of rows."""
+def objective_inputs(
+    b: Batch, old, ref, logps, ids: tuple[int, ...], rows: slice, g: int, progress: float = 0.0
+) -> ObjectiveInputs:
+    """Slice a batch to the step's views and one micro-batch of rows (``progress``: the share of the run's optimiser
+    steps done)."""
     v = list(ids)
     return ObjectiveInputs(
         logps=logps,
@@ -258,6 +263,8 @@ def objective_inputs(b: Batch, old, ref, logps, ids: tuple[int, ...], rows: slic
         completion_mask=b.rollouts.completion_mask[rows],
         num_generations=g,
         view_advantages=None if b.view_advantages is None else b.view_advantages[v][:, rows],
+        target_ids=None if b.target_ids is None else b.target_ids[v][:, rows],
+        progress=progress,
     )
 
 
@@ -350,6 +357,8 @@ def views(run: Loop, s: Scored, it: int) -> Batch:
             s.step_advantages,
         )  # fmt: skip
         targets, per_view = view_targets(views, s.batch.completion_ids), view_advantages(views, s.step_advantages)
+        if run.method.view_advantage:  # per-view advantages from the rewards (d-TreeRPO's tree edges)
+            per_view = VIEW_ADVANTAGES[run.method.view_advantage](s.rewards, s.batch)  # [V, N]
     b = Batch(scored, s.rewards, s.advantages, s.zero_std, views, weights, z, inputs, targets, per_view)
     return dist.to_device(b, run.acc.device)
 
@@ -390,10 +399,10 @@ class Update(NamedTuple):
     skipped: int
 
 
-def update(run: Loop, b: Batch, old, kl_ref, steps: int, optimisers: list, bar) -> Update:
+def update(run: Loop, b: Batch, old, kl_ref, steps: int, optimisers: list, bar, start: int = 0) -> Update:
     """5. ``steps`` optimiser steps, one per entry of the views' schedule, each over ``gradient_accumulation_steps``
     micro-batches of whole prompt groups: the method's objective on the step's views plus the auxiliary policy's
-    clipped loss (one backward pass); a non-finite loss skips its step."""
+    clipped loss (one backward pass); a non-finite loss skips its step. ``start``: the run's optimiser steps so far."""
     acc, cfg, policy, aux = run.acc, run.cfg, run.policy, run.aux
     ga = cfg.gradient_accumulation_steps
     rows_per_micro = b.rewards.shape[0] // ga
@@ -414,9 +423,10 @@ def update(run: Loop, b: Batch, old, kl_ref, steps: int, optimisers: list, bar) 
                 loss, parts, done = torch.zeros((), device=acc.device), {}, 0.0
                 if not run.frozen:
                     ids = step_views(b.views, s, a, cfg)
+                    progress = (start + s) / cfg.max_steps
                     *early, last = view_groups(run, ids)
                     for part in early:  # a separable objective: these views' gradients first, each graph freed
-                        out = views_objective(run, b, old, kl_ref, part, rows)
+                        out = views_objective(run, b, old, kl_ref, part, rows, progress)
                         finite = dist.all_processes(acc, bool(torch.isfinite(out.loss)))
                         if not finite:
                             break
@@ -425,7 +435,7 @@ def update(run: Loop, b: Batch, old, kl_ref, steps: int, optimisers: list, bar) 
                         done, parts = done + out.loss.item() * len(part) / len(ids), with_parts(parts, out, part, ids)
                     if not finite:
                         break
-                    out = views_objective(run, b, old, kl_ref, last, rows)
+                    out = views_objective(run, b, old, kl_ref, last, rows, progress)
                     loss, parts = loss + out.loss * (len(last) / len(ids)), with_parts(parts, out, last, ids)
                 if aux is not None:
                     trace = b.rollouts.aux.rows(rows)
@@ -568,7 +578,7 @@ def train_grpo(
         t1 = time.time()
         b, old, kl_ref = old_and_reference(run, b)
         t2 = time.time()
-        u = update(run, b, old, kl_ref, min(len(schedule), cfg.max_steps - step), optimisers, bar)
+        u = update(run, b, old, kl_ref, min(len(schedule), cfg.max_steps - step), optimisers, bar, step)
         step, skipped = step + u.steps, skipped + u.skipped
         t3 = time.time()
         timing.gen += t1 - t0

@@ -23,6 +23,7 @@ from ddmrl.objectives.policy_loss import aggregate, clipped_token_loss
 from ddmrl.objectives.sequence_clip import sequence_clip
 from ddmrl.objectives.spg import spg
 from ddmrl.objectives.token_clip import token_clip
+from ddmrl.objectives.tree_clip import tree_clip
 from ddmrl.objectives.valid_token_clip import valid_token_clip
 from ddmrl.objectives.vrpo import vrpo
 from ddmrl.objectives.weighted_likelihood import weighted_likelihood
@@ -79,6 +80,7 @@ def test_registry_names_the_objectives():
         "vrpo": vrpo,
         "espo_clip": espo_clip,
         "ebpo_clip": ebpo_clip,
+        "tree_clip": tree_clip,
     }
 
 

@@ -34,11 +34,14 @@ def setup(monkeypatch, make_model):
 
 # methods whose definition needs its own sampler: the shared one (blocks of 4) is replaced in their section
 OWN_SAMPLER = {"justgrpo": SamplerConfig(block_length=1, temperature=1.0)}  # left to right, one token per step
+# methods whose rollouts have their own shape: d-TreeRPO's tree of 2 x 2 leaves (num_generations 4)
+OWN_KEYS = {"treerpo": {"tree_branch_factor": 2}}
 
 
 def config(method: str, **kw) -> GRPOConfig:
     if method in OWN_SAMPLER:
         kw = {"sampler": OWN_SAMPLER[method], **kw}
+    kw = {**OWN_KEYS.get(method, {}), **kw}
     base = dict(
         method=method,
         max_steps=2,
