@@ -51,7 +51,7 @@ def setup(dream_dir, monkeypatch):
 
 def config(method: str, **kw) -> GRPOConfig:
     sampler = OWN_SAMPLER.get(method, SamplerConfig(block_length=4, steps=4, temperature=1.0))
-    base = dict(method=method, max_steps=2, num_prompts=2, num_generations=2, num_iterations=2, learning_rate=1e-2,
+    base = dict(method=method, max_steps=2, num_prompts=2, num_generations=4, num_iterations=2, learning_rate=1e-2,
                 beta=0.04, sampler=sampler)  # fmt: skip
     return method_config(method, base, **kw)
 
