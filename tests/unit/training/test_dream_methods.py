@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 from fake_rewards import varied_reward
+from test_grpo import TEXT, config  # the tiny model's matrix: the same methods, budgets and own keys
 
-from ddmrl.config import GRPOConfig, SamplerConfig, method_config
-from ddmrl.methods import METHODS
+from ddmrl.config import SamplerConfig
 from ddmrl.models.checkpoint import load_checkpoint, write_pointer
 from ddmrl.models.dream import Aligned, raw_logits, shift_logits
 from ddmrl.tasks import make_task
@@ -26,8 +26,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from real_dream import EOS, dream_checkpoint, needs_dream, tokenizer  # noqa: E402
 
 pytestmark = needs_dream
-TEXT = sorted(m for m in METHODS if METHODS[m].params().aux_policy.kind == "none" and not METHODS[m].augmenter)
-OWN_SAMPLER = {"justgrpo": SamplerConfig(block_length=1, temperature=1.0)}  # left to right, one token per step
 
 
 @pytest.fixture(scope="module")
@@ -47,13 +45,6 @@ def setup(dream_dir, monkeypatch):
     monkeypatch.setattr(task, "prompt_length", 32)  # Dream's test tokenizer has one token per character
     policy, tok = load_checkpoint(dream_dir)
     return task, tok, policy.train(), copy.deepcopy(policy)
-
-
-def config(method: str, **kw) -> GRPOConfig:
-    sampler = OWN_SAMPLER.get(method, SamplerConfig(block_length=4, steps=4, temperature=1.0))
-    base = dict(method=method, max_steps=2, num_prompts=2, num_generations=4, num_iterations=2, learning_rate=1e-2,
-                beta=0.04, sampler=sampler)  # fmt: skip
-    return method_config(method, base, **kw)
 
 
 def test_loaded_dream_reads_as_every_consumer_expects(setup):
