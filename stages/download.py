@@ -37,9 +37,9 @@ from ddmrl import config
 from ddmrl.cli import run_stage, write_csv
 from ddmrl.io import atomic_path, write_json, write_text
 from ddmrl.models import build_tokenizer, new_tiny_model
-from ddmrl.models.tiny_block import new_tiny_block_model
 from ddmrl.models.checkpoint import save_checkpoint, write_pointer
 from ddmrl.models.layout import for_task
+from ddmrl.models.tiny_block import new_tiny_block_model
 from ddmrl.seeding import derive_seed, generator, seed_everything
 from ddmrl.tasks import make_task
 from ddmrl.tasks.store import training_draw, write_task

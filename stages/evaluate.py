@@ -6,6 +6,8 @@ cells, pooled; Countdown: exact), the mean training reward and the model evaluat
 A model saved with a learned unmasking policy is evaluated with it, and (its metrics' ``heuristics``, each
 generation's ``heuristics``) with the confidence heuristics it is compared with: d1's low-confidence protocol and
 Fast-dLLM's threshold rule. A model saved with Co-GRPO's schedule policy samples its images with that schedule.
+With ``evaluate.pass_at_k`` the metrics also hold pass@k (Chen et al. 2021's unbiased estimator) from
+``evaluate.pass_at_k_samples`` sampled completions per prompt (the same sampler at ``pass_at_k_temperature``).
 
     python stages/evaluate.py --params params.yaml --tasks data/download/tasks --model data/sft/model \
         --task sudoku4 --name sft --generations data/evaluate/sft/sudoku4.jsonl \
@@ -30,7 +32,7 @@ import argparse
 from ddmrl import config
 from ddmrl.aux_policies import load_aux_policy
 from ddmrl.cli import run_stage
-from ddmrl.evaluation import evaluate, evaluate_images, with_heuristics
+from ddmrl.evaluation import evaluate, evaluate_images, pass_at_k_metrics, with_heuristics
 from ddmrl.io import write_json, write_jsonl
 from ddmrl.models.checkpoint import load_checkpoint
 from ddmrl.models.layout import for_task
@@ -70,6 +72,11 @@ def main() -> None:
             metrics, records = with_heuristics(
                 model, tok, task, held_out, ecfg.sampler, ecfg.batch_size, cfg.seed, metrics, records
             )
+        if ecfg.pass_at_k:  # sampled: pass@k over evaluate.pass_at_k_samples completions per prompt
+            metrics |= pass_at_k_metrics(
+                model, tok, task, held_out, ecfg.sampler, ecfg.pass_at_k, ecfg.pass_at_k_samples,
+                ecfg.pass_at_k_temperature, ecfg.batch_size, cfg.seed,
+            )  # fmt: skip
 
     write_jsonl(args.generations, records)
     write_json(args.metrics, {"model": args.name, "task": args.task, **metrics})

@@ -33,6 +33,7 @@ from ddmrl.tables import (
     image_scores,
     image_table,
     main_table,
+    pass_at_k_table,
     plot_credit,
     plot_curves,
     results_frame,
@@ -90,6 +91,10 @@ def main() -> None:
         title = "Held-out accuracy and reward (text tasks)"
         write_text(out / "text_table.md", f"# {title}\n\n" + to_markdown(table) + TEXT_NOTE)
         write_text(out / "text_table.html", to_html(table, title))
+        if cfg.evaluate.pass_at_k:  # sampled pass@k beside greedy accuracy (issue #24's "flexibility trap")
+            passes = pass_at_k_table(cfg, evals)
+            write_csv(out / "pass_at_k.csv", passes)
+            write_text(out / "pass_at_k.md", "# pass@k (sampled, held-out prompts)\n\n" + to_markdown(passes))
         write_csv(out / "sft_rollouts.csv", room)
         write_text(out / "sft_rollouts.md", "# SFT samples before RL (room for RL)\n\n" + to_markdown(room))
         for key, label in CURVES.items():

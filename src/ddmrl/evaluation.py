@@ -16,6 +16,7 @@ import torch
 from ddmrl.config import EvaluateConfig, SamplerConfig
 from ddmrl.rollout import Rollouts, rollout
 from ddmrl.seeding import generator
+from ddmrl.stats import pass_at_k
 from ddmrl.tasks.base import Example, Task
 
 if TYPE_CHECKING:
@@ -115,6 +116,41 @@ def row_nfe(batch: Rollouts, sampler: SamplerConfig) -> torch.Tensor:
         return torch.full((n,), batch.nfe)
     steps = torch.tensor([len(set(row[row >= 0].tolist())) for row in batch.reveal_step.cpu()])
     return steps * (2 if sampler.cfg_scale else 1)
+
+
+def pass_at_k_metrics(
+    model,
+    tok,
+    task: Task,
+    examples: list[Example],
+    sampler: SamplerConfig,
+    ks: tuple[int, ...],
+    samples: int,
+    temperature: float,
+    batch_size: int,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """pass@k in percent for each k of ``ks`` (Chen et al. 2021's unbiased estimator, ``ddmrl.stats.pass_at_k``,
+    averaged over the prompts): ``samples`` completions per prompt from ``sampler`` at ``temperature`` (a
+    generator of its own, seeded from ``seed``), a completion correct by the task's verdict (``score()["correct"]``).
+    The "flexibility trap" comparison of issue #24: full-sequence, block and left-to-right decoding at equal k."""
+    sampler = dataclasses.replace(sampler, temperature=temperature)
+    gen = torch.Generator().manual_seed(seed + 1)
+    correct = []
+    per_call = max(1, batch_size // samples)  # prompts per call: batch_size completions at most
+    for lo in range(0, len(examples), per_call):
+        chunk = examples[lo : lo + per_call]
+        out = rollout(model, tok, task, chunk, samples, sampler, gen)
+        for i, ex in enumerate(chunk):
+            texts = out.texts[i * samples : (i + 1) * samples]
+            correct.append(sum(bool(task.score(text, ex)["correct"]) for text in texts))
+    return {
+        "pass_at_k": {
+            str(k): 100.0 * sum(pass_at_k(samples, c, k) for c in correct) / max(len(correct), 1) for k in ks
+        },
+        "pass_at_k_samples": samples,
+        "pass_at_k_temperature": temperature,
+    }
 
 
 def _deployed(aux_policy: AuxPolicy | None) -> AuxPolicy | None:

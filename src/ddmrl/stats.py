@@ -143,3 +143,18 @@ def paired_gain(
     items = _draw_items(rng, strata_idx, n_boot)
     reps = a.statistic(a.draw_seeds(rng, n_boot), items) - b.statistic(b.draw_seeds(rng, n_boot), items)
     return _interval(a.estimate() - b.estimate(), reps, level, n, a.n_seeds)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimator of pass@k from ``n`` samples of which ``c`` are correct (Chen et al. 2021, "Evaluating
+    Large Language Models Trained on Code", Eq. 1 and its numerically stable form, Figure 3):
+    ``1 - C(n - c, k) / C(n, k) = 1 - prod_{i = n - c + 1}^{n} (1 - k / i)``; 1 when fewer than k samples are wrong.
+
+    >>> pass_at_k(4, 1, 1), pass_at_k(4, 1, 2), pass_at_k(4, 0, 4), pass_at_k(4, 3, 2)
+    (0.25, 0.5, 0.0, 1.0)
+    """
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n (n = {n}, c = {c}, k = {k})")
+    if n - c < k:
+        return 1.0
+    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))

@@ -194,6 +194,23 @@ def results_frame(cfg: Config, evals: list[dict[str, Any]], curves: dict[str, pd
     return pd.DataFrame(rows)
 
 
+def pass_at_k_table(cfg: Config, evals: list[dict[str, Any]]) -> pd.DataFrame:
+    """pass@k (percent; ``evaluate.pass_at_k``, Chen et al. 2021's unbiased estimator over the held-out prompts) of
+    every row and task, the mean over the row's seeds: one column per (task, k)."""
+    rows = {}
+    for e in evals:
+        if "pass_at_k" not in e:
+            continue
+        run = run_of(cfg, e["model"])
+        label = run[0] if run else e["model"]
+        for k, value in e["pass_at_k"].items():
+            rows.setdefault(label, {}).setdefault(f"{e['task']} pass@{k} (%)", []).append(value)
+    order = [r for r in ["base", "sft", *cfg.text_methods] if r in rows]
+    return pd.DataFrame(
+        [{"model": display(r)} | {c: f"{np.mean(v):.1f}" for c, v in sorted(rows[r].items())} for r in order]
+    )
+
+
 def budget(curve: pd.DataFrame | None) -> dict[str, float]:
     """What a run consumed, from its curve's last row: optimiser steps, rollout batches, samples, seconds."""
     if curve is None:

@@ -1,7 +1,7 @@
 """A block-diffusion model through the pipeline's own stages: the smoke profile with ``model.kind: tiny_block``
 (TinyBlockDDM, blocks of 4) and the block sampler everywhere, the exact commands the DAG builds, from pre-training
-to one GRPO run (UniGRPO, two optimiser steps: one rollout batch) and its evaluation. Run in a temporary copy of the
-repository (as tests/stages/test_igpo_stage.py)."""
+to one GRPO run (UniGRPO, two optimiser steps: one rollout batch) and its evaluation (greedy accuracy and sampled
+pass@1, pass@2). Run in a temporary copy of the repository (as tests/stages/test_igpo_stage.py)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def block_model(smoke: dict, extended: dict) -> None:
     smoke["sft"] |= {"max_steps": 2, "save_steps": 0}
     smoke["grpo"] |= {"methods": ["unigrpo"], "max_steps": 2, "save_steps": 0, "sampler": BLOCK}
     smoke["rollout"]["sampler"] = BLOCK
-    smoke["evaluate"] |= {"sampler": BLOCK}
+    smoke["evaluate"] |= {"sampler": BLOCK, "pass_at_k": [1, 2], "pass_at_k_samples": 2}
     smoke["download"]["num_eval"] = 8
     smoke["image"]["tasks"] = []
 
@@ -50,3 +50,4 @@ def test_a_block_model_trains_one_grpo_run_end_to_end(workspace):
     assert moved  # GRPO changed the weights (SFT too, in between)
     metrics = json.loads((workspace / "data" / "evaluate" / RUN / "sudoku4.json").read_text())
     assert metrics["n"] == 8 and 0 <= metrics["accuracy"] <= 100 and metrics["nfe"] > 0
+    assert set(metrics["pass_at_k"]) == {"1", "2"} and metrics["pass_at_k_samples"] == 2

@@ -555,6 +555,23 @@ class EvaluateConfig(Section):
         "samples_per_prompt for every prompt.",
     )
     sampler: SamplerConfig = Field(default_factory=SamplerConfig, description="The evaluation sampler.")
+    pass_at_k: tuple[Int, ...] = Field(
+        (),
+        description="Text: also pass@k for each k here (Chen et al. 2021's unbiased estimator over "
+        "pass_at_k_samples samples per prompt, the evaluation sampler at pass_at_k_temperature; () = off).",
+        json_schema_extra={"why": "off: greedy accuracy only (d1's protocol)"},
+    )
+    pass_at_k_samples: Int = Field(16, ge=1, description="pass_at_k: samples per held-out prompt (n).")
+    pass_at_k_temperature: Float = Field(1.0, gt=0, description="pass_at_k: the sampler's temperature.")
+
+    @model_validator(mode="after")
+    def _check(self) -> EvaluateConfig:
+        for k in self.pass_at_k:
+            if not 1 <= k <= self.pass_at_k_samples:
+                raise refuse(
+                    "pass_at_k", list(self.pass_at_k), f"each k in 1..pass_at_k_samples ({self.pass_at_k_samples})"
+                )
+        return self
 
 
 # ------------------------------------------------------------------------------------------------ GRPO

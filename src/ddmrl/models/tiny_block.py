@@ -117,6 +117,14 @@ class TinyBlockDDMForMaskedLM(TinyDDMForMaskedLM):
         return out.logits, (out.past_key_values if store else cache)
 
 
+def from_tiny(model: TinyDDMForMaskedLM, block_size: int = 4, block_align: str = "completion"):
+    """A TinyBlockDDM with the weights of the TinyDDM ``model`` (the same modules and names), in its mode."""
+    fields = {k: v for k, v in model.config.to_dict().items() if k not in ("model_type", "architectures")}
+    block = TinyBlockDDMForMaskedLM(TinyBlockDDMConfig(**fields, block_size=block_size, block_align=block_align))
+    block.load_state_dict(model.state_dict())
+    return block.train(model.training)
+
+
 def new_tiny_block_model(model_cfg, tok, max_positions: int, block_size: int, block_align: str = "completion"):
     """A freshly initialised TinyBlockDDM with the architecture of ``model_cfg`` over ``tok``'s vocabulary."""
     m = model_cfg

@@ -552,6 +552,7 @@ TABLES_TEXT = (
     "text_table.md", "text_table.csv", "text_table.html", "results_long.csv", "sft_rollouts.md", "sft_rollouts.csv",
     "reward_curves.png", "kl_curves.png", "loss_curves.png", "clip_ratio_curves.png",
 )  # fmt: skip
+TABLES_PASS_AT_K = ("pass_at_k.md", "pass_at_k.csv")  # with evaluate.pass_at_k
 TABLES_CREDIT = ("credit.csv", "credit_by_reveal_step.png", "credit_summary.csv", "credit_summary.md")
 TABLES_IMAGE = (
     "image_table.md", "image_table.csv", "image_table.html", "image_results_long.csv", "image_reward_curves.png",
@@ -574,6 +575,7 @@ def tables(new: StageFactory) -> Stage:
     if layout.has_credit(cfg):
         args["--credit"] = layout.CREDIT_DIR
     names = (*TABLES_TEXT,) if cfg.tasks else ()
+    names += TABLES_PASS_AT_K if cfg.tasks and cfg.evaluate.pass_at_k else ()
     names += TABLES_CREDIT if layout.has_credit(cfg) else ()
     names += (*TABLES_IMAGE,) if cfg.image.tasks else ()
     return new(

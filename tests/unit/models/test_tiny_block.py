@@ -15,7 +15,7 @@ from ddmrl.config import ConfigError
 from ddmrl.likelihood.block import sequence_logits
 from ddmrl.models.checkpoint import load_checkpoint, save_checkpoint
 from ddmrl.models.tiny import TinyDDMConfig, TinyDDMForMaskedLM
-from ddmrl.models.tiny_block import TinyBlockDDMConfig, TinyBlockDDMForMaskedLM
+from ddmrl.models.tiny_block import TinyBlockDDMConfig, TinyBlockDDMForMaskedLM, from_tiny
 from ddmrl.training.mdm import mdm_loss
 
 ARCH = dict(vocab_size=12, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, max_position_embeddings=16)
@@ -25,8 +25,7 @@ ARCH = dict(vocab_size=12, hidden_size=16, num_layers=1, num_heads=2, intermedia
 def test_without_a_mask_it_is_tinyddm(pe):
     torch.manual_seed(0)
     plain = TinyDDMForMaskedLM(TinyDDMConfig(**ARCH, position_embedding=pe)).eval()
-    block = TinyBlockDDMForMaskedLM(TinyBlockDDMConfig(**ARCH, position_embedding=pe)).eval()
-    block.load_state_dict(plain.state_dict())  # the same modules and names: a TinyDDM checkpoint loads
+    block = from_tiny(plain)  # the same modules and names: a TinyDDM checkpoint loads
     x = torch.randint(0, 12, (2, 9))
     torch.testing.assert_close(block(x).logits, plain(x).logits)
 
