@@ -19,7 +19,8 @@ exactly (a real KV cache, not Fast-dLLM's approximation).
   Dream's, aligns them in its ``block_forward``).
 
 A family without a cache satisfies the protocol by keeping the tokens, positions and attention of the stored
-positions and recomputing them with every call: the result is the same, only slower. ``ddmrl.models.tiny_block``
+positions and recomputing them with every call: the result is the same, only slower (:class:`Recomputed` wraps a
+cache-free forward this way). ``ddmrl.models.tiny_block``
 (TinyBlockDDM) implements it with a real cache; the likelihood of a view (``ddmrl.likelihood.block``) uses the same
 method with ``cache=None``.
 
@@ -58,6 +59,7 @@ append (with ``kv_cache=False``, the passes only).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
@@ -70,6 +72,7 @@ PARALLEL_RULES = ("none", "threshold")
 __all__ = [
     "ALIGNS",
     "BlockModel",
+    "Recomputed",
     "block_attention",
     "block_index",
     "block_spans",
@@ -93,6 +96,35 @@ class BlockModel(Protocol):
         cache: Any | None = None,
         store: bool = False,
     ) -> tuple[torch.Tensor, Any]: ...
+
+
+class Recomputed:
+    """The protocol over a forward pass without a cache, ``forward(input_ids [N, T], position_ids [N, T], attention
+    [N, T, T]) -> logits [N, T, V]`` (LLaDA 2.x's ``forward`` with its 4-D mask, for instance): the "cache" keeps the
+    stored positions' tokens, positions and attention rows, and every call recomputes them with the new ones."""
+
+    def __init__(self, forward: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
+        self.forward = forward
+
+    def block_forward(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        attention: torch.Tensor,
+        cache: Any | None = None,
+        store: bool = False,
+    ) -> tuple[torch.Tensor, Any]:
+        n, m = input_ids.shape
+        old_ids, old_pos, old_att = cache if cache is not None else (input_ids[:, :0], position_ids[:, :0], None)
+        c = old_ids.shape[1]
+        rows = (
+            attention
+            if old_att is None
+            else torch.cat([torch.cat([old_att, old_att.new_zeros(n, c, m)], 2), attention], 1)
+        )
+        ids, pos = torch.cat([old_ids, input_ids], 1), torch.cat([old_pos, position_ids], 1)  # [N, C + n]
+        logits = self.forward(ids, pos, rows)[:, c:]
+        return logits, ((ids, pos, rows) if store else cache)
 
 
 def block_index(prompt_length: int, total: int, block_length: int, align: str) -> torch.Tensor:

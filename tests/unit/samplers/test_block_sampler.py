@@ -23,7 +23,15 @@ import torch.nn.functional as F
 
 from ddmrl.models.tiny_block import TinyBlockDDMConfig, TinyBlockDDMForMaskedLM
 from ddmrl.samplers import SAMPLERS
-from ddmrl.samplers.block import block_attention, block_index, generate, positions, transfer_counts
+from ddmrl.samplers.block import (
+    ALIGNS,
+    Recomputed,
+    block_attention,
+    block_index,
+    generate,
+    positions,
+    transfer_counts,
+)
 
 MASK, V = 0, 40
 
@@ -114,30 +122,16 @@ def test_padded_row_equals_row_alone(model):
     assert torch.equal(both.completion_ids[1], alone.completion_ids[0])
 
 
-class Recomputing:
-    """The protocol without a cache: what it is asked to store it keeps as tokens, positions and attention rows, and
-    recomputes with every call (a family whose code has no KV cache satisfies the contract this way)."""
-
-    def __init__(self, model):
-        self.model = model
-
-    def block_forward(self, ids, pos, att, cache=None, store=False):
-        if cache is None:
-            cache = (ids[:, :0], pos[:, :0], att[:, :0, :0])
-        c_ids, c_pos, c_att = cache
-        c = c_ids.shape[1]
-        full_att = torch.cat([torch.cat([c_att, c_att.new_zeros(c_att.shape[0], c, ids.shape[1])], 2), att], 1)
-        logits = self.model.block_forward(torch.cat([c_ids, ids], 1), torch.cat([c_pos, pos], 1), full_att)[0]
-        new = (torch.cat([c_ids, ids], 1), torch.cat([c_pos, pos], 1), full_att)
-        return logits[:, c:], (new if store else cache)
-
-
 def test_protocol_without_a_real_cache(model):
+    """``Recomputed`` over the model's cache-free forward: what it is asked to store it keeps and recomputes (a
+    family whose code has no KV cache satisfies the contract this way); a padded batch, both alignments."""
     x = prompts()
-    kw = dict(mask_id=MASK, block_length=4, steps=4, align="sequence")
-    assert torch.equal(
-        generate(Recomputing(model), x, 10, **kw).completion_ids, generate(model, x, 10, **kw).completion_ids
-    )
+    mask = torch.ones_like(x)
+    mask[1, :2] = 0
+    plain = Recomputed(lambda ids, pos, att: model(ids, position_ids=pos, attention_mask=att).logits)
+    for align in ALIGNS:
+        kw = dict(mask_id=MASK, block_length=4, steps=4, align=align, attention_mask=mask)
+        assert torch.equal(generate(plain, x, 10, **kw).completion_ids, generate(model, x, 10, **kw).completion_ids)
 
 
 def test_refusals(model):
@@ -373,3 +367,15 @@ def test_threshold_commits_more_per_pass(model):
     rule = generate(model, x, 10, parallel="threshold", generator=torch.Generator().manual_seed(0), **kw)
     assert rule.nfe < fixed.nfe
     assert (rule.completion_ids != MASK).all()
+
+
+@pytest.mark.parametrize("strategy", ["low_confidence_static", "low_confidence_dynamic"])
+def test_equals_sdar_with_two_tokens_per_pass(model, strategy):
+    """``steps`` 2 over blocks of 4 (two tokens a pass), a prompt of whole blocks."""
+    x = prompts(1, 8, 2)
+    torch.manual_seed(2)
+    ref = sdar_generate(SDARShim(model), x, MASK, 8, 4, 2, remasking_strategy=strategy, confidence_threshold=0.5)
+    out = generate(model, x, 8, mask_id=MASK, block_length=4, steps=2, temperature=1.0, align="sequence",
+                   parallel="threshold" if strategy.endswith("dynamic") else "none", threshold=0.5,
+                   generator=torch.Generator().manual_seed(2))  # fmt: skip
+    assert torch.equal(out.completion_ids, ref[:, 8:])
