@@ -482,6 +482,8 @@ class SamplerConfig(Section):
         if self.name == "block" and (self.parallel == "factor" or self.cfg_scale):
             key = "parallel" if self.parallel == "factor" else "cfg_scale"
             raise refuse(key, getattr(self, key), "the block sampler commits by count or threshold, without guidance")
+        if self.name == "block" and self.remasking != "low_confidence":
+            raise refuse("remasking", self.remasking, "the block sampler ranks by confidence (low_confidence)")
         if self.parallel != "none" and self.name == "emerge":
             raise refuse(
                 "parallel",

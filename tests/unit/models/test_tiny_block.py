@@ -82,5 +82,7 @@ def test_config_ties_a_block_model_to_the_block_sampler(tmp_path):
         load(tmp_path, {**ok, "evaluate": {"sampler": {"name": "llada"}}})
     with pytest.raises(ConfigError, match="block_size"):
         load(tmp_path, {**ok, "model": {"kind": "tiny_block", "block_size": 8}})
+    with pytest.raises(ConfigError, match="remasking"):
+        load(tmp_path, {**ok, "grpo": {"sampler": {**BLOCK, "remasking": "random"}}})
     with pytest.raises(ConfigError, match="parallel"):
         load(tmp_path, {**ok, "grpo": {"sampler": {**BLOCK, "parallel": "factor"}}})
