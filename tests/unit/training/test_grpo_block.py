@@ -12,11 +12,12 @@ import pytest
 import torch
 from fake_rewards import varied_reward
 
-import ddmrl.training.grpo as grpo_module
 from ddmrl.config import ConfigError, GRPOConfig, SamplerConfig, method_config
+from ddmrl.diagnostics import token_credit
 from ddmrl.likelihood.block import block_token_logps
 from ddmrl.models import build_tokenizer
 from ddmrl.models.tiny_block import TinyBlockDDMConfig, TinyBlockDDMForMaskedLM
+from ddmrl.rollout import Rollouts
 from ddmrl.tasks import make_task
 from ddmrl.training.grpo import logp_guidance, train_grpo
 
@@ -72,7 +73,6 @@ def test_the_loop_reads_views_through_the_block_input(setup, monkeypatch):
         return block_token_logps(model, input_ids, completion_ids, block_length=block_length, **kw)
 
     monkeypatch.setattr("ddmrl.likelihood.block_token_logps", spy)
-    monkeypatch.setattr(grpo_module, "token_logps", grpo_module.token_logps)
     train_grpo(policy, ref, tok, task, lambda it: task.generate(2, seed=100 + it), config("unigrpo"), 0)
     assert calls and set(calls) == {4}
 
@@ -82,3 +82,23 @@ def test_methods_of_stored_trajectories_are_refused(method):
     """Their views are the llada sampler's stored states; the block sampler records none."""
     with pytest.raises(ConfigError, match="stored states"):
         config(method)
+
+
+def test_credit_diagnostic_reads_views_through_the_block_input(setup, monkeypatch):
+    """The credit stage's log-probs (``ddmrl.diagnostics.token_credit``) of a block run come from the block input."""
+    task, tok, policy, _ = setup
+    calls = []
+
+    def spy(model, input_ids, completion_ids, *, block_length, **kw):
+        calls.append(block_length)
+        return block_token_logps(model, input_ids, completion_ids, block_length=block_length, **kw)
+
+    monkeypatch.setattr("ddmrl.likelihood.block_token_logps", spy)
+    g = torch.Generator().manual_seed(0)
+    n, p, length = 4, task.prompt_length, task.completion_length
+    reveal = torch.stack([torch.randperm(length, generator=g) // 2 for _ in range(n)])
+    batch = Rollouts(torch.randint(5, 10, (n, p), generator=g), torch.randint(5, 10, (n, length), generator=g),
+                     torch.ones(n, length, dtype=torch.bool), reveal, [""] * n, 0)  # fmt: skip
+    credit = token_credit(policy, config("rebrl"), batch, torch.tensor([1.0, -0.5, 2.0, -1.5]), 7,
+                          tok.pad_token_id, tok.mask_token_id)  # fmt: skip
+    assert calls and set(calls) == {4} and torch.isfinite(credit).all() and credit.sum() > 0
