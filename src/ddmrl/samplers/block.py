@@ -77,7 +77,6 @@ __all__ = [
     "block_index",
     "block_spans",
     "generate",
-    "num_blocks",
     "positions",
     "propose",
     "transfer_counts",
@@ -256,8 +255,11 @@ def generate(
         raise ValueError(f"sampler.parallel = {parallel!r}: the block sampler takes one of {PARALLEL_RULES}")
     if cfg_scale:
         raise ValueError("sampler.cfg_scale: the block sampler has no classifier-free guidance (set 0)")
-    if steps < 1 or block_length < 1:
-        raise ValueError(f"block sampler: steps = {steps} and block_length = {block_length} must be >= 1")
+    if steps < 1 or block_length < 1 or completion_length < 1:
+        raise ValueError(
+            f"block sampler: steps = {steps}, block_length = {block_length}, completion_length = {completion_length} "
+            "must be >= 1"
+        )
     n, p = prompt_ids.shape
     x, reveal = init_canvas(prompt_ids, completion_length, mask_id)  # [N, T], [N, L]
     t = x.shape[1]
@@ -300,9 +302,3 @@ def generate(
             _, cache = model.block_forward(x[:, lo:hi], pos[:, lo:hi], att, cache, True)
             nfe += 1
     return SampleOutput(x[:, p:], reveal, nfe)
-
-
-def num_blocks(prompt_length: int, completion_length: int, block_length: int, align: str) -> int:
-    """The number of blocks holding completion positions (the denoising passes are ``steps`` per block)."""
-    blocks = block_index(prompt_length, prompt_length + completion_length, block_length, align)
-    return len(block_spans(blocks, prompt_length))

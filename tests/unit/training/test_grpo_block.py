@@ -17,7 +17,7 @@ from ddmrl.diagnostics import token_credit
 from ddmrl.likelihood.block import block_token_logps
 from ddmrl.models import build_tokenizer
 from ddmrl.models.tiny_block import TinyBlockDDMConfig, TinyBlockDDMForMaskedLM
-from ddmrl.rollout import Rollouts
+from ddmrl.rollout import Rollouts, sampler_kwargs
 from ddmrl.tasks import make_task
 from ddmrl.training.grpo import logp_guidance, train_grpo
 
@@ -102,3 +102,11 @@ def test_credit_diagnostic_reads_views_through_the_block_input(setup, monkeypatc
     credit = token_credit(policy, config("rebrl"), batch, torch.tensor([1.0, -0.5, 2.0, -1.5]), 7,
                           tok.pad_token_id, tok.mask_token_id)  # fmt: skip
     assert calls and set(calls) == {4} and torch.isfinite(credit).all() and credit.sum() > 0
+
+
+def test_rollout_keywords_split_the_budget_over_the_blocks():
+    """``steps`` in params.yaml is over the completion (0: L / 2); the block sampler's are per block."""
+    kw = sampler_kwargs(SamplerConfig(name="block", block_length=4, parallel="threshold", threshold=0.8), 20)
+    assert kw == {"steps": 2, "temperature": 0.0, "cfg_scale": 0.0, "block_length": 4, "parallel": "threshold",
+                  "threshold": 0.8}  # fmt: skip
+    assert sampler_kwargs(SamplerConfig(name="block", block_length=4, steps=3), 20)["steps"] == 1
