@@ -5,9 +5,10 @@
 Three measurements, each the median of ``repeats`` timed calls (``time.perf_counter``) after one warm-up call of
 the same configuration:
 
-  a. samplers (LLaDA low-confidence and random, LLaDA with cfg_scale 1, MaskGIT, emerge): completion tokens per
-     second and model evaluations (nfe) per call, batch 64, completion length L in {16, 32, 64}, steps = L / 2
-     (d1's rule, ``ddmrl.rollout.sampler_steps``), LLaDA blocks of 4, temperature 1 as in GRPO rollouts;
+  a. samplers (LLaDA low-confidence and random, LLaDA with cfg_scale 1, MaskGIT, emerge, and block diffusion's on
+     the same weights as a TinyBlockDDM, with its exact cache and without it): completion tokens per second and
+     model evaluations (nfe) per call, batch 64, completion length L in {16, 32, 64}, steps = L / 2 (d1's rule,
+     ``ddmrl.rollout.sampler_steps``), LLaDA blocks of 4, temperature 1 as in GRPO rollouts;
   b. one GRPO rollout batch per method (``ddmrl.methods.METHODS``) on sudoku4 with ``max_steps = num_iterations``:
      the loop's own phase split (``Timing.gen``, ``Timing.old_ref_logp``, ``Timing.update``) and per-step totals;
   c. the same for diffu_grpo and rebrl, one factor at a time around (G, mu) = (8, 4): num_generations G in
@@ -52,6 +53,7 @@ from ddmrl.likelihood import token_logps  # noqa: E402
 from ddmrl.methods import METHODS  # noqa: E402
 from ddmrl.models.checkpoint import load_checkpoint  # noqa: E402
 from ddmrl.models.tiny import new_tiny_model  # noqa: E402
+from ddmrl.models.tiny_block import from_tiny  # noqa: E402
 from ddmrl.models.tokenizer import build_tokenizer  # noqa: E402
 from ddmrl.rollout import sampler_kwargs  # noqa: E402
 from ddmrl.samplers import SAMPLERS  # noqa: E402
@@ -92,6 +94,8 @@ SAMPLER_CASES = {
     "llada_cfg1": SamplerConfig(name="llada", temperature=1.0, remasking="low_confidence", cfg_scale=1.0),
     "maskgit": SamplerConfig(name="maskgit", temperature=1.0),
     "emerge": SamplerConfig(name="emerge", temperature=1.0),
+    "block": SamplerConfig(name="block", temperature=1.0),  # on a TinyBlockDDM with the same weights
+    "block_recompute": SamplerConfig(name="block", temperature=1.0),  # without its cache (kv_cache=False)
 }
 
 
@@ -138,15 +142,16 @@ def sample(model, prompts: torch.Tensor, length: int, name: str, mask_id: int, k
 def bench_samplers(model, tok, task, plan: Plan) -> list[dict]:
     """One row per (sampler, L): seconds per call, nfe, completion tokens per second."""
     prompts = encode_prompts(tok, task, task.generate(plan.batch, seed=1))  # [B, P]
+    block = from_tiny(model)  # the block sampler needs the block-diffusion protocol (ddmrl.samplers.block)
     rows = []
     for label, sampler in SAMPLER_CASES.items():
         for length in plan.lengths:
             if prompts.shape[1] + length > model.config.max_position_embeddings:
                 print(f"  {label} L={length}: skipped (prompt + L > max_position_embeddings)", flush=True)
                 continue
-            kw = sampler_kwargs(sampler, length)
-
-            call = functools.partial(sample, model, prompts, length, sampler.name, tok.mask_token_id, kw)
+            kw = sampler_kwargs(sampler, length) | ({"kv_cache": False} if label == "block_recompute" else {})
+            runs = block if sampler.name == "block" else model
+            call = functools.partial(sample, runs, prompts, length, sampler.name, tok.mask_token_id, kw)
             seconds, outs = timed(call, plan.repeats)
             median = statistics.median(seconds)
             nfe = statistics.median(o.nfe for o in outs)

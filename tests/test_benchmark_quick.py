@@ -16,7 +16,7 @@ from ddmrl.methods import METHODS
 from ddmrl.samplers import SAMPLERS
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_samplers_grpo.py"
-SAMPLER_CASES = {"llada_low_confidence", "llada_random", "llada_cfg1", "maskgit", "emerge"}
+SAMPLER_CASES = {"llada_low_confidence", "llada_random", "llada_cfg1", "maskgit", "emerge", "block", "block_recompute"}
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ from ddmrl.registry import Registry
 FAMILIES = Registry(
     {
         "tiny": "ddmrl.models.adapters:load_tiny",
+        "tiny_block": "ddmrl.models.adapters:load_tiny",  # TinyBlockDDM: the same saved-directory loader
         "llada": "ddmrl.models.adapters:load_llada",
         "mmada": "ddmrl.models.adapters:load_mmada",
         "hf_masked_lm": "ddmrl.models.adapters:load_masked_lm",

@@ -39,7 +39,11 @@ from transformers.dynamic_module_utils import get_class_from_dynamic_module
 from ddmrl import config
 from ddmrl.config import ConfigError
 from ddmrl.hub import PINNED_REVISIONS, check_revision, is_local, resolve_local
-from ddmrl.models import FAMILIES, compat
+from ddmrl.models import (
+    FAMILIES,
+    compat,
+    tiny_block,  # noqa: F401  registers TinyBlockDDM with the Auto classes
+)
 from ddmrl.models import mmada as mm
 from ddmrl.models.tiny import load_saved
 
