@@ -131,6 +131,10 @@ class SDARAdapter(ModelAdapter):
             [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
         )
 
+    def block_model(self, model: Any) -> SDARBlockModel:
+        """``model`` under the block-model protocol: what ``SAMPLERS["block"]`` and ``ddmrl.likelihood.block`` take."""
+        return SDARBlockModel(model)
+
     def logits(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """[B, L] -> [B, L, V]: one pass over the canvas, block-causal from each row's first real token
         (:func:`block_causal_attention`), positions from it; no cache. A left-padded row gives the row's logits."""

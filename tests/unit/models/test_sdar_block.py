@@ -461,3 +461,20 @@ def test_block_logps_equal_tracerls(sdar, block, length):
                 align="sequence", prompt_mask=prompt_mask,
             )  # fmt: skip
         assert not torch.allclose(other, want.float(), atol=1e-3)
+
+
+def test_training_mode_gives_logits_and_gradients(sdar):
+    """``fuse_cross_entropy`` off (TraceRL's setting, load_sdar's): in training mode the real class returns logits,
+    and the block-diffusion log-probs carry gradients to the LoRA targets' weights."""
+    sdar.config.fuse_cross_entropy = False  # as load_sdar sets it (the fixture builds the class directly)
+    sdar.train()
+    try:
+        completion = prompts(2, 8, seed=9)
+        view = torch.cat([prompts(2, 5, seed=8), completion.masked_fill(torch.arange(8) % 3 == 0, MASK)], 1)
+        logps = block_token_logps(SDARBlockModel(sdar), view, completion, block_length=4)
+        logps.sum().backward()
+        grad = sdar.model.layers[0].self_attn.q_proj.weight.grad
+        assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0
+    finally:
+        sdar.zero_grad(set_to_none=True)
+        sdar.eval()
