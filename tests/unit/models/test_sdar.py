@@ -196,3 +196,19 @@ def test_lora_merge_leaves_head_embeddings_and_norms_bit_identical(sdar):
     assert len(norms) == 2 * 4 + 1  # per layer: input, post-attention, q_norm, k_norm; the final norm
     assert {"lm_head.weight", "model.embed_tokens.weight", *norms}.isdisjoint(changed)
     assert changed == {f"{t}.weight" for t in lora_targets(merged, LORA_TARGETS)}
+
+
+def test_tied_embeddings_load_and_round_trip(tmp_path):
+    """With ``tie_word_embeddings`` (no released SDAR ties them; Qwen3-4B does) the list-form ``_tied_weights_keys``
+    would fail the load itself; bridged, the head is the embeddings and a save / load round trip is exact."""
+    reference = sdar_checkpoint(tmp_path / "tied", tokenizer(), tie_word_embeddings=True)
+    model, tok, _ = load_sdar(str(tmp_path / "tied"), trust_remote_code=True)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    x = ids()
+    with torch.no_grad():
+        assert torch.equal(model(x).logits, reference(x).logits)
+    model.save_pretrained(tmp_path / "saved")
+    tok.save_pretrained(tmp_path / "saved")
+    again, _, _ = load_sdar(str(tmp_path / "saved"), trust_remote_code=True)
+    with torch.no_grad():
+        assert torch.equal(again(x).logits, reference(x).logits)
