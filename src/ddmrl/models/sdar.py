@@ -6,10 +6,12 @@ What sets them apart, and what this module does about it:
 * **Block diffusion.** Attention is bidirectional inside a block of ``block_size`` tokens (config.json: 4) and causal
   across blocks, so a finished block is cached exactly. ``SDARForCausalLM.forward`` takes the attention as a
   [N, 1, n, C + n] mask over the C cached keys then the n given ones, a ``DynamicCache`` in ``past_key_values``
-  and ``store_kv`` (True appends the n positions' keys and values to the cache). :class:`SDARBlockModel` is that
-  call under ddmrl's block-model protocol (``ddmrl.samplers.block``); :func:`block_causal_attention` the mask of a
-  whole (left-padded) canvas. No shift: the logits at position i predict the token at i (TraceRL's training reads
-  them so, SDAR's sampler too).
+  and ``store_kv`` (True appends the n positions' keys and values to the cache). :func:`block_forward` is that
+  call under ddmrl's block-model protocol (``ddmrl.samplers.block``); :func:`load_sdar` gives the loaded instance
+  that method, so it goes to the block sampler and the block likelihood as it is (peft's LoRA wrapper forwards the
+  attribute); :class:`SDARBlockModel` wraps an instance built otherwise. :func:`block_causal_attention` is the mask
+  of a whole (left-padded) canvas. No shift: the logits at position i predict the token at i (TraceRL's training
+  reads them so, SDAR's sampler too).
 * **Loading.** The checkpoint's own ``modeling_sdar.py`` (remote code, ``trust_remote_code: true``), run under
   transformers 5 through ``ddmrl.models.compat``: ``LossKwargs`` lent while it is imported, flash_attn's fused
   RMSNorm replaced by a pure-PyTorch stand-in where flash_attn is not installed, the ``default`` RoPE table, the
@@ -25,6 +27,7 @@ What sets them apart, and what this module does about it:
 from __future__ import annotations
 
 import importlib.util
+import types
 from typing import Any, NamedTuple
 
 import torch
@@ -47,6 +50,7 @@ __all__ = [
     "SDARAdapter",
     "SDARBlockModel",
     "block_causal_attention",
+    "block_forward",
     "load_sdar",
     "padded_positions",
 ]
@@ -78,10 +82,38 @@ def _single_token_needs_flash(n: int, cache: Any) -> bool:
     return n == 1 and cache is not None and importlib.util.find_spec("flash_attn") is None
 
 
+def block_forward(
+    model: Any,
+    input_ids: torch.Tensor,
+    position_ids: torch.Tensor,
+    attention: torch.Tensor,
+    cache: Any | None = None,
+    store: bool = False,
+) -> tuple[torch.Tensor, Any]:
+    """The block-model protocol of ``ddmrl.samplers.block`` on ``SDARForCausalLM``: ``(logits [N, n, V], cache)``
+    for the n positions ``input_ids`` [N, n] after the C cached ones, under ``attention`` [N, n, C + n] (bool); with
+    ``store`` their keys and values are appended to SDAR's own ``DynamicCache`` (``store_kv=True``, in place;
+    ``cache=None`` starts one)."""
+    if store and cache is None:
+        cache = compat.layer_indexable_cache()
+    if _single_token_needs_flash(input_ids.shape[1], cache):
+        raise RuntimeError(
+            "SDAR's modeling code evaluates a single position against a cache with flash_attn_func, and "
+            "flash_attn is not installed: use block_length >= 2 (or install flash_attn)"
+        )
+    out = model(
+        input_ids,
+        attention_mask=attention[:, None],  # [N, 1, n, C + n]: SDAR turns a bool mask into an additive one
+        position_ids=position_ids,
+        past_key_values=cache,
+        use_cache=cache is not None,
+        store_kv=store,
+    )
+    return out.logits, cache
+
+
 class SDARBlockModel:
-    """``SDARForCausalLM`` under the block-model protocol of ``ddmrl.samplers.block``: one call evaluates n positions
-    after the C cached ones with the given attention [N, n, C + n] (bool), and with ``store`` appends their keys and
-    values to SDAR's own ``DynamicCache`` (``store_kv=True``), extended in place."""
+    """``SDARForCausalLM`` as a block model (``ddmrl.samplers.block.BlockModel``): :func:`block_forward`."""
 
     def __init__(self, model: Any) -> None:
         self.model = model
@@ -94,23 +126,7 @@ class SDARBlockModel:
         cache: Any | None = None,
         store: bool = False,
     ) -> tuple[torch.Tensor, Any]:
-        """``(logits [N, n, V], cache)``; ``cache=None`` with ``store`` starts one."""
-        if store and cache is None:
-            cache = compat.layer_indexable_cache()
-        if _single_token_needs_flash(input_ids.shape[1], cache):
-            raise RuntimeError(
-                "SDAR's modeling code evaluates a single position against a cache with flash_attn_func, and "
-                "flash_attn is not installed: use block_length >= 2 (or install flash_attn)"
-            )
-        out = self.model(
-            input_ids,
-            attention_mask=attention[:, None],  # [N, 1, n, C + n]: SDAR turns a bool mask into an additive one
-            position_ids=position_ids,
-            past_key_values=cache,
-            use_cache=cache is not None,
-            store_kv=store,
-        )
-        return out.logits, cache
+        return block_forward(self.model, input_ids, position_ids, attention, cache, store)
 
 
 class SDARAdapter(ModelAdapter):
@@ -163,6 +179,8 @@ def load_sdar(
     _refuse_remote_code(where, local, " (SDARForCausalLM lives in the checkpoint's modeling_sdar.py)")
     model = _remote_model(local, ("AutoModelForCausalLM",), DTYPES[dtype])
     model.config.fuse_cross_entropy = False  # TraceRL's setting: logits in training mode too
+    # the loaded instance is itself a block model (SAMPLERS["block"], token_logps(block_length=) take it as it is)
+    model.block_forward = types.MethodType(block_forward, model)
     tok = _load("tokenizer", local, _tokenizer, trust_remote_code=True, padding_side="left")
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token

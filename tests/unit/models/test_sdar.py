@@ -13,6 +13,7 @@ import transformers
 from real_sdar import BLOCK, EOS, MASK, needs_sdar, sdar_checkpoint, tokenizer
 
 from ddmrl.config import ConfigError
+from ddmrl.likelihood import token_logps
 from ddmrl.models import compat
 from ddmrl.models.lora import lora_targets, peft_target_modules
 from ddmrl.models.sdar import (
@@ -23,6 +24,7 @@ from ddmrl.models.sdar import (
     load_sdar,
     padded_positions,
 )
+from ddmrl.samplers import SAMPLERS
 
 pytestmark = needs_sdar
 
@@ -72,6 +74,30 @@ def test_sdar_loads_under_transformers_5_and_round_trips(sdar, tmp_path):
     again, _, _ = load_sdar(str(tmp_path / "saved"), trust_remote_code=True)
     with torch.no_grad():
         assert torch.equal(again(x).logits, loaded), "save / load round trip"
+
+
+def test_the_loaded_model_is_a_block_model_lora_wrapped_too(sdar):
+    """load_sdar's instance answers the block protocol itself: the block sampler and ``token_logps(block_length=)``
+    take it as it is, and through peft's LoRA wrapper (the attribute is forwarded to the injected model)."""
+    from peft import LoraConfig, get_peft_model
+
+    model, _, adapter = load_sdar(str(sdar[0]), trust_remote_code=True)
+    x = ids(2, 6, seed=11)
+    kw = dict(mask_id=MASK, block_length=BLOCK, steps=2, temperature=0.0)
+    plain = SAMPLERS["block"](model, x, 6, **kw)
+    wrapped = SAMPLERS["block"](SDARBlockModel(sdar[1]), x, 6, **kw)
+    assert torch.equal(plain.completion_ids, wrapped.completion_ids)
+    view = torch.cat([x, plain.completion_ids.masked_fill(torch.arange(6) % 2 == 0, MASK)], 1)
+    with torch.no_grad():
+        want = token_logps(model, view, plain.completion_ids, block_length=BLOCK)
+    lora = LoraConfig(r=2, target_modules=LORA_TARGETS, init_lora_weights=False)
+    peft_model = get_peft_model(copy.deepcopy(model), lora)
+    with torch.no_grad():
+        got = token_logps(peft_model, view, plain.completion_ids, block_length=BLOCK)
+        merged = token_logps(peft_model.merge_and_unload(), view, plain.completion_ids, block_length=BLOCK)
+    assert not torch.allclose(got, want, atol=1e-3), "the LoRA is in the path (the copy's method is bound to it)"
+    assert torch.allclose(got, merged, atol=1e-4)
+    assert adapter.block_model(model).model is model
 
 
 def test_refused_without_trust_remote_code(sdar):
