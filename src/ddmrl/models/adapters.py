@@ -362,6 +362,16 @@ def _remote_model(local: Path, auto_classes: Sequence[str], dtype: torch.dtype |
     return model
 
 
+def _import_remote_class(local: Path, reference: str) -> type:
+    """The class ``reference`` (``"modeling_x.Class"``) of the checkpoint's own code, imported through
+    ``compat.import_bridges`` (names transformers 5 removed, flash_attn kernels not installed)."""
+    module_file = local / f"{reference.rsplit('.', 1)[0]}.py"
+    if "--" in reference or not module_file.is_file():
+        return get_class_from_dynamic_module(reference, local)
+    with compat.import_bridges(module_file):
+        return get_class_from_dynamic_module(reference, local)
+
+
 def remote_class(local: Path, auto_classes: Sequence[str]) -> tuple[type, Any, str]:
     """``(class, config, auto class)``: the checkpoint's own model class (the first of ``auto_classes`` in
     config.json's ``auto_map``) and its config, bridged to the pinned transformers (``ddmrl.models.compat``); no
@@ -374,7 +384,7 @@ def remote_class(local: Path, auto_classes: Sequence[str]) -> tuple[type, Any, s
             f"{local}/config.json: auto_map has no {' or '.join(auto_classes)} entry (the model class of its remote "
             "code)"
         )
-    cls = _load("model code", local, lambda path: get_class_from_dynamic_module(auto_map[auto], path))
+    cls = _load("model code", local, _import_remote_class, auto_map[auto])
     compat.bridge_class(cls)
     compat.bridge_config(cls, config, local / "config.json")
     return cls, config, auto

@@ -34,14 +34,33 @@ written for 5.x is left alone), and patches that remote class or config object o
   overrides ``_init_weights`` (Dream's does): the loaded ``inv_freq`` is uninitialised memory. Detected after
   :func:`load_pretrained` on every ``*RotaryEmbedding`` module with a non-persistent ``inv_freq`` when the class's
   own hierarchy overrides ``_init_weights``; bridged by the module's own ``reset_parameters()`` (Dream's, which its
-  ``reset_rope_parameters`` calls), a module without one fails.
+  ``reset_rope_parameters`` calls), else its own ``rope_init_fn(config, device)`` as its ``__init__`` computes it
+  (SDAR's); a module with neither fails.
 
-* **tied weights as a list.** transformers 5 reads ``_tied_weights_keys`` as a mapping, tied parameter -> its
-  source (``keys()`` in ``save_pretrained``); 4.x code (Dream's, SDAR's and LLaDA 2.x's heads) lists the parameters
-  that follow the input embedding when ``tie_word_embeddings`` is set, and ``save_pretrained`` fails with
-  ``AttributeError: 'list' object has no attribute 'keys'``. Detected on each class of the hierarchy whose own
-  ``_tied_weights_keys`` is a list or tuple; bridged by a per-instance mapping of each listed name to the input
-  embedding's weight (found by ``get_input_embeddings()``), which is what 4.x tied them to.
+* **_tied_weights_keys.** 4.x classes list the weights tied to the input embeddings (``["lm_head.weight"]``,
+  Dream's and SDAR's); transformers 5 reads a ``{target: source}`` dict (``.keys()``), so ``save_pretrained`` fails
+  (and loading too when ``tie_word_embeddings`` is true). Detected on the classes of the hierarchy that declare a
+  list; bridged by a property giving each listed name the input embeddings' weight as its source (4.x's meaning:
+  ``tie_weights`` ties the output embeddings to the input ones), read only where the config ties them.
+* **names gone from transformers.utils** (import time). SDAR's ``modeling_sdar.py`` imports ``LossKwargs`` from
+  ``transformers.utils`` (removed in 5.x, where ``TransformersKwargs`` took its place); it only serves as a base of
+  the ``KwargsForCausalLM`` typing class. Detected from the module file's top-level imports (outside ``try``) when
+  ``transformers.utils`` lacks the name; bridged by :func:`import_bridges`, which lends 4.5x's definition (a
+  ``TypedDict`` with ``num_items_in_batch``) to ``transformers.utils`` only while the remote module is imported
+  and takes it back afterwards. Another missing name fails in one line.
+* **flash_attn's fused RMSNorm** (import time). ``modeling_sdar.py`` imports
+  ``flash_attn.ops.triton.layer_norm.rms_norm_fn`` at module level (a Triton kernel; every ``SDARRMSNorm`` calls
+  it), so the file cannot even be imported without flash_attn. Detected when that import is at the top level and
+  ``flash_attn`` is not installed; bridged, for that import only, by :func:`rms_norm_fn`, a pure-PyTorch stand-in
+  (y = x / sqrt(mean(x^2) + eps) * w in float32, cast back to x's dtype: what the kernel computes with no bias, no
+  residual, no dropout), lent to ``sys.modules`` while the module is imported. With flash_attn installed the real
+  kernel is imported, unchanged. SDAR's other flash_attn imports sit in a ``try`` and stay absent: its single-token
+  decoding branch (a query of length 1 with a cache) calls ``flash_attn_func`` and is not bridged
+  (``ddmrl.models.sdar`` refuses a block of one token without flash_attn).
+* **indexing a cache by layer.** SDAR's attention reads a layer's cached keys and values as
+  ``past_key_value[layer_idx]`` (4.x's ``Cache.__getitem__``, gone from 5.x's ``DynamicCache``). A caller passes
+  :func:`layer_indexable_cache`: a 5.x ``DynamicCache`` that also answers ``cache[i] = (keys_i, values_i)``;
+  transformers' class is left as it is.
 
 What cannot be bridged fails with :class:`IncompatibleRemoteCode`, one line naming the file, the class and the
 incompatibility (for example a ``tie_weights`` that needs positional arguments, or a load that raises).
@@ -49,18 +68,32 @@ incompatibility (for example a ``tie_weights`` that needs positional arguments, 
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import functools
+import importlib.machinery
+import importlib.util
 import inspect
 import json
 import sys
+import types
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 import transformers
-from transformers import GenerationConfig, PreTrainedModel
+from transformers import DynamicCache, GenerationConfig, PreTrainedModel
 
-__all__ = ["IncompatibleRemoteCode", "bridge_class", "bridge_config", "load_pretrained"]
+__all__ = [
+    "IncompatibleRemoteCode",
+    "bridge_class",
+    "bridge_config",
+    "import_bridges",
+    "layer_indexable_cache",
+    "load_pretrained",
+    "rms_norm_fn",
+]
 
 _BRIDGED = "_ddmrl_compat"  # set on a bridged class: what was bridged (and: never bridge it twice)
 
@@ -80,7 +113,8 @@ def _fail(cls: type, what: str) -> IncompatibleRemoteCode:
     return IncompatibleRemoteCode(
         f"{_where(cls)} is incompatible with transformers {transformers.__version__}: {what} "
         "(ddmrl.models.compat bridges post_init, tie_weights, use_cache, default RoPE, GenerationConfig.validate, "
-        "from_pretrained overrides, rotary buffers and tied-weight lists only; see docs/real_scale.md)"
+        "from_pretrained overrides, rotary buffers, _tied_weights_keys, LossKwargs, flash_attn's rms_norm_fn and "
+        "cache indexing only; see docs/real_scale.md and docs/families.md)"
     )
 
 
@@ -161,6 +195,18 @@ def _legacy_generation_configs(cls: type) -> list[type]:
     return found
 
 
+def _legacy_tied_weights_keys(cls: type) -> list[type]:
+    """The classes of ``cls``'s own hierarchy that declare ``_tied_weights_keys`` in 4.x's form (a list of names)."""
+    return [k for k in _own_classes(cls) if isinstance(k.__dict__.get("_tied_weights_keys"), (list, tuple))]
+
+
+def _tied_to_input_embeddings(model: Any, keys: tuple[str, ...]) -> dict[str, str]:
+    """5.x's ``{target: source}`` form of 4.x's list ``keys``: each tied to the input embeddings' weight."""
+    weight = model.get_input_embeddings().weight
+    source = next((name for name, p in model.named_parameters() if p is weight), None)
+    return {k: source for k in keys} if source else {}
+
+
 def bridge_class(cls: type) -> list[str]:
     """Patch the remote model class ``cls`` in place where it misses what transformers 5 calls; returns what was
     bridged (empty for a 5.x-ready class). Idempotent. Raises :class:`IncompatibleRemoteCode`."""
@@ -192,6 +238,10 @@ def bridge_class(cls: type) -> list[str]:
 
         cls.__init__ = __init__
         bridged.append("__init__ never calls post_init()")
+    for klass in _legacy_tied_weights_keys(cls):
+        listed = tuple(klass.__dict__["_tied_weights_keys"])
+        klass._tied_weights_keys = property(functools.partial(_tied_to_input_embeddings, keys=listed))
+        bridged.append(f"{klass.__name__}._tied_weights_keys is a list")
     for module in _rope_tables_without_default(cls):
         # a copy bound to the remote module's own name: transformers' table stays as it is
         module.ROPE_INIT_FUNCTIONS = {**module.ROPE_INIT_FUNCTIONS, "default": _default_rope_parameters}
@@ -207,26 +257,8 @@ def bridge_class(cls: type) -> list[str]:
         config_class.validate = validate
         setattr(config_class, _BRIDGED, ("validate() takes no user_set_attributes",))
         bridged.append(f"{config_class.__name__}.validate() takes no user_set_attributes")
-    for own in _legacy_tied_lists(cls):
-        own._tied_weights_keys = _tied_to_input_embedding(tuple(own.__dict__["_tied_weights_keys"]))
-        bridged.append("_tied_weights_keys is a list")
     setattr(cls, _BRIDGED, tuple(bridged))
     return bridged
-
-
-def _legacy_tied_lists(cls: type) -> list[type]:
-    return [c for c in _own_classes(cls) if isinstance(c.__dict__.get("_tied_weights_keys"), (list, tuple))]
-
-
-def _tied_to_input_embedding(names: tuple[str, ...]) -> property:
-    """5.x's mapping for a 4.x list: each listed parameter tied to the input embedding's weight."""
-
-    def tied(self) -> dict[str, str]:
-        embedding = self.get_input_embeddings()
-        where = next(name for name, module in self.named_modules() if module is embedding)
-        return {name: f"{where}.weight" for name in names}
-
-    return property(tied)
 
 
 def _reads_use_cache(cls: type) -> bool:
@@ -278,10 +310,16 @@ def _reset_rotary_buffers(model: Any) -> list[str]:
     reset = []
     for name, module in model.named_modules():
         if "RotaryEmbedding" in type(module).__name__ and "inv_freq" in module._non_persistent_buffers_set:
-            if not callable(getattr(module, "reset_parameters", None)):
-                what = f"{name} ({type(module).__name__}) has no reset_parameters() to rebuild inv_freq"
+            if callable(getattr(module, "reset_parameters", None)):
+                module.reset_parameters()
+            elif callable(getattr(module, "rope_init_fn", None)) and hasattr(module, "config"):
+                # SDAR's (Qwen3's 4.5x code) has no reset_parameters: its own __init__ computation, repeated
+                inv_freq, _ = module.rope_init_fn(module.config, module.inv_freq.device)
+                module.register_buffer("inv_freq", inv_freq, persistent=False)
+                module.original_inv_freq = module.inv_freq
+            else:
+                what = f"{name} ({type(module).__name__}) has no reset_parameters() or rope_init_fn for inv_freq"
                 raise _fail(type(model), what)
-            module.reset_parameters()
             reset.append(name)
     return reset
 
@@ -315,3 +353,121 @@ def load_pretrained(local: Path, cls: type, config: Any, **kwargs: Any) -> Any:
             "they would be left at random values"
         )
     return model
+
+
+# ------------------------------------------------------------------------------------------------ import time
+
+
+class LossKwargs(TypedDict, total=False):
+    """transformers 4.5x's ``transformers.utils.LossKwargs`` (removed in 5.x): keyword arguments of the loss."""
+
+    num_items_in_batch: int | None
+
+
+def rms_norm_fn(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    dropout_p: float = 0.0,
+    prenorm: bool = False,
+    **unsupported: Any,
+) -> torch.Tensor:
+    """Pure-PyTorch stand-in for ``flash_attn.ops.triton.layer_norm.rms_norm_fn`` as SDAR calls it
+    (``rms_norm_fn(x, weight=w, bias=None, eps=eps)``): RMSNorm y = x / sqrt(mean(x^2) + eps) * w [..., D], computed
+    in float32 like the kernel and returned in ``x``'s dtype. The kernel's fused residual, dropout, pre-norm and
+    second-weight paths are refused (SDAR never uses them)."""
+    used = [k for k, v in unsupported.items() if v not in (None, False, 0.0)]
+    if bias is not None or residual is not None or dropout_p or prenorm or used:
+        what = ", ".join(used or ["bias/residual/dropout/prenorm"])
+        raise NotImplementedError(f"ddmrl's rms_norm_fn stand-in computes plain RMSNorm only (got {what})")
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return (h * weight.float()).to(x.dtype)
+
+
+#: names a remote module may import from ``transformers.utils`` that 5.x removed, and what ddmrl lends for them
+_GONE_FROM_TRANSFORMERS_UTILS = {"LossKwargs": LossKwargs}
+#: (module, name) of a flash_attn kernel imported at module level -> ddmrl's pure-PyTorch stand-in
+_FLASH_ATTN_STAND_INS = {("flash_attn.ops.triton.layer_norm", "rms_norm_fn"): rms_norm_fn}
+
+
+def _top_level_imports(module_file: Path) -> list[tuple[str, str]]:
+    """``(module, name)`` of every ``from module import name`` at the top level of ``module_file`` (those inside
+    ``try`` are optional and left out, as transformers' ``check_imports`` leaves them)."""
+    tree = ast.parse(Path(module_file).read_text(encoding="utf-8"))
+    return [
+        (node.module, alias.name)
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level
+        for alias in node.names
+    ]
+
+
+def _stand_in_module(name: str) -> types.ModuleType:
+    module = types.ModuleType(name)
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+    module.__path__ = []
+    return module
+
+
+@contextlib.contextmanager
+def import_bridges(module_file: str | Path) -> Iterator[list[str]]:
+    """Within this context the remote module ``module_file`` can be imported (and transformers' ``check_imports``
+    passes) where it imports, at its top level, a name 5.x removed from ``transformers.utils`` or a flash_attn
+    kernel that is not installed (see the module docstring); yields what was bridged (empty: nothing is touched).
+    Everything lent is taken back on exit: the imported module keeps its own references. Raises
+    :class:`IncompatibleRemoteCode` (one line) for a missing name or kernel ddmrl has no stand-in for."""
+    hf_utils = transformers.utils
+    where = Path(module_file).name
+    lent_names, lent_modules, bridged = [], [], []
+    flash_missing = importlib.util.find_spec("flash_attn") is None
+    try:
+        for module, name in _top_level_imports(Path(module_file)):
+            if module == "transformers.utils" and not hasattr(hf_utils, name):
+                if name not in _GONE_FROM_TRANSFORMERS_UTILS:
+                    raise IncompatibleRemoteCode(
+                        f"{where} imports transformers.utils.{name}, which transformers {transformers.__version__} "
+                        "no longer has and ddmrl.models.compat has no stand-in for"
+                    )
+                setattr(hf_utils, name, _GONE_FROM_TRANSFORMERS_UTILS[name])
+                lent_names.append(name)
+                bridged.append(f"transformers.utils.{name} is gone")
+            elif module.split(".")[0] == "flash_attn" and flash_missing:
+                stand_in = _FLASH_ATTN_STAND_INS.get((module, name))
+                if stand_in is None:
+                    raise IncompatibleRemoteCode(
+                        f"{where} imports {module}.{name} at module level; flash_attn is not installed and "
+                        "ddmrl.models.compat has no pure-PyTorch stand-in for it (install flash_attn on a GPU machine)"
+                    )
+                parts = module.split(".")
+                for i in range(1, len(parts) + 1):
+                    prefix = ".".join(parts[:i])
+                    if prefix not in sys.modules:
+                        sys.modules[prefix] = _stand_in_module(prefix)
+                        lent_modules.append(prefix)
+                setattr(sys.modules[module], name, stand_in)
+                bridged.append(f"{module}.{name} (flash_attn) is not installed")
+        yield bridged
+    finally:
+        for name in lent_names:
+            delattr(hf_utils, name)
+        for prefix in reversed(lent_modules):
+            sys.modules.pop(prefix, None)
+
+
+class _LayerIndexableCache(DynamicCache):
+    """A transformers 5 ``DynamicCache`` that also answers 4.x's ``cache[layer_idx] -> (keys, values)``."""
+
+    def __getitem__(self, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if not 0 <= layer_idx < len(self.layers):
+            raise IndexError(f"the cache holds {len(self.layers)} layers; layer {layer_idx} was asked for")
+        layer = self.layers[layer_idx]
+        return layer.keys, layer.values
+
+
+def layer_indexable_cache() -> DynamicCache:
+    """An empty KV cache that remote code written for transformers 4.x can index by layer (see the module
+    docstring); ``DynamicCache`` itself when it still supports indexing."""
+    return DynamicCache() if hasattr(DynamicCache, "__getitem__") else _LayerIndexableCache()
