@@ -29,12 +29,18 @@ written for 5.x is left alone), and patches that remote class or config object o
   Detected on every ``GenerationConfig`` subclass defined in a module of the class's hierarchy (its mixins
   included) whose ``validate`` takes neither the keyword nor ``**kwargs``; bridged by passing on only the keywords
   its signature names.
+* **list-form tied weights.** transformers 5 reads ``_tied_weights_keys`` as a ``{target: source}`` mapping
+  (``save_pretrained`` calls ``.keys()``); LLaDA 2.x's ``LLaDA2MoeModelLM`` declares 4.x's list
+  ``["lm_head.weight"]``. Detected on the classes of the hierarchy; bridged by a property mapping each listed target to
+  the input embeddings' weight (what 4.x tied it to, and only when ``tie_word_embeddings``, as 5.x still checks).
 * **rotary buffers after loading.** transformers 5 builds the model on the meta device and re-initialises
   non-persistent buffers through ``PreTrainedModel._init_weights``, whose rotary branch never runs for a class that
   overrides ``_init_weights`` (Dream's does): the loaded ``inv_freq`` is uninitialised memory. Detected after
   :func:`load_pretrained` on every ``*RotaryEmbedding`` module with a non-persistent ``inv_freq`` when the class's
   own hierarchy overrides ``_init_weights``; bridged by the module's own ``reset_parameters()`` (Dream's, which its
-  ``reset_rope_parameters`` calls), a module without one fails.
+  ``reset_rope_parameters`` calls), else, for a 4.x-style module holding ``rope_init_fn`` and ``config`` (LLaDA 2.x's
+  ``LLaDA2MoeRotaryEmbedding``, which has no ``reset_parameters``), by recomputing ``rope_init_fn(config)`` as its
+  ``__init__`` does; a module with neither fails.
 
 What cannot be bridged fails with :class:`IncompatibleRemoteCode`, one line naming the file, the class and the
 incompatibility (for example a ``tie_weights`` that needs positional arguments, or a load that raises).
@@ -73,7 +79,7 @@ def _fail(cls: type, what: str) -> IncompatibleRemoteCode:
     return IncompatibleRemoteCode(
         f"{_where(cls)} is incompatible with transformers {transformers.__version__}: {what} "
         "(ddmrl.models.compat bridges post_init, tie_weights, use_cache, default RoPE, GenerationConfig.validate, "
-        "from_pretrained overrides and rotary buffers only; see docs/real_scale.md)"
+        "from_pretrained overrides, list-form tied weights and rotary buffers only; see docs/real_scale.md)"
     )
 
 
@@ -200,8 +206,29 @@ def bridge_class(cls: type) -> list[str]:
         config_class.validate = validate
         setattr(config_class, _BRIDGED, ("validate() takes no user_set_attributes",))
         bridged.append(f"{config_class.__name__}.validate() takes no user_set_attributes")
+    bridged += _bridge_tied_weights_list(cls)
     setattr(cls, _BRIDGED, tuple(bridged))
     return bridged
+
+
+def _bridge_tied_weights_list(cls: type) -> list[str]:
+    """4.x's list form of ``_tied_weights_keys`` (LLaDA 2.x's ``["lm_head.weight"]``) on a class of ``cls``'s own
+    hierarchy -> 5.x's ``{target: source}`` mapping, the source being the input embeddings' weight as 4.x tied it
+    (resolved on the instance by a property: the class does not know its parameter names). Returns what was bridged."""
+    bridged = []
+    for klass in _own_classes(cls):
+        legacy = klass.__dict__.get("_tied_weights_keys")
+        if isinstance(legacy, (list, tuple)):
+            klass._tied_weights_keys = property(functools.partial(_tied_mapping, targets=tuple(legacy)))
+            bridged.append(f"{klass.__name__}._tied_weights_keys is a list")
+    return bridged
+
+
+def _tied_mapping(model: Any, targets: tuple[str, ...]) -> dict[str, str]:
+    """``{target: name of the input embeddings' weight}`` for each of ``targets`` (see _bridge_tied_weights_list)."""
+    weight = model.get_input_embeddings().weight
+    names = [n for n, p in model.named_parameters(remove_duplicate=False) if p is weight and n not in targets]
+    return dict.fromkeys(targets, names[0]) if names else {}
 
 
 def _reads_use_cache(cls: type) -> bool:
@@ -253,12 +280,27 @@ def _reset_rotary_buffers(model: Any) -> list[str]:
     reset = []
     for name, module in model.named_modules():
         if "RotaryEmbedding" in type(module).__name__ and "inv_freq" in module._non_persistent_buffers_set:
-            if not callable(getattr(module, "reset_parameters", None)):
-                what = f"{name} ({type(module).__name__}) has no reset_parameters() to rebuild inv_freq"
+            if callable(getattr(module, "reset_parameters", None)):
+                module.reset_parameters()
+            elif not _rebuild_hf_rotary(module):
+                what = f"{name} ({type(module).__name__}) has no reset_parameters() or rope_init_fn for inv_freq"
                 raise _fail(type(model), what)
-            module.reset_parameters()
             reset.append(name)
     return reset
+
+
+def _rebuild_hf_rotary(module: Any) -> bool:
+    """Rebuild ``inv_freq`` of a transformers-4.x-style rotary module (``rope_init_fn(config, device)``, as
+    LLaDA 2.x's ``LLaDA2MoeRotaryEmbedding``), which has no ``reset_parameters``; False when it is not one. The
+    module's ``original_inv_freq`` (read by dynamic RoPE) follows, as its ``__init__`` sets it."""
+    init_fn, config = getattr(module, "rope_init_fn", None), getattr(module, "config", None)
+    if not callable(init_fn) or config is None:
+        return False
+    device = module.inv_freq.device if module.inv_freq.device.type != "meta" else None
+    inv_freq, module.attention_scaling = init_fn(config, device)
+    module.register_buffer("inv_freq", inv_freq, persistent=False)
+    module.original_inv_freq = module.inv_freq
+    return True
 
 
 def load_pretrained(local: Path, cls: type, config: Any, **kwargs: Any) -> Any:
