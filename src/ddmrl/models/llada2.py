@@ -35,7 +35,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import torch
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, DynamicCache
 
 from ddmrl.models.adapters import (
     DTYPES,
@@ -53,6 +53,7 @@ __all__ = [
     "LLADA2_MASK_ID",
     "LORA_TARGETS",
     "LLaDA2Adapter",
+    "LLaDA2BlockModel",
     "attention_inputs",
     "block_logits",
     "load_llada2",
@@ -123,6 +124,59 @@ class LLaDA2Adapter(ModelAdapter):
 
     def logits(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         return block_logits(model, input_ids, attention_mask, self.block_length)
+
+
+class _Cache(DynamicCache):
+    """transformers 5's ``DynamicCache`` with 4.x's ``get_usable_length`` (the cached length), which
+    ``LLaDA2MoeSdpaAttention`` calls; nothing of transformers is patched."""
+
+    def get_usable_length(self, new_seq_length: int, layer_idx: int = 0) -> int:
+        return self.get_seq_length(layer_idx)
+
+
+class LLaDA2BlockModel:
+    """``LLaDA2MoeModelLM`` under the block-diffusion protocol (``ddmrl.samplers.block.BlockModel``):
+    ``block_forward(input_ids [N, n], position_ids [N, n], attention [N, n, C + n] bool, cache, store)`` ->
+    ``(logits [N, n, V], cache)``. The cache is a real KV cache of the C stored positions (block-causal attention
+    makes a finished block's keys and values final); a pass with ``store=False`` is cropped back off it.
+
+    ``released_21_mask`` (a released-code quirk, off by default): LLaDA 2.1's ``generate`` passes its block mask as
+    1.0 / 0.0 added to the attention scores (2.0 passes ``log`` of it: 0 / -inf), through the eager fallback
+    (``output_attentions=True``), so earlier blocks attend the current one with weight e^-1 relative to their own
+    keys instead of not at all. On, the allowed keys get +1 and the others 0, as there; it needs the sampler's
+    ``kv_cache: false`` (what an earlier block computes then depends on the later ones, no cache is exact).
+    """
+
+    def __init__(self, model: Any, released_21_mask: bool = False) -> None:
+        self.model = model
+        self.released_21_mask = released_21_mask
+
+    def block_forward(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        attention: torch.Tensor,
+        cache: Any | None = None,
+        store: bool = False,
+    ) -> tuple[torch.Tensor, Any]:
+        dtype = self.model.get_input_embeddings().weight.dtype
+        extra = {}
+        if self.released_21_mask:
+            if cache is not None or store:
+                raise ValueError("released_21_mask: LLaDA 2.1's mask has no exact cache (set sampler.kv_cache: false)")
+            bias, extra = attention.to(dtype)[:, None], {"output_attentions": True}  # [N, 1, n, C + n]
+        else:
+            bias = torch.zeros(attention.shape, dtype=dtype, device=attention.device)
+            bias = bias.masked_fill_(~attention, torch.finfo(dtype).min)[:, None]  # [N, 1, n, C + n]
+        kv = cache if cache is not None else (_Cache() if store else None)
+        cached = kv.get_seq_length() if kv is not None else 0
+        out = self.model(
+            input_ids, attention_mask=bias, position_ids=position_ids, past_key_values=kv, use_cache=kv is not None,
+            **extra,
+        )  # fmt: skip
+        if kv is not None and not store:
+            kv.crop(cached - kv.get_seq_length())  # the pass's keys and values off again
+        return out.logits, (kv if store else cache)
 
 
 class _Where(NamedTuple):  # what the remote-code policy reads of a model spec

@@ -12,7 +12,14 @@ from real_llada2 import EOS, MASK, VERSIONS, llada2_checkpoint, needs_llada2, to
 
 from ddmrl.config import ConfigError
 from ddmrl.models import compat
-from ddmrl.models.llada2 import LORA_TARGETS, LLaDA2Adapter, attention_inputs, block_logits, load_llada2
+from ddmrl.models.llada2 import (
+    LORA_TARGETS,
+    LLaDA2Adapter,
+    LLaDA2BlockModel,
+    attention_inputs,
+    block_logits,
+    load_llada2,
+)
 from ddmrl.models.lora import lora_targets, peft_target_modules
 
 pytestmark = needs_llada2
@@ -168,3 +175,24 @@ def test_lora_merge_leaves_head_embeddings_and_router_bit_identical(llada2):
     untouched |= {"model.layers.1.mlp.gate.weight", "model.layers.1.mlp.gate.expert_bias"}
     assert untouched.isdisjoint(changed)
     assert changed == {f"{t}.weight" for t in lora_targets(merged, LORA_TARGETS)}
+
+
+def test_block_forward_with_a_kv_cache_equals_recomputing(llada2):
+    """The block-diffusion protocol over the real class: a block read against the cached earlier blocks gives the
+    logits of the whole prefix recomputed; a pass with ``store=False`` leaves the cache as it was."""
+    model = LLaDA2BlockModel(llada2[2])
+    x = ids(2, 12)
+    pos = torch.arange(12)[None].expand(2, -1)
+    blocks = torch.arange(12) // 4
+    att = (blocks[None, :] <= blocks[:, None])[None].expand(2, -1, -1)  # [2, 12, 12]
+    with torch.no_grad():
+        full, none = model.block_forward(x, pos, att)
+        _, cache = model.block_forward(x[:, :8], pos[:, :8], att[:, :8, :8], None, True)
+        step, same = model.block_forward(x[:, 8:], pos[:, 8:], att[:, 8:], cache, False)
+        again, _ = model.block_forward(x[:, 8:], pos[:, 8:], att[:, 8:], cache, False)
+    assert none is None and same is cache and cache.get_seq_length() == 8
+    assert torch.allclose(step, full[:, 8:], atol=1e-5) and torch.equal(step, again)
+    with torch.no_grad():
+        assert torch.allclose(full, block_logits(llada2[2], x, block_length=4), atol=1e-6)
+    with pytest.raises(ValueError, match="kv_cache: false"):
+        LLaDA2BlockModel(llada2[2], released_21_mask=True).block_forward(x, pos, att, None, True)
