@@ -10,6 +10,7 @@ SAMPLERS = Registry(
         "maskgit": "ddmrl.samplers.maskgit:generate",
         "emerge": "ddmrl.samplers.emerge:generate",
         "dream": "ddmrl.samplers.dream:generate",
+        "block": "ddmrl.samplers.block:generate",
     }
 )
 

@@ -1,0 +1,276 @@
+"""Block diffusion's sampler (SDAR, Cheng et al. 2025; TraDo / TraceRL, Wang et al. 2025; LLaDA 2.x, Bie et al.
+2025): bidirectional attention inside a block, causal attention across blocks, so a finished block is cached
+exactly (a real KV cache, not Fast-dLLM's approximation).
+
+**The protocol** (``BlockModel``). A block-diffusion model is anything with one method::
+
+    logits, cache = model.block_forward(input_ids, position_ids, attention, cache, store)
+
+* ``input_ids`` [N, n]: the tokens of the n positions that follow the cached ones (the cache holds C positions,
+  C = 0 for ``cache=None``); ``position_ids`` [N, n] their positions (what the model's position embedding reads;
+  left pads make them differ from the canvas index);
+* ``attention`` [N, n, C + n] bool: True where query i may attend key j, the keys being the C cached positions
+  then the n given ones (the caller builds it: :func:`block_attention`);
+* ``store``: False returns ``cache`` unchanged (it may be returned as it came); True returns a cache holding the C
+  positions and then the n given ones, their keys and values as this call computed them. The sampler passes a cache
+  back only as it got it from the last ``store=True`` call, so an implementation may extend it in place (SDAR's
+  ``DynamicCache`` with ``store_kv=True``);
+* ``logits`` [N, n, V]: position i's logits predict ``input_ids[:, i]`` (a family with the autoregressive shift,
+  Dream's, aligns them in its ``block_forward``).
+
+A family without a cache satisfies the protocol by keeping the tokens, positions and attention of the stored
+positions and recomputing them with every call: the result is the same, only slower. ``ddmrl.models.tiny_block``
+(TinyBlockDDM) implements it with a real cache; the likelihood of a view (``ddmrl.likelihood.block``) uses the same
+method with ``cache=None``.
+
+**The layout.** Every canvas position t (prompt then completion, T = P + L) belongs to block
+``floor((t - origin) / block_length)``: ``align: completion`` puts the origin at the completion's first position
+(P), so the completion's blocks start with it and the prompt's blocks end with it (TraceRL's training layout,
+dLLM-RL ``train/rl_sdar.py`` ``make_basic_block_attention``); ``align: sequence`` puts it at position 0 of the
+canvas (SDAR's ``block_diffusion_generate``, LLaDA 2.x's ``generate``: the prompt's tail then shares a block with
+the first completion tokens, and is re-read with them). A query attends every key of its own or an earlier block
+that is not a pad (:func:`block_attention`); positions count from each row's first real token (:func:`positions`).
+
+**The sampler.** The part of the canvas before the first block holding a completion position is prefilled into the
+cache in one call (block-causal inside). Each block is then denoised in ``steps`` passes (a pass evaluates the block
+only, against the cache) and, once it has no mask left, appended to the cache in one more pass. A pass proposes a
+token at every position of the block (``temperature``, ``top_k``, ``top_p`` as SDAR's and LLaDA 2.x's
+``sample_with_temperature_topk_topp``: top-k, then top-p, then a multinomial draw from ``generator``; the argmax at
+temperature 0) and commits, among the block's masked positions, the ``k_s`` proposals of highest confidence (the
+proposal's probability under that distribution), ``k_s`` SDAR's and LLaDA 2.x's ``get_num_transfer_tokens``: the
+block's length split over the steps, the first ``remainder`` steps one more. With ``parallel: threshold`` a pass
+commits instead every masked proposal whose confidence exceeds ``threshold`` when there are at least ``k_s`` of
+them (SDAR's ``low_confidence_dynamic``, LLaDA 2.0's rule). ``kv_cache=False`` evaluates the whole canvas up to the
+block's end at every pass, with the full block-causal mask and no cache (LLaDA 2.x's ``generate``): the same tokens
+(tested), more compute.
+
+Deviations from the released samplers (docs/families.md, "Block diffusion"): a batch of left-padded prompts (theirs
+take one prompt; pads are never attended, positions count from the first real token); the last block ends with the
+completion (they round the canvas up to whole blocks and denoise the extra masks too); temperature 0 is the argmax
+(SDAR divides by 0, LLaDA 2.0 draws from softmax(logits)); the mask token is never proposed; a step commits at most
+the masked count (SDAR's ``low_confidence_static`` can overwrite committed or prompt positions when ``k_s`` exceeds
+it); no early stop at EOS, no LLaDA 2.1 token editing, no SDAR ``sequential``/``entropy_bounded`` rules.
+
+``reveal_step`` is the global index of the denoising pass that committed each token (counted across blocks), the
+order TraceRL's trajectory views read; ``nfe`` counts every forward call: the prefill, each denoising pass and each
+append (with ``kv_cache=False``, the passes only).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+
+from ddmrl.samplers.base import SampleOutput, init_canvas
+
+ALIGNS = ("completion", "sequence")
+PARALLEL_RULES = ("none", "threshold")
+
+__all__ = [
+    "ALIGNS",
+    "BlockModel",
+    "block_attention",
+    "block_index",
+    "block_spans",
+    "generate",
+    "num_blocks",
+    "positions",
+    "propose",
+    "transfer_counts",
+]
+
+
+class BlockModel(Protocol):
+    """What the block sampler and the block likelihood need from a model (the module docstring states the
+    contract)."""
+
+    def block_forward(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        attention: torch.Tensor,
+        cache: Any | None = None,
+        store: bool = False,
+    ) -> tuple[torch.Tensor, Any]: ...
+
+
+def block_index(prompt_length: int, total: int, block_length: int, align: str) -> torch.Tensor:
+    """[T] the block of every canvas position: ``floor((t - origin) / block_length)``, origin P (``completion``) or 0
+    (``sequence``); prompt blocks are negative under ``completion``.
+
+    >>> block_index(3, 7, 2, "completion").tolist()
+    [-2, -1, -1, 0, 0, 1, 1]
+    >>> block_index(3, 7, 2, "sequence").tolist()
+    [0, 0, 1, 1, 2, 2, 3]
+    """
+    if align not in ALIGNS:
+        raise ValueError(f"unknown align {align!r}; choose one of {ALIGNS}")
+    origin = prompt_length if align == "completion" else 0
+    return torch.div(torch.arange(total) - origin, block_length, rounding_mode="floor")
+
+
+def block_spans(blocks: torch.Tensor, start: int) -> list[tuple[int, int]]:
+    """[(lo, hi)] the runs of equal block index from the block that holds position ``start`` to the end.
+
+    >>> block_spans(torch.tensor([0, 0, 1, 1, 2]), 3)
+    [(2, 4), (4, 5)]
+    """
+    first = int((blocks == blocks[start]).nonzero()[0])
+    bounds = [first] + [t for t in range(first + 1, len(blocks)) if blocks[t] != blocks[t - 1]] + [len(blocks)]
+    return list(zip(bounds[:-1], bounds[1:], strict=True))
+
+
+def block_attention(q_blocks: torch.Tensor, k_blocks: torch.Tensor, key_valid: torch.Tensor) -> torch.Tensor:
+    """[N, n, K] True where a query of block ``q_blocks`` [n] may attend a key of block ``k_blocks`` [K]: the key's
+    block is the query's or an earlier one, and the key is no pad (``key_valid`` [N, K]). A query with no such key
+    (a pad among pads) attends the keys of its own and earlier blocks, pads included: its output is never read, and
+    a fully masked row would give NaN."""
+    causal = k_blocks[None, :] <= q_blocks[:, None]  # [n, K]
+    allowed = causal[None] & key_valid[:, None, :]  # [N, n, K]
+    return torch.where(allowed.any(-1, keepdim=True), allowed, causal[None])
+
+
+def positions(valid: torch.Tensor) -> torch.Tensor:
+    """[N, T] position ids counted from each row's first real token (``valid`` [N, T] False at pads; pads get 0).
+
+    >>> positions(torch.tensor([[False, True, True], [True, True, True]])).tolist()
+    [[0, 0, 1], [0, 1, 2]]
+    """
+    return (valid.long().cumsum(1) - 1).clamp_min(0)
+
+
+def transfer_counts(length: int, steps: int) -> list[int]:
+    """Tokens to commit at each of ``steps`` passes over a block of ``length`` positions: SDAR's and LLaDA 2.x's
+    ``get_num_transfer_tokens`` (``length // steps``, the first ``length % steps`` one more).
+
+    >>> transfer_counts(4, 3)
+    [2, 1, 1]
+    """
+    return [length // steps + (s < length % steps) for s in range(steps)]
+
+
+def propose(
+    logits: torch.Tensor,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    generator: torch.Generator | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(tokens [N, K], confidences [N, K]) from ``logits`` [N, K, V], as SDAR's and LLaDA 2.x's
+    ``sample_with_temperature_topk_topp``: logits / temperature, the ``top_k`` best kept, then the ``top_p``
+    nucleus (the token crossing the threshold kept), softmax, one multinomial draw per position (all positions of
+    the block, in order); the confidence is the drawn token's probability. Temperature 0: the argmax, its confidence
+    the untempered (filtered) probability."""
+    n, k, v = logits.shape
+    z = logits.float().reshape(n * k, v)
+    if temperature > 0:
+        z = z / temperature
+    if top_k:
+        kth = torch.topk(z, min(top_k, v)).values[:, -1:]
+        z = z.masked_fill(z < kth, -torch.inf)
+    if top_p is not None and top_p < 1.0:
+        ordered, order = torch.sort(z, descending=True)
+        beyond = torch.cumsum(torch.softmax(ordered, -1), -1) > top_p
+        beyond[:, 1:] = beyond[:, :-1].clone()
+        beyond[:, 0] = False
+        z = z.masked_fill(torch.zeros_like(beyond).scatter(-1, order, beyond), -torch.inf)
+    probs = torch.softmax(z, -1)  # [N K, V]
+    if temperature > 0:
+        token = torch.multinomial(probs, 1, generator=generator)  # [N K, 1]
+    else:
+        token = probs.argmax(-1, keepdim=True)
+    return token.view(n, k), probs.gather(-1, token).view(n, k)
+
+
+def _commits(conf: torch.Tensor, masked: torch.Tensor, count: int, threshold: float | None) -> torch.Tensor:
+    """[N, K] the masked positions a pass commits: the ``count`` most confident (at most the masked count), or,
+    with a ``threshold``, every masked one above it when there are at least ``count`` of them."""
+    conf = conf.double().masked_fill(~masked, -torch.inf)
+    k = masked.sum(1, keepdim=True).clamp_max(count)  # [N, 1]
+    rank = conf.argsort(dim=1, descending=True, stable=True).argsort(dim=1)  # [N, K] 0 = most confident
+    top = (rank < k) & masked
+    if threshold is None:
+        return top
+    above = (conf > threshold) & masked
+    return torch.where(above.sum(1, keepdim=True) >= count, above, top)
+
+
+@torch.no_grad()
+def generate(
+    model: BlockModel,
+    prompt_ids: torch.Tensor,
+    completion_length: int,
+    *,
+    mask_id: int,
+    block_length: int,
+    steps: int,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    parallel: str = "none",
+    threshold: float = 0.9,
+    align: str = "completion",
+    kv_cache: bool = True,
+    attention_mask: torch.Tensor | None = None,
+    cfg_scale: float = 0.0,
+    generator: torch.Generator | None = None,
+) -> SampleOutput:
+    """Sample completions of ``completion_length`` tokens for ``prompt_ids`` [N, P] (left-padded; ``attention_mask``
+    [N, P] 0 at pads, None: no pads) block by block, ``steps`` denoising passes per block (see the module
+    docstring). ``parallel``: none (a fixed count per pass) or threshold (``threshold``, at least that count).
+    ``align``: completion | sequence. ``kv_cache``: the exact cache of finished blocks (False: recompute)."""
+    if parallel not in PARALLEL_RULES:
+        raise ValueError(f"sampler.parallel = {parallel!r}: the block sampler takes one of {PARALLEL_RULES}")
+    if cfg_scale:
+        raise ValueError("sampler.cfg_scale: the block sampler has no classifier-free guidance (set 0)")
+    if steps < 1 or block_length < 1:
+        raise ValueError(f"block sampler: steps = {steps} and block_length = {block_length} must be >= 1")
+    n, p = prompt_ids.shape
+    x, reveal = init_canvas(prompt_ids, completion_length, mask_id)  # [N, T], [N, L]
+    t = x.shape[1]
+    dev = x.device
+    valid = torch.ones(n, t, dtype=torch.bool, device=dev)
+    if attention_mask is not None:
+        valid[:, :p] = attention_mask.bool()
+    pos = positions(valid)  # [N, T]
+    blocks = block_index(p, t, block_length, align).to(dev)  # [T]
+    spans = block_spans(blocks, p)
+    threshold_or_none = threshold if parallel == "threshold" else None
+    cache, nfe, step = None, 0, 0
+    start = spans[0][0]
+    if kv_cache and start > 0:  # the prompt's finished blocks, block-causal, in one call
+        att = block_attention(blocks[:start], blocks[:start], valid[:, :start])
+        _, cache = model.block_forward(x[:, :start], pos[:, :start], att, None, True)
+        nfe += 1
+    for lo, hi in spans:
+        for count in transfer_counts(hi - lo, steps):
+            masked = x[:, lo:hi] == mask_id  # [N, K]
+            if not bool(masked.any()):
+                break
+            if kv_cache:
+                att = block_attention(blocks[lo:hi], blocks[:hi], valid[:, :hi])  # [N, K, hi]
+                logits = model.block_forward(x[:, lo:hi], pos[:, lo:hi], att, cache, False)[0]
+            else:
+                att = block_attention(blocks[:hi], blocks[:hi], valid[:, :hi])  # [N, hi, hi]
+                logits = model.block_forward(x[:, :hi], pos[:, :hi], att, None, False)[0][:, lo:hi]
+            nfe += 1
+            logits = logits.float().clone()
+            logits[..., mask_id] = -torch.inf  # never propose the mask token itself
+            proposal, conf = propose(logits, temperature, top_k, top_p, generator)  # [N, K] each
+            commit = _commits(conf, masked, count, threshold_or_none)
+            x[:, lo:hi] = torch.where(commit, proposal, x[:, lo:hi])
+            a = max(lo, p)  # the block's completion positions (align sequence: the prompt's tail comes first)
+            reveal[:, a - p : hi - p][commit[:, a - lo :]] = step
+            step += 1
+        if kv_cache and hi < t:  # the finished block joins the cache
+            att = block_attention(blocks[lo:hi], blocks[:hi], valid[:, :hi])
+            _, cache = model.block_forward(x[:, lo:hi], pos[:, lo:hi], att, cache, True)
+            nfe += 1
+    return SampleOutput(x[:, p:], reveal, nfe)
+
+
+def num_blocks(prompt_length: int, completion_length: int, block_length: int, align: str) -> int:
+    """The number of blocks holding completion positions (the denoising passes are ``steps`` per block)."""
+    blocks = block_index(prompt_length, prompt_length + completion_length, block_length, align)
+    return len(block_spans(blocks, prompt_length))
