@@ -27,7 +27,8 @@ import torch
 import torch.nn.functional as F
 from real_llada2 import EOS, MASK, VERSIONS, llada2_checkpoint, needs_llada2, tokenizer
 
-from ddmrl.models.llada2 import block_logits
+from ddmrl.likelihood.block import block_token_logps
+from ddmrl.models.llada2 import LLaDA2BlockModel, block_logits
 
 pytestmark = needs_llada2
 
@@ -124,3 +125,29 @@ def test_dares_concatenated_view_equals_each_block_with_its_clean_prefix(model, 
                     want[b, k] = logp[j, row_ids[j]]
     assert masked[:, prompt_section:].sum() > 5 and torch.allclose(got, want, atol=1e-5)
     assert (got != 0).sum() == masked.sum()
+
+
+@pytest.mark.parametrize("block_size", [4, 8])
+def test_block_token_logps_equal_dares_transcription(model, block_size):
+    """ddmrl's block-diffusion view (``ddmrl.likelihood.block.block_token_logps``, ``align: sequence``) through
+    ``LLaDA2BlockModel`` equals DARE's computation at every masked position, rows left-padded by whole blocks
+    (DARE's blocks count from each row's first real token, ddmrl's from the canvas's first position: the same
+    blocks when the pads fill whole blocks) and responses unpadded (DARE drops right pads, ddmrl attends them)."""
+    g = torch.Generator().manual_seed(2)
+    prompt_section, response = 8, 12
+    ids = torch.randint(8, 100, (3, prompt_section + response), generator=g)
+    mask = torch.ones_like(ids)
+    pads = block_size if block_size < prompt_section else 0
+    ids[1, :pads], mask[1, :pads] = EOS, 0
+    position_ids = (mask.cumsum(1) - 1).clamp_min(0)
+    masked = torch.rand(ids.shape, generator=g) < 0.5
+    masked[:, :prompt_section] = False
+    noisy = torch.where(masked, MASK, ids)
+    with torch.no_grad():
+        want = dare_token_logps(model, ids, mask, position_ids, noisy, masked, prompt_section, block_size)
+        got = block_token_logps(
+            LLaDA2BlockModel(model), noisy, ids[:, prompt_section:], block_length=block_size, align="sequence",
+            prompt_mask=mask[:, :prompt_section],
+        )  # fmt: skip
+    sel = masked[:, prompt_section:]
+    assert sel.sum() > 10 and torch.allclose(got[sel], want[sel], atol=1e-5)
