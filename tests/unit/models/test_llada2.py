@@ -155,6 +155,13 @@ def test_lora_targets_attention_experts_shared_expert_not_router_head_or_embeddi
     want += [f"model.layers.1.mlp.shared_experts.{n}" for n in mlp]
     assert sorted(selected) == sorted(want)
     assert "model.layers.1.mlp.gate" not in selected, "the router is not a Linear peft could wrap"
+    # DARE's LLaDA2 LoRA recipe targets peft's all-linear: the same modules
+    from peft import LoraConfig, get_peft_model
+
+    wrapped = get_peft_model(copy.deepcopy(model), LoraConfig(r=2, target_modules="all-linear"))
+    prefix = "base_model.model."
+    all_linear = [n[len(prefix) : -len(".lora_A")] for n, _ in wrapped.named_modules() if n.endswith(".lora_A")]
+    assert sorted(all_linear) == sorted(want)
     assert peft_target_modules(model, LORA_TARGETS) == LORA_TARGETS
     with pytest.raises(ConfigError, match="output head lm_head"):
         peft_target_modules(model, r".*(query_key_value|lm_head)")
