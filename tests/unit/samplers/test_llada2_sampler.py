@@ -17,6 +17,8 @@ sharpened ones, never in the top k), so the released sampler never proposes it e
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from real_llada2 import EOS, MASK, llada2_checkpoint, needs_llada2, sharpen, tokenizer
@@ -119,3 +121,25 @@ def test_llada21_generate_with_editing_token_for_token(llada21, block_length, th
         assert torch.equal(up_to_eos(got.completion_ids[0]), want), i
         edited |= not torch.equal(generate(model, prompt[None], L, **options).completion_ids, got.completion_ids)
     assert edited or editing_threshold > 0
+
+
+def test_llada21_batch_rows_and_the_kv_cache(llada21):
+    """A batch of the three prompts with editing: each row equal to the release on its prompt alone (rows finish
+    their blocks independently); with the block-causal mask (the default), the KV cache gives the tokens of
+    recomputing the prefix at every pass (float32)."""
+    options = dict(mask_id=MASK, block_length=4, steps=4, temperature=0.0, parallel="threshold", threshold=0.5)
+    options.update(align="sequence", editing_threshold=0.0, max_post_steps=16)
+    x = prompts()
+    want = [
+        llada21.generate(
+            inputs=row[None], temperature=0.0, block_length=4, gen_length=L, threshold=0.5, editing_threshold=0.0,
+            max_post_steps=16, eos_id=EOS, mask_id=MASK,
+        )[0]
+        for row in x
+    ]  # fmt: skip
+    got = generate(LLaDA2BlockModel(llada21, released_21_mask=True), x, L, kv_cache=False, **options)
+    for row, w in zip(got.completion_ids, want, strict=True):
+        assert torch.equal(up_to_eos(row), w)
+    model = LLaDA2BlockModel(copy.deepcopy(llada21).float())
+    cached = generate(model, x, L, kv_cache=True, **options)
+    assert torch.equal(cached.completion_ids, generate(model, x, L, kv_cache=False, **options).completion_ids)
