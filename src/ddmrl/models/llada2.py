@@ -122,6 +122,10 @@ class LLaDA2Adapter(ModelAdapter):
             [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
         )
 
+    def block_model(self, model: Any, released_21_mask: bool = False) -> LLaDA2BlockModel:
+        """``model`` under the block-diffusion protocol (``SAMPLERS["block"]``, ``ddmrl.likelihood.block``)."""
+        return LLaDA2BlockModel(model, released_21_mask)
+
     def logits(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         return block_logits(model, input_ids, attention_mask, self.block_length)
 

@@ -151,3 +151,28 @@ def test_block_token_logps_equal_dares_transcription(model, block_size):
         )  # fmt: skip
     sel = masked[:, prompt_section:]
     assert sel.sum() > 10 and torch.allclose(got[sel], want[sel], atol=1e-5)
+
+
+def test_block_token_logps_in_train_mode_reach_the_experts(model):
+    """The update's pass: train mode (the MoE's differentiable branch) gives the eval-mode values and gradients on
+    the routed experts, the shared expert, the attention and the router."""
+    import copy
+
+    from ddmrl.models.llada2 import LLaDA2Adapter
+
+    trained = copy.deepcopy(model).train()
+    block = LLaDA2Adapter(tokenizer(), MASK, block_length=4).block_model(trained)
+    ids, mask, _, noisy, masked, p = rollout_batch()
+    ids, noisy = ids[:1], noisy[:1]  # the unpadded row
+    with torch.no_grad():
+        want = block_token_logps(LLaDA2BlockModel(model), noisy, ids[:, p:], block_length=4, align="sequence")
+    got = block_token_logps(block, noisy, ids[:, p:], block_length=4, align="sequence")
+    assert torch.allclose(got, want, atol=1e-5)
+    (got * masked[:1, p:]).sum().backward()
+    moe = trained.model.layers[1].mlp
+    assert any(e.down_proj.weight.grad is not None and e.down_proj.weight.grad.abs().sum() > 0 for e in moe.experts)
+    assert moe.shared_experts.up_proj.weight.grad.abs().sum() > 0
+    assert trained.model.layers[0].attention.query_key_value.weight.grad.abs().sum() > 0
+    # the router's weight gets a gradient through the routing weights of the selected experts (full fine-tuning
+    # trains it; LORA_TARGETS leave it frozen)
+    assert moe.gate.weight.grad.abs().sum() > 0
