@@ -27,7 +27,9 @@ What sets it apart from LLaDA, and what this module does about it:
   ``nn.Linear`` that peft can wrap, and adapting it would move the expert load that the release balances with its
   fixed ``expert_bias``. Never ``lm_head`` or ``word_embeddings``.
 
-LLaDA 2.x's sampler is the block-diffusion sampler (``SAMPLERS["block"]``).
+LLaDA 2.x's sampler is the block-diffusion sampler (``SAMPLERS["block"]``, ``align: sequence``, ``parallel:
+threshold``) through :class:`LLaDA2BlockModel` (``LLaDA2Adapter.block_model``), 2.1's token editing its
+``editing_threshold`` option; its training view is ``ddmrl.likelihood.block`` through the same (docs/families.md).
 """
 
 from __future__ import annotations
