@@ -3,6 +3,8 @@
 Embedded profiles (``tiny``, ``smoke``) build everything locally, with no network: the held-out evaluation set of
 every task, a character tokenizer, and a TinyDDM pre-trained from scratch with the masked-diffusion (ELBO) loss
 on whole [prompt | answer] sequences drawn fresh from the task generators (LLaDA pre-training; Nie et al. 2025).
+With ``model.kind: tiny_block`` the model is TinyBlockDDM, pre-trained with the same loss as a block-diffusion model
+(each noised block of ``model.block_size`` sees itself and the clean blocks before it; ``ddmrl.likelihood.block``).
 
 With ``--modality image`` it builds the text-to-image branch (``image:`` in params.yaml) instead: one unified
 model in MMaDA's layout (prompt, <soi>, image tokens, <eoi>), trained as MMaDA trains text-to-image: the prompt is
@@ -35,6 +37,7 @@ from ddmrl import config
 from ddmrl.cli import run_stage, write_csv
 from ddmrl.io import atomic_path, write_json, write_text
 from ddmrl.models import build_tokenizer, new_tiny_model
+from ddmrl.models.tiny_block import new_tiny_block_model
 from ddmrl.models.checkpoint import save_checkpoint, write_pointer
 from ddmrl.models.layout import for_task
 from ddmrl.seeding import derive_seed, generator, seed_everything
@@ -101,7 +104,11 @@ def main() -> None:
     # 2. tokenizer and a fresh model (images: seen through MMaDA's layout, which appends <eoi>)
     tok = build_tokenizer([t.alphabet for t in tasks], [w for t in tasks for w in t.special_tokens])
     positions = max(prompt_length(t) + t.completion_length + len(t.completion_suffix) for t in tasks)
-    model = new_tiny_model(branch.model, tok, positions)
+    block = branch.model.block_size if branch.model.kind == "tiny_block" else None  # block diffusion's blocks
+    if block is None:
+        model = new_tiny_model(branch.model, tok, positions)
+    else:
+        model = new_tiny_block_model(branch.model, tok, positions, block)
     trained = for_task(model, tok, tasks[0]) if args.modality == "image" else model
 
     # 3. pre-train, tasks in turn: text on whole sequences; images on the image tokens, with caption dropout
@@ -149,7 +156,9 @@ def main() -> None:
     acc = dist.local_accelerator(trained, log_with=trackers(pre.report_to, args.log_dir, name, f"{key}.report_to"))
     start_trackers(acc, name, resolved, args.log_dir)
     masking = generator(seed, "pretrain")
-    curve = train_mdm(trained, next_batch, pre, objective, masking, "pretrain", ckpt, acc, RunLog(args.curve))
+    curve = train_mdm(
+        trained, next_batch, pre, objective, masking, "pretrain", ckpt, acc, RunLog(args.curve), block_length=block
+    )
 
     # 4. outputs
     save_checkpoint(model, tok, args.model_out)

@@ -81,7 +81,10 @@ def main() -> None:
     print(f"sft: process {rank + 1}/{world} on {acc.device}", flush=True)
     start_trackers(acc, "sft", resolved, args.log_dir)
     gen = generator(dist.rank_seed(cfg.seed, rank), "sft")  # this process's masking draws
-    curve = train_mdm(model, next_batch, sc, "sft", gen, "sft", ckpt, accelerator=acc, run_log=RunLog(args.curve))
+    block = cfg.model.block_size if cfg.model.kind == "tiny_block" else None  # block diffusion: SFT by blocks
+    curve = train_mdm(
+        model, next_batch, sc, "sft", gen, "sft", ckpt, accelerator=acc, run_log=RunLog(args.curve), block_length=block
+    )
 
     dist.report_weights(acc, model, "sft")
     dist.save_policy(acc, model, tok, args.model_out)  # main process only; LoRA adapters merged

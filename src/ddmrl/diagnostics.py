@@ -49,7 +49,8 @@ def token_credit(
     none = torch.zeros(0)
     b = Batch(rollouts, none, advantages, none, views, weights, z, inputs, targets, per_view)
     with torch.no_grad():
-        old = view_logps(model, inputs, targets)  # [V, N, L]
+        block = {"block_length": cfg.sampler.block_length} if cfg.sampler.name == "block" else {}
+        old = view_logps(model, inputs, targets, **block)  # [V, N, L]
     objective = OBJECTIVES[METHODS[cfg.method].objective]
     credit = torch.zeros_like(old[0])
     rows = slice(0, old.shape[1])

@@ -67,6 +67,10 @@ def sampler_kwargs(sampler: SamplerConfig, completion_length: int) -> dict:
                "parallel_floor": sampler.parallel_floor, "factor_rule": sampler.factor_rule}  # fmt: skip
     elif sampler.name == "maskgit":
         kw |= {"noise_temperature": sampler.noise_temperature}
+    elif sampler.name == "block":  # ``steps`` over the completion, as for llada; the block sampler's are per block
+        blocks = -(-completion_length // sampler.block_length)
+        kw |= {"block_length": sampler.block_length, "steps": max(1, kw["steps"] // blocks)}
+        return kw | {"parallel": sampler.parallel, "threshold": sampler.threshold}
     if sampler.name != "emerge":
         kw |= {"parallel": sampler.parallel, "threshold": sampler.threshold, "factor": sampler.factor}
     return kw

@@ -49,7 +49,7 @@ ViewSampler = Literal[
 #: GRPOConfig's reproduction switches that only some methods accept (``Method.switches`` in their modules)
 SWITCHES = ("maskgrpo_legacy", "loss_after_eos", "mdpo_tempered_confidence")
 STATE_VIEWS = ("cj_grpo", "mdpo_topk")  # view samplers built from the sampler's stored states (recorded rollouts)
-ModelKind = Literal["tiny", "llada", "mmada", "hf_masked_lm"]
+ModelKind = Literal["tiny", "tiny_block", "llada", "mmada", "hf_masked_lm"]
 TrainLoss = Literal["elbo", "maskgit"]
 TRAIN_LOSSES: tuple[str, ...] = get_args(TrainLoss)
 Tracker = Literal["tensorboard", "dvclive", "wandb"]  # accelerate's tracker names (ddmrl.training.tracking)
@@ -88,7 +88,8 @@ class ModelSpec(Section):
 
     kind: ModelKind = Field(
         "tiny",
-        description="Model family: TinyDDM (embedded), LLaDA, MMaDA or an AutoModelForMaskedLM (docs/real_scale.md).",
+        description="Model family: TinyDDM (embedded), TinyBlockDDM (tiny_block: embedded block diffusion, "
+        "docs/families.md), LLaDA, MMaDA or an AutoModelForMaskedLM (docs/real_scale.md).",
     )
     path_or_id: Str = Field(
         "", description="Checkpoint directory (normally under download.hub_dir) or a hub id already in the HF cache."
@@ -126,7 +127,7 @@ def _check_spec(spec: ModelSpec) -> None:
     for key in ("mmada_code", "vq_path_or_id"):
         if getattr(spec, key) is not None and spec.kind != "mmada":
             raise refuse(key, getattr(spec, key), "only used with model.kind: mmada")
-    if spec.kind == "tiny" and spec.trust_remote_code:
+    if spec.kind in ("tiny", "tiny_block") and spec.trust_remote_code:
         raise refuse("trust_remote_code", True, "the tiny model has no remote code; set it to false")
 
 
@@ -244,11 +245,17 @@ class ModelConfig(ModelSpec):
     position_embedding: Literal["learned", "rope"] = Field(
         "learned", description="TinyDDM: learned absolute positions, or rotary (rope, LLaDA's and MMaDA's choice)."
     )
+    block_size: Int = Field(
+        4,
+        ge=1,
+        description="tiny_block: the block length of its block-diffusion pre-training and SFT (the samplers' "
+        "block_length must equal it).",
+    )
 
     @property
     def pretrained(self) -> bool:
-        """True for a downloaded checkpoint (``kind`` other than tiny): nothing is pre-trained here."""
-        return self.kind != "tiny"
+        """True for a downloaded checkpoint (``kind`` other than tiny and tiny_block): nothing is pre-trained here."""
+        return self.kind not in ("tiny", "tiny_block")
 
     def spec(self) -> ModelSpec:
         """The checkpoint's :class:`ModelSpec` (``ddmrl.models.adapters.load_model``)."""
@@ -360,7 +367,10 @@ class SamplerConfig(Section):
     2025), MaskGIT's cosine confidence sampler (Chang et al. 2022; MMaDA's ``t2i_generate``) or MaskGRPO's emerge
     (ancestral) sampler."""
 
-    name: Literal["llada", "maskgit", "emerge"] = Field("llada", description="Which sampler.")
+    name: Literal["llada", "maskgit", "emerge", "block"] = Field(
+        "llada",
+        description="Which sampler (block: block diffusion's, for model.kind tiny_block; ddmrl.samplers.block).",
+    )
     block_length: Int = Field(4, ge=1, description="llada: tokens per semi-autoregressive block.")
     steps: Int = Field(
         0,
@@ -469,6 +479,9 @@ class SamplerConfig(Section):
                 self.kv_cache,
                 f"only the llada sampler has semi-autoregressive blocks to cache (name = {self.name!r})",
             )
+        if self.name == "block" and (self.parallel == "factor" or self.cfg_scale):
+            key = "parallel" if self.parallel == "factor" else "cfg_scale"
+            raise refuse(key, getattr(self, key), "the block sampler commits by count or threshold, without guidance")
         if self.parallel != "none" and self.name == "emerge":
             raise refuse(
                 "parallel",
@@ -1369,6 +1382,19 @@ class Config(Section):
         check_budget({m: self.methods[m] for m in self.text_methods if m in self.methods}, shared, "methods")
         image_shared = {k: self.image.grpo.get(k, v) for k, v in shared.items()}
         check_budget(self.image_methods, image_shared, "image_sections")  # named image.method_overrides
+        if self.model.kind == "tiny_block":  # a block-diffusion model samples with the block sampler, its blocks
+            samplers = {"rollout.sampler": self.rollout.sampler, "evaluate.sampler": self.evaluate.sampler}
+            runs = [m for m in self.text_methods if m in self.methods]
+            samplers |= {f"methods.{m}.sampler": self.methods[m].sampler for m in runs}
+            for key, sampler in samplers.items():
+                if sampler.name != "block" or sampler.block_length != self.model.block_size:
+                    raise refuse(
+                        key, f"{sampler.name}, block_length {sampler.block_length}",
+                        f"model.kind tiny_block samples with name: block, block_length = model.block_size "
+                        f"({self.model.block_size})",
+                    )  # fmt: skip
+        if self.image.model.kind == "tiny_block":
+            raise refuse("image.model.kind", "tiny_block", "the image branch has no block-diffusion model")
         if self.image.eval_tasks and (not self.image.tasks or self.image.model.kind != "mmada"):
             raise refuse(
                 "image.eval_tasks",

@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import torch
 
+from ddmrl.likelihood.block import block_token_logps
 from ddmrl.samplers.base import guided_logits
 
 
 def token_logps(
-    model, input_ids: torch.Tensor, completion_ids: torch.Tensor, cfg_scale: float = 0.0, mask_id: int | None = None
+    model,
+    input_ids: torch.Tensor,
+    completion_ids: torch.Tensor,
+    cfg_scale: float = 0.0,
+    mask_id: int | None = None,
+    block_length: int | None = None,
 ) -> torch.Tensor:
     """One-step token log-probabilities log p(o_k | x^t) of the completion under one view.
 
@@ -20,16 +26,32 @@ def token_logps(
 
     ``cfg_scale > 0``: log-probs under classifier-free guidance, the samplers' ``u + (w + 1)(c - u)`` with every
     prompt position set to ``mask_id`` in the unconditional branch (two forward passes; d1's ``get_logits``).
+
+    ``block_length``: ``model`` is a block-diffusion model (``ddmrl.samplers.block.BlockModel``); each masked block is
+    read against the clean blocks before it (``ddmrl.likelihood.block.block_token_logps``, blocks aligned at the
+    completion; no guidance).
     """
+    if block_length is not None:
+        if cfg_scale:
+            raise ValueError("logp_cfg guided: a block-diffusion model has no classifier-free guidance")
+        return block_token_logps(model, input_ids, completion_ids, block_length=block_length)
     logp = _completion_log_softmax(model, input_ids, completion_ids.shape[1], cfg_scale, mask_id)  # [N, L, V]
     return logp.gather(-1, completion_ids[..., None]).squeeze(-1)
 
 
 def token_logps_entropy(
-    model, input_ids: torch.Tensor, completion_ids: torch.Tensor, cfg_scale: float = 0.0, mask_id: int | None = None
+    model,
+    input_ids: torch.Tensor,
+    completion_ids: torch.Tensor,
+    cfg_scale: float = 0.0,
+    mask_id: int | None = None,
+    block_length: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`token_logps` and, from the same forward pass, the entropy H = -sum_v p_v log p_v of the model's
-    distribution at every completion position (IGPO's entropy filter; Zhao et al. 2026). Both [N, L]."""
+    distribution at every completion position (IGPO's entropy filter; Zhao et al. 2026). Both [N, L]. Not for a
+    block-diffusion model (``block_length``)."""
+    if block_length is not None:
+        raise ValueError("the entropy filter (IGPO) is not implemented for a block-diffusion model")
     logp = _completion_log_softmax(model, input_ids, completion_ids.shape[1], cfg_scale, mask_id)  # [N, L, V]
     entropy = -(logp.exp() * logp).nan_to_num().sum(-1)  # 0 log 0 = 0 (tokens of probability 0)
     return logp.gather(-1, completion_ids[..., None]).squeeze(-1), entropy

@@ -36,7 +36,10 @@ from transformers.dynamic_module_utils import get_class_from_dynamic_module
 from ddmrl import config
 from ddmrl.config import ConfigError
 from ddmrl.hub import PINNED_REVISIONS, check_revision, is_local, resolve_local
-from ddmrl.models import compat
+from ddmrl.models import (
+    compat,
+    tiny_block,  # noqa: F401  registers TinyBlockDDM with the Auto classes
+)
 from ddmrl.models import mmada as mm
 from ddmrl.models.tiny import load_saved
 
@@ -52,7 +55,7 @@ __all__ = [
     "load_model",
 ]
 
-KINDS = ("tiny", "llada", "mmada", "hf_masked_lm")
+KINDS = ("tiny", "tiny_block", "llada", "mmada", "hf_masked_lm")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
 LLADA_MASK_ID = 126336  # <|mdm_mask|> of LLaDA and MMaDA (LLaDA's ``generate.py``)
 REASONING_PREFILL = "<reasoning>"  # d1's assistant prefill (add_reasoning=True)
@@ -282,7 +285,7 @@ def load_model(spec: ModelSpec) -> tuple[Any, Any, ModelAdapter]:
     Raises ``ConfigError`` for a policy violation (remote code not opted in, unpinned hub revision) and
     ``RuntimeError`` (one line, saying what to download or install and where) for missing weights or code.
     """
-    if spec.kind == "tiny":
+    if spec.kind in ("tiny", "tiny_block"):  # tiny_block: load_saved's Auto classes know TinyBlockDDM
         if not is_local(spec.path_or_id):
             raise RuntimeError(
                 f"model.path_or_id = {spec.path_or_id!r}: the tiny model is built by the download stage; "

@@ -2,7 +2,8 @@
 
 Every stage passes models around as directories. Two kinds exist:
 
-* a ``save_pretrained`` directory of the embedded TinyDDM (``config.json``, ``model.safetensors``, tokenizer);
+* a ``save_pretrained`` directory of the embedded TinyDDM or TinyBlockDDM (``config.json``, ``model.safetensors``,
+  tokenizer);
 * a directory holding :data:`POINTER` (``ddmrl_model.json``): the ``ddmrl.models.adapters.ModelSpec`` of a real
   checkpoint (LLaDA, MMaDA, any HF masked LM). The download stage writes one that points into ``download.hub_dir``
   (the 16 GB of weights are never copied), and :func:`save_checkpoint` writes one next to the weights of a trained
@@ -19,6 +20,7 @@ import torch
 
 from ddmrl.aux_policies.base import AUX_DIR
 from ddmrl.io import atomic_path, read_json, write_json
+from ddmrl.models import tiny_block  # noqa: F401  registers TinyBlockDDM with the Auto classes (loads like TinyDDM)
 from ddmrl.models.tiny import load_saved  # its module registers TinyDDM with the Auto classes
 from ddmrl.training.resume import file_digest
 

@@ -201,8 +201,11 @@ def view_logps(model, inputs: torch.Tensor, completion_ids: torch.Tensor, entrop
 
 
 def logp_guidance(cfg: GRPOConfig, mask_id: int) -> dict:
-    """``token_logps``' guidance keywords: the rollout sampler's CFG scale with ``logp_cfg: guided``, else none."""
-    return {"cfg_scale": cfg.sampler.cfg_scale if cfg.logp_cfg == "guided" else 0.0, "mask_id": mask_id}
+    """``token_logps``' guidance keywords: the rollout sampler's CFG scale with ``logp_cfg: guided``, else none; a
+    policy sampled by the block sampler is a block-diffusion model, its views read block by block
+    (``block_length``)."""
+    guidance = {"cfg_scale": cfg.sampler.cfg_scale if cfg.logp_cfg == "guided" else 0.0, "mask_id": mask_id}
+    return guidance | ({"block_length": cfg.sampler.block_length} if cfg.sampler.name == "block" else {})
 
 
 def step_views(views: Views, step: int, micro: int, cfg: GRPOConfig) -> tuple[int, ...]:

@@ -8,6 +8,10 @@ masks the prompt and masks the answer with its EOS padding (LLaDA SFT; d1 ``SFT/
 The loop runs under ``accelerate`` (``ddmrl.training.distributed``): with several processes each trains on its share
 of the batch with its own masking generator, the gradients are averaged, the curve holds the mean loss over
 processes (written by the main process as it grows) and every process saves its part of a checkpoint.
+
+A block-diffusion model (``block_length``; SDAR, Cheng et al. 2025; Arriola et al. 2025) trains on the same noised
+sequences with the same loss, its logits read from the [noised | clean] input (``ddmrl.likelihood.block``): each
+noised block sees itself and the clean blocks before it, the prompt clean.
 """
 
 from __future__ import annotations
@@ -15,12 +19,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
 from ddmrl.config import TRAIN_LOSSES, TrainConfig
+from ddmrl.likelihood.block import sequence_logits
 from ddmrl.training import distributed as dist
 from ddmrl.training.data import Encoded
 from ddmrl.training.resume import Checkpointer
@@ -35,6 +41,7 @@ def mdm_loss(
     gen: torch.Generator,
     eps: float = 1e-3,
     loss: str = "elbo",
+    logits_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Masked-diffusion loss of clean sequences ``x`` [N, T] where ``maskable`` [N, T] says which positions may be
     masked; u ~ U(0, 1) per sequence.
@@ -43,6 +50,9 @@ def mdm_loss(
     ``maskgit`` (MaskGIT, Chang et al. 2022 section 3.1; MMaDA's image loss): mask rate cos(pi u / 2) (at least
     eps), CE averaged over the masked tokens, which weighs the heavily masked draws that decide a whole image more
     than the ELBO's 1 / p does.
+
+    ``logits_fn(noised, clean)`` [N, T, V]: the logits of the noised sequences (default ``model(noised).logits``; a
+    block-diffusion model's from its [noised | clean] input, :func:`ddmrl.likelihood.block.sequence_logits`).
     """
     n = x.shape[0]
     u = torch.rand(n, generator=gen)  # [N] drawn on the CPU generator
@@ -54,7 +64,8 @@ def mdm_loss(
         raise ValueError(f"unknown loss '{loss}'; choose one of {', '.join(TRAIN_LOSSES)}")
     p = p.to(x.device)
     masked = (torch.rand(x.shape, generator=gen).to(x.device) < p[:, None]) & maskable  # [N, T]
-    logits = model(x.masked_fill(masked, mask_id)).logits  # [N, T, V]
+    noised = x.masked_fill(masked, mask_id)
+    logits = model(noised).logits if logits_fn is None else logits_fn(noised, x)  # [N, T, V]
     ce = F.cross_entropy(logits.flatten(0, 1).float(), x.flatten(), reduction="none").view_as(x)
     if loss == "maskgit":
         return (ce * masked).sum() / masked.sum().clamp_min(1)
@@ -95,6 +106,7 @@ def train_mdm(
     checkpointer: Checkpointer | None = None,
     accelerator=None,
     run_log: RunLog | None = None,
+    block_length: int | None = None,
 ) -> list[dict[str, float]]:
     """Train ``model`` for ``cfg.max_steps`` on ``next_batch(step)``; returns the loss curve (one row per log), each
     row also given to ``run_log`` (the curve file and the trackers) when it is logged.
@@ -108,6 +120,9 @@ def train_mdm(
     processes, ``next_batch`` gives this process's share and ``gen`` its own generator
     (``ddmrl.training.distributed.rank_seed``). ``model`` is prepared in place; save it with
     ``ddmrl.training.distributed.save_policy``.
+
+    ``block_length``: the model is a block-diffusion model (``ddmrl.samplers.block.BlockModel``, one process; its
+    blocks aligned at the completion: pre-training's sequences are all completion, SFT's prompt is the clean prefix).
     """
     acc = accelerator or dist.local_accelerator(model, getattr(cfg, "mixed_precision", "no"))
     mask_id, pad_id = model.config.mask_token_id, model.config.pad_token_id
@@ -137,9 +152,14 @@ def train_mdm(
     )
     t_log = time.time()
     for step in bar:
-        x, maskable = sequences(next_batch(step), objective, pad_id)
+        batch = next_batch(step)
+        x, maskable = sequences(batch, objective, pad_id)
         x, maskable = x.to(acc.device), maskable.to(acc.device)
-        loss = mdm_loss(model, x, maskable, mask_id, gen, loss=cfg.loss)
+        logits_fn = None
+        if block_length is not None:  # pre-training: the whole sequence is noised; SFT: after the prompt
+            start = 0 if objective == "pretrain" else batch.prompt_ids.shape[1]
+            logits_fn = partial(sequence_logits, acc.unwrap_model(model), start=start, block_length=block_length)
+        loss = mdm_loss(model, x, maskable, mask_id, gen, loss=cfg.loss, logits_fn=logits_fn)
         acc.sync_gradients = True
         opt.zero_grad(set_to_none=True)
         acc.backward(loss)

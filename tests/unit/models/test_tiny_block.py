@@ -1,0 +1,87 @@
+"""TinyBlockDDM (``ddmrl.models.tiny_block``): TinyDDM's transformer under the caller's attention mask with an exact
+KV cache; its block-diffusion pre-training / SFT loss (``ddmrl.training.mdm`` with ``block_length``); the config's
+checks of a block model's samplers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from ddmrl import config
+from ddmrl.config import ConfigError
+from ddmrl.likelihood.block import sequence_logits
+from ddmrl.models.checkpoint import load_checkpoint, save_checkpoint
+from ddmrl.models.tiny import TinyDDMConfig, TinyDDMForMaskedLM
+from ddmrl.models.tiny_block import TinyBlockDDMConfig, TinyBlockDDMForMaskedLM
+from ddmrl.training.mdm import mdm_loss
+
+ARCH = dict(vocab_size=12, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, max_position_embeddings=16)
+
+
+@pytest.mark.parametrize("pe", ["learned", "rope"])
+def test_without_a_mask_it_is_tinyddm(pe):
+    torch.manual_seed(0)
+    plain = TinyDDMForMaskedLM(TinyDDMConfig(**ARCH, position_embedding=pe)).eval()
+    block = TinyBlockDDMForMaskedLM(TinyBlockDDMConfig(**ARCH, position_embedding=pe)).eval()
+    block.load_state_dict(plain.state_dict())  # the same modules and names: a TinyDDM checkpoint loads
+    x = torch.randint(0, 12, (2, 9))
+    torch.testing.assert_close(block(x).logits, plain(x).logits)
+
+
+def test_cache_grows_by_appending_and_saves_round_trip(tmp_path, tok):
+    torch.manual_seed(0)
+    model = TinyBlockDDMForMaskedLM(TinyBlockDDMConfig(**{**ARCH, "vocab_size": len(tok)}, block_size=2)).eval()
+    x = torch.randint(0, len(tok), (2, 6))
+    causal = torch.ones(6, 6).tril().bool().expand(2, 6, 6)
+    full = model(x, attention_mask=causal).logits
+    out = model(x[:, :4], attention_mask=causal[:, :4, :4], use_cache=True)
+    tail = model(x[:, 4:], attention_mask=causal[:, 4:], past_key_values=out.past_key_values).logits
+    torch.testing.assert_close(tail, full[:, 4:], rtol=1e-5, atol=1e-5)
+    assert out.past_key_values[0][0].shape[2] == 4
+    save_checkpoint(model, tok, tmp_path / "m")
+    loaded, _ = load_checkpoint(tmp_path / "m")
+    assert isinstance(loaded, TinyBlockDDMForMaskedLM) and loaded.config.block_size == 2
+    torch.testing.assert_close(loaded(x, attention_mask=causal).logits, full)
+
+
+def test_block_loss_reads_the_noised_blocks_against_clean_context():
+    """The ELBO with the block input: finite, differentiable, and a prompt's positions never carry loss."""
+    torch.manual_seed(0)
+    model = TinyBlockDDMForMaskedLM(TinyBlockDDMConfig(**ARCH)).train()
+    x = torch.randint(4, 12, (3, 10))
+    maskable = torch.zeros_like(x, dtype=torch.bool)
+    maskable[:, 4:] = True
+    fn = lambda noised, clean: sequence_logits(model, noised, clean, 4, block_length=3)  # noqa: E731
+    loss = mdm_loss(model, x, maskable, 0, torch.Generator().manual_seed(0), logits_fn=fn)
+    loss.backward()
+    assert torch.isfinite(loss) and model.tok.weight.grad.abs().sum() > 0
+
+
+def load(tmp_path, overlay: dict):
+    """params.yaml with each top-level section of ``overlay`` updated (its keys replaced whole)."""
+    path = tmp_path / "p.yaml"
+    raw = yaml.safe_load((Path(__file__).resolve().parents[3] / "params.yaml").read_text())
+    for key, value in overlay.items():
+        raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value
+    path.write_text(yaml.safe_dump(raw))
+    return config.load(path)
+
+
+BLOCK = {"name": "block", "block_length": 4, "kv_cache": "none"}
+
+
+def test_config_ties_a_block_model_to_the_block_sampler(tmp_path):
+    ok = {"model": {"kind": "tiny_block"}, "rollout": {"sampler": BLOCK}, "evaluate": {"sampler": BLOCK},
+          "grpo": {"sampler": BLOCK}}  # fmt: skip
+    cfg = load(tmp_path, ok)
+    assert cfg.model.kind == "tiny_block" and not cfg.model.pretrained
+    assert all(cfg.methods[m].sampler.name == "block" for m in cfg.grpo.methods)
+    with pytest.raises(ConfigError, match="evaluate.sampler"):
+        load(tmp_path, {**ok, "evaluate": {"sampler": {"name": "llada"}}})
+    with pytest.raises(ConfigError, match="block_size"):
+        load(tmp_path, {**ok, "model": {"kind": "tiny_block", "block_size": 8}})
+    with pytest.raises(ConfigError, match="parallel"):
+        load(tmp_path, {**ok, "grpo": {"sampler": {**BLOCK, "parallel": "factor"}}})
