@@ -45,12 +45,21 @@ them (SDAR's ``low_confidence_dynamic``, LLaDA 2.0's rule). ``kv_cache=False`` e
 block's end at every pass, with the full block-causal mask and no cache (LLaDA 2.x's ``generate``): the same tokens
 (tested), more compute.
 
+**Token editing** (LLaDA 2.1, ``editing_threshold``; None, the default, leaves the sampler as above). Every pass
+also rewrites each already committed completion position of the block whose new proposal differs from its token
+with confidence above ``editing_threshold`` (:func:`edits`; the prompt's tail is never edited), and a block is done
+only after a pass that leaves no mask and edits nothing, or after ``max_post_steps`` passes over it without a mask:
+LLaDA 2.1's ``generate`` loop, row by row (a finished row's block no longer changes while another row's goes on).
+The ``steps`` schedule still sets each pass's count, and a pass beyond it commits at least one (2.1 has no
+schedule: its count is ``num_to_transfer`` = 1, so ``steps: block_length`` reproduces it). ``reveal_step`` keeps
+the pass that unmasked a token; an edit is no reveal (a trajectory method reading reveal steps does not see it).
+
 Deviations from the released samplers (docs/families.md, "Block diffusion"): a batch of left-padded prompts (theirs
 take one prompt; pads are never attended, positions count from the first real token); the last block ends with the
 completion (they round the canvas up to whole blocks and denoise the extra masks too); temperature 0 is the argmax
 (SDAR divides by 0, LLaDA 2.0 draws from softmax(logits)); the mask token is never proposed; a step commits at most
 the masked count (SDAR's ``low_confidence_static`` can overwrite committed or prompt positions when ``k_s`` exceeds
-it); no early stop at EOS, no LLaDA 2.1 token editing, no SDAR ``sequential``/``entropy_bounded`` rules.
+it); no early stop at EOS, no SDAR ``sequential``/``entropy_bounded`` rules.
 
 ``reveal_step`` is the global index of the denoising pass that committed each token (counted across blocks), the
 order TraceRL's trajectory views read; ``nfe`` counts every forward call: the prefill, each denoising pass and each
@@ -59,6 +68,7 @@ append (with ``kv_cache=False``, the passes only).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -76,6 +86,7 @@ __all__ = [
     "block_attention",
     "block_index",
     "block_spans",
+    "edits",
     "generate",
     "positions",
     "propose",
@@ -227,6 +238,15 @@ def _commits(conf: torch.Tensor, masked: torch.Tensor, count: int, threshold: fl
     return torch.where(above.sum(1, keepdim=True) >= count, above, top)
 
 
+def edits(
+    proposal: torch.Tensor, conf: torch.Tensor, current: torch.Tensor, masked: torch.Tensor, editing_threshold: float
+) -> torch.Tensor:
+    """LLaDA 2.1's token editing (``generate``'s ``editing_transfer_index``): [N, K] True at an already committed
+    position (not ``masked``) whose new ``proposal`` differs from the ``current`` token with confidence above
+    ``editing_threshold`` (the caller keeps the prompt's positions out)."""
+    return ~masked & (conf > editing_threshold) & (proposal != current)
+
+
 @torch.no_grad()
 def generate(
     model: BlockModel,
@@ -246,11 +266,15 @@ def generate(
     attention_mask: torch.Tensor | None = None,
     cfg_scale: float = 0.0,
     generator: torch.Generator | None = None,
+    editing_threshold: float | None = None,
+    max_post_steps: int = 16,
 ) -> SampleOutput:
     """Sample completions of ``completion_length`` tokens for ``prompt_ids`` [N, P] (left-padded; ``attention_mask``
     [N, P] 0 at pads, None: no pads) block by block, ``steps`` denoising passes per block (see the module
     docstring). ``parallel``: none (a fixed count per pass) or threshold (``threshold``, at least that count).
-    ``align``: completion | sequence. ``kv_cache``: the exact cache of finished blocks (False: recompute)."""
+    ``align``: completion | sequence. ``kv_cache``: the exact cache of finished blocks (False: recompute).
+    ``editing_threshold`` (None: off): LLaDA 2.1's token editing, up to ``max_post_steps`` passes once a block has
+    no mask left (the module docstring)."""
     if parallel not in PARALLEL_RULES:
         raise ValueError(f"sampler.parallel = {parallel!r}: the block sampler takes one of {PARALLEL_RULES}")
     if cfg_scale:
@@ -278,10 +302,20 @@ def generate(
         _, cache = model.block_forward(x[:, :start], pos[:, :start], att, None, True)
         nfe += 1
     for lo, hi in spans:
-        for count in transfer_counts(hi - lo, steps):
+        counts = transfer_counts(hi - lo, steps)
+        done = torch.zeros(n, dtype=torch.bool, device=dev)  # editing: the rows whose block is final
+        post = torch.zeros(n, dtype=torch.long, device=dev)  # editing: passes over a row's block without masks
+        completion = torch.arange(lo, hi, device=dev) >= p  # [K] the block's completion positions
+        for s in itertools.count():
             masked = x[:, lo:hi] == mask_id  # [N, K]
-            if not bool(masked.any()):
-                break
+            if editing_threshold is None:
+                if s >= len(counts) or not bool(masked.any()):
+                    break
+            else:  # LLaDA 2.1: on until a pass leaves no mask and edits nothing, at most max_post_steps mask-free
+                post += ~masked.any(1) & ~done
+                done |= post > max_post_steps
+                if bool(done.all()):
+                    break
             if kv_cache:
                 att = block_attention(blocks[lo:hi], blocks[:hi], valid[:, :hi])  # [N, K, hi]
                 logits = model.block_forward(x[:, lo:hi], pos[:, lo:hi], att, cache, False)[0]
@@ -292,8 +326,14 @@ def generate(
             logits = logits.float().clone()
             logits[..., mask_id] = -torch.inf  # never propose the mask token itself
             proposal, conf = propose(logits, temperature, top_k, top_p, generator)  # [N, K] each
-            commit = _commits(conf, masked, count, threshold_or_none)
-            x[:, lo:hi] = torch.where(commit, proposal, x[:, lo:hi])
+            commit = _commits(conf, masked, counts[s] if s < len(counts) else 1, threshold_or_none)
+            change = commit
+            if editing_threshold is not None:
+                commit &= ~done[:, None]
+                edit = edits(proposal, conf, x[:, lo:hi], masked, editing_threshold) & completion & ~done[:, None]
+                change = commit | edit
+                done |= ~masked.any(1) & ~edit.any(1)
+            x[:, lo:hi] = torch.where(change, proposal, x[:, lo:hi])
             a = max(lo, p)  # the block's completion positions (align sequence: the prompt's tail comes first)
             reveal[:, a - p : hi - p][commit[:, a - lo :]] = step
             step += 1

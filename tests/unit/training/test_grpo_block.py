@@ -15,8 +15,8 @@ from fake_rewards import varied_reward
 from ddmrl.config import ConfigError, GRPOConfig, SamplerConfig, method_config
 from ddmrl.diagnostics import token_credit
 from ddmrl.likelihood.block import block_token_logps
-from ddmrl.models import build_tokenizer
 from ddmrl.models.tiny_block import TinyBlockDDMConfig, TinyBlockDDMForMaskedLM
+from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.rollout import Rollouts, sampler_kwargs
 from ddmrl.tasks import make_task
 from ddmrl.training.grpo import logp_guidance, train_grpo
