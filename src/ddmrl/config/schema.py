@@ -73,6 +73,8 @@ class Registered:
 
 #: a model family of ``ddmrl.models.FAMILIES``
 ModelKind = Annotated[Str, WrapValidator(Registered(FAMILIES))]
+#: the block-diffusion families: they sample with the block sampler, their views read block by block
+BLOCK_FAMILIES = ("tiny_block", "sdar", "llada2")
 #: a sampler of ``ddmrl.samplers.SAMPLERS``
 SamplerName = Annotated[Str, WrapValidator(Registered(SAMPLERS))]
 TrainLoss = Literal["elbo", "maskgit"]
@@ -114,7 +116,8 @@ class ModelSpec(Section):
     kind: ModelKind = Field(
         "tiny",
         description="Model family (ddmrl.models.FAMILIES): TinyDDM (embedded), TinyBlockDDM (tiny_block: embedded "
-        "block diffusion), LLaDA, MMaDA, Dream or an AutoModelForMaskedLM (docs/real_scale.md, docs/families.md).",
+        "block diffusion), LLaDA, MMaDA, Dream, SDAR / TraDo, LLaDA 2.x or an AutoModelForMaskedLM "
+        "(docs/real_scale.md, docs/families.md).",
         json_schema_extra={
             "type": "a model family: tiny, tiny_block, llada, mmada, hf_masked_lm, dream or an import path"
         },
@@ -1469,16 +1472,17 @@ class Config(Section):
         check_budget({m: self.methods[m] for m in self.text_methods if m in self.methods}, shared, "methods")
         image_shared = {k: self.image.grpo.get(k, v) for k, v in shared.items()}
         check_budget(self.image_methods, image_shared, "image_sections")  # named image.method_overrides
-        if self.model.kind == "tiny_block":  # a block-diffusion model samples with the block sampler, its blocks
+        if self.model.kind in BLOCK_FAMILIES:  # a block-diffusion model samples with the block sampler
             samplers = {"rollout.sampler": self.rollout.sampler, "evaluate.sampler": self.evaluate.sampler}
             runs = [m for m in self.text_methods if m in self.methods]
             samplers |= {f"methods.{m}.sampler": self.methods[m].sampler for m in runs}
+            tiny = self.model.kind == "tiny_block"  # its blocks are model.block_size
             for key, sampler in samplers.items():
-                if sampler.name != "block" or sampler.block_length != self.model.block_size:
+                if sampler.name != "block" or (tiny and sampler.block_length != self.model.block_size):
                     raise refuse(
                         key, f"{sampler.name}, block_length {sampler.block_length}",
-                        f"model.kind tiny_block samples with name: block, block_length = model.block_size "
-                        f"({self.model.block_size})",
+                        f"model.kind {self.model.kind} samples with name: block"
+                        + (f", block_length = model.block_size ({self.model.block_size})" if tiny else ""),
                     )  # fmt: skip
         if self.image.model.kind == "tiny_block":
             raise refuse("image.model.kind", "tiny_block", "the image branch has no block-diffusion model")

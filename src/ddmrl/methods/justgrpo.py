@@ -38,8 +38,8 @@ class Params(GRPOConfig):
 
     def _check_method(self) -> None:
         s, why = self.sampler, "JustGRPO samples left to right, one token per forward pass"
-        if s.name != "llada":
-            raise refuse("sampler.name", s.name, f"{why}: the llada sampler with block_length 1")
+        if s.name not in ("llada", "block"):  # block: a block-diffusion family, blocks of one token
+            raise refuse("sampler.name", s.name, f"{why}: the llada (or block) sampler with block_length 1")
         if s.block_length != 1:
             raise refuse("sampler.block_length", s.block_length, f"{why}: blocks of one token (block_length 1)")
         if s.steps != 0:

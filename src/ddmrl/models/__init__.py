@@ -15,6 +15,8 @@ FAMILIES = Registry(
         "mmada": "ddmrl.models.adapters:load_mmada",
         "hf_masked_lm": "ddmrl.models.adapters:load_masked_lm",
         "dream": "ddmrl.models.dream:load",
+        "sdar": "ddmrl.models.sdar:load",  # SDAR / TraDo (block diffusion)
+        "llada2": "ddmrl.models.llada2:load",  # LLaDA 2.x (MoE block diffusion)
     },
     group="ddmrl.models",
 )

@@ -34,6 +34,7 @@ threshold``) through :class:`LLaDA2BlockModel` (``LLaDA2Adapter.block_model``), 
 
 from __future__ import annotations
 
+import types
 from typing import Any, NamedTuple
 
 import torch
@@ -211,4 +212,15 @@ def load_llada2(
         tok.pad_token = tok.eos_token
     mask_id = tok.mask_token_id if tok.mask_token_id is not None else LLADA2_MASK_ID
     mask_id = _checked_mask_id(mask_id, model, str(local))
+    # the loaded instance is itself a block model (SAMPLERS["block"], token_logps(block_length=) take it as it is)
+    model.block_forward = types.MethodType(_block_forward, model)
     return model.eval(), tok, LLaDA2Adapter(tok, mask_id, block_length)
+
+
+def _block_forward(model: Any, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, Any]:
+    return LLaDA2BlockModel(model).block_forward(*args, **kwargs)
+
+
+def load(spec: Any) -> tuple[Any, Any, LLaDA2Adapter]:
+    """The family's loader (``ddmrl.models.FAMILIES["llada2"]``): :func:`load_llada2` of a ``model:`` spec."""
+    return load_llada2(spec.path_or_id, spec.revision, spec.trust_remote_code, spec.dtype)

@@ -189,6 +189,11 @@ def load_sdar(
     return model.eval(), tok, SDARAdapter(tok, mask_id, raw.get("block_size", 4))
 
 
+def load(spec: Any) -> tuple[Any, Any, SDARAdapter]:
+    """The family's loader (``ddmrl.models.FAMILIES["sdar"]``): :func:`load_sdar` of a ``model:`` spec."""
+    return load_sdar(spec.path_or_id, spec.revision, spec.trust_remote_code, spec.dtype)
+
+
 def _tokenizer(local, **kwargs):
     from transformers import AutoTokenizer
 

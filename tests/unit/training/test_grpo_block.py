@@ -24,8 +24,10 @@ from ddmrl.training.grpo import logp_guidance, train_grpo
 BLOCK = SamplerConfig(name="block", block_length=4, steps=4, temperature=1.0)
 
 #: methods run on the block model here; the others need what it has not (docs/families.md): a stored trajectory
-#: (the llada sampler's), their own sampler, an auxiliary policy or an augmenter
-APPLY = ["coupled_grpo", "diffu_grpo", "gdpo", "maskgrpo", "rebrl", "spg", "tracerl", "unigrpo", "wd1"]
+#: (the llada sampler's), a tree of rollouts (d-TreeRPO: the llada sampler's partial states), an auxiliary policy or
+#: an augmenter; JustGRPO runs with blocks of one token (below)
+APPLY = ["bgpo", "coupled_grpo", "diffu_grpo", "ebpo", "espo", "gdpo", "maskgrpo", "rebrl", "spg", "tracerl",
+         "unigrpo", "vrpo", "wd1"]  # fmt: skip
 
 
 @pytest.fixture
@@ -110,3 +112,15 @@ def test_rollout_keywords_split_the_budget_over_the_blocks():
     assert kw == {"steps": 2, "temperature": 0.0, "cfg_scale": 0.0, "block_length": 4, "parallel": "threshold",
                   "threshold": 0.8}  # fmt: skip
     assert sampler_kwargs(SamplerConfig(name="block", block_length=4, steps=3), 20)["steps"] == 1
+
+
+def test_justgrpo_runs_left_to_right_on_a_block_model(setup):
+    """JustGRPO on block diffusion: blocks of one token, sampled and scored left to right (the exact cache)."""
+    task, tok, policy, ref = setup
+    sampler = SamplerConfig(name="block", block_length=1, temperature=1.0)
+    cfg = method_config("justgrpo", dict(method="justgrpo", max_steps=2, num_prompts=2, num_generations=4,
+                                         num_iterations=2, learning_rate=1e-2, sampler=sampler))  # fmt: skip
+    before = {n: p.detach().clone() for n, p in policy.named_parameters()}
+    curve, _ = train_grpo(policy, ref, tok, task, lambda it: task.generate(2, seed=100 + it), cfg, 0)
+    assert all(math.isfinite(row["loss"]) for row in curve)
+    assert all(not torch.equal(p, before[n]) for n, p in policy.named_parameters())
