@@ -70,6 +70,9 @@ PINNED_REVISIONS: dict[str, str] = {
     "GSAI-ML/LLaDA-8B-Instruct": "08b83a6feb34df1a6011b80c3c00c7563e963b07",
     # seen in the hub-cache paths of several unrelated projects
     "Dream-org/Dream-v0-Instruct-7B": "05334cb9faaf763692dcf9d8737c642be2b2a6ae",
+    # each seen once (a hub-cache path in a test script of another project): verify before relying on it
+    "JetLM/SDAR-8B-Chat": "ac4528d2c076b04e02a03e6f430efa4385331ce8",
+    "inclusionAI/LLaDA2.0-mini": "d23215abc5f5675daf171f6739d0386eab53f712",
     # seen once (a hub-cache path in a MMaDA T2I script): verify before relying on it
     "Gen-Verse/MMaDA-8B-Base": "065b30692dd6a2d0560d280d264e5e0092c05bc4",
     # seen in one project (two files, same hub-cache path): verify before relying on it

@@ -32,6 +32,8 @@ PROFILES = (
     "paper_llada_math",
     "paper_mmada_geneval",
     "paper_dream_math",
+    "paper_sdar_math",
+    "paper_llada2_math",
 )
 
 

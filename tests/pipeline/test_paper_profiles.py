@@ -13,7 +13,7 @@ from ddmrl.config import load
 from ddmrl.pipeline import dag
 
 PAPER_PROFILES = ["paper_llada_math", "paper_mmada_geneval"]  # 8 GPUs under ZeRO-2, LoRA
-ALL_PAPER_PROFILES = [*PAPER_PROFILES, "paper_dream_math"]
+ALL_PAPER_PROFILES = [*PAPER_PROFILES, "paper_dream_math", "paper_sdar_math", "paper_llada2_math"]
 
 
 def paper_repo(tmp_path, profile):
@@ -104,6 +104,27 @@ def test_dream_math_profile_has_dares_values(tmp_path):
     )  # fmt: skip
     grpo = [s for s in dag.build(cfg) if s.script == "stages/grpo.py"]
     assert all(s.cmd.startswith("accelerate launch --config_file configs/accelerate/fsdp.yaml") for s in grpo)
+
+
+def test_block_diffusion_profiles_have_their_recipes_values(tmp_path):
+    """TraceRL on SDAR-8B-Chat (dLLM-RL's configs/rl_sdar.yaml) and EBPO on LLaDA2.0-mini (DARE's
+    run_ebpo_llada2_mini.sh), both sampled by the block sampler."""
+    sdar = paper_repo(tmp_path / "sdar", "paper_sdar_math")[1]
+    run = sdar.methods["tracerl"]
+    assert sdar.model.spec().kind == "sdar" and tuple(sdar.grpo.methods) == ("tracerl",)
+    assert (run.num_prompts, run.num_generations, run.learning_rate, run.beta, run.epsilon, run.shrink) == (
+        64, 16, 1e-6, 0.01, 0.2, 1
+    )  # fmt: skip
+    assert (run.sampler.name, run.sampler.block_length, run.sampler.parallel, run.sampler.threshold) == (
+        "block", 4, "threshold", 0.9
+    )  # fmt: skip
+    llada2 = paper_repo(tmp_path / "llada2", "paper_llada2_math")[1]
+    run = llada2.methods["ebpo"]
+    assert llada2.model.spec().kind == "llada2" and tuple(llada2.grpo.methods) == ("ebpo",)
+    assert (run.num_prompts, run.num_generations, run.learning_rate, run.beta, run.views_per_step) == (
+        16, 8, 5e-7, 0.0, 16
+    )  # fmt: skip
+    assert (run.sampler.name, run.sampler.block_length, run.sampler.temperature) == ("block", 32, 0.6)
 
 
 @pytest.mark.parametrize("profile", ALL_PAPER_PROFILES)

@@ -571,7 +571,9 @@ def test_model_spec_and_hub_item_are_validated_by_the_schema_when_built_directly
     spec = ModelSpec.__pydantic_fields__
     assert set(get_args(spec["dtype"].annotation)) == set(DTYPES)
     assert list(FAMILIES) == ["tiny", "tiny_block", "llada", "mmada", "hf_masked_lm", "dream", "sdar", "llada2"]
-    with pytest.raises(ConfigError, match=r"^model.kind = 'draem': unknown value; choose one of tiny, tiny_block, llada,"):
+    with pytest.raises(
+        ConfigError, match=r"^model.kind = 'draem': unknown value; choose one of tiny, tiny_block, llada,"
+    ):
         AdaptersSpec(kind="draem", path_or_id="x")
     with pytest.raises(ConfigError, match=r"^model.dtype = 'fp8': unknown value; choose one of float32,"):
         AdaptersSpec(kind="llada", path_or_id="x", dtype="fp8")

@@ -26,6 +26,8 @@ def test_pinned_revisions_are_commits():
         "Gen-Verse/MMaDA-8B-Base",
         "showlab/magvitv2",
         "Dream-org/Dream-v0-Instruct-7B",
+        "JetLM/SDAR-8B-Chat",
+        "inclusionAI/LLaDA2.0-mini",
     }
     assert set(hub.PINNED_DATASET_REVISIONS) == {"openai/gsm8k", "HuggingFaceH4/MATH-500"}
     assert all(hub.is_commit(r) for r in [*hub.PINNED_REVISIONS.values(), *hub.PINNED_DATASET_REVISIONS.values()])
