@@ -45,8 +45,9 @@ GRPO = f"grpo_{RUN}"
 #: GRPO runs long enough to outlive a 1-minute time limit (about 110 s of steps here, after 10-20 s of start-up),
 #: checkpointing every 6 s or so (a methods section cannot change the budget, so this goes in the profile's grpo:)
 LONG_RUN = {"max_steps": 700, "num_prompts": 16, "num_generations": 16, "save_steps": 40}
-#: the warned run's steps: attempt 1 trains until the signal (up to 40 s) and attempt 2 until its limit (up to 75 s),
-#: and the third must still have steps left
+#: the warned run's steps (about 145 s of them where LONG_RUN's take 110 s): attempt 1 trains until the signal (29 to
+#: 59 s after it starts: slurmctld looks at time limits every 30 s), attempt 2 until its limit (60 to 90 s), less their
+#: start-ups; the third attempt must still have steps left
 WARNED_STEPS = 900
 #: the GRPO stage's lines when it stops on SIGUSR1 (ddmrl.training.preempt) and when it resumes (the step)
 STOPPED = r"^grpo: stopped on SIGUSR1 after step (\d+), its state saved"
