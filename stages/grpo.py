@@ -58,6 +58,8 @@ def main() -> None:
     ap.add_argument("--checkpoints", help="directory for resumable checkpoints (not an output)")
     ap.add_argument("--log-dir", help="directory for the experiment trackers' files (not an output)")
     args = ap.parse_args()
+    # SIGUSR1 (sbatch --signal=USR1@600) from here on, start-up included: checkpoint at the next rollout batch, exit 75
+    preempt.install()
     cfg = config.load(args.params)
     gcfg, task_name, seed = cfg.run(args.run)
     run_seed = derive_seed(cfg.seed, "grpo", args.run)
@@ -96,7 +98,6 @@ def main() -> None:
         *dist.fingerprint_parts(acc),
     )
     ckpt = Checkpointer(args.checkpoints, run_id, gcfg.save_total_limit)
-    preempt.install()  # SIGUSR1 (sbatch --signal=USR1@600): checkpoint at the next rollout batch, exit 75
     print(f"grpo: process {acc.process_index + 1}/{acc.num_processes} on {acc.device}", flush=True)
     start_trackers(acc, name, resolved, args.log_dir)
     log = RunLog(args.curve)  # a row per rollout batch, appended as it comes (main process)

@@ -6,8 +6,10 @@ partitions given as docs/distributed.md tells users (environment variables; no t
   profile's default-resources and set-resources for its rule), a second run has nothing to do, and every result
   equals the local run's (tests/pipeline/conftest.py's smoke workspace).
 * A job cancelled with scancel ends Snakemake's wait with the plugin's error naming the job and its state.
-* A GRPO job killed by its SLURM time limit, then its retry cancelled with scancel, is retried by Snakemake
-  (`retries`) and resumes from its last checkpoint: weights (SHA-256), curve and metrics equal an uninterrupted run.
+* A GRPO job warned by ``--signal=USR1`` before its SLURM time limit checkpoints and stops (the signal's way through
+  the plugin's srun step), its retry resumes from that step and is killed by its limit, and the third attempt
+  resumes from its newest checkpoint (Snakemake's `retries`): weights (SHA-256), curve and metrics equal an
+  uninterrupted run.
 
 Skipped, with the reason, where no SLURM is running or the [slurm] extra is missing (a laptop). CI runs them all.
 The DAG is cut to two text methods and one image method (every kind of stage, 15 jobs) to keep CI short.
@@ -26,7 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers import BIN, ENV, copy_repo, edit_params, run
-from stage_outputs import assert_same_outputs, steps_present
+from stage_outputs import assert_same_outputs
 
 from ddmrl.config import load
 from ddmrl.pipeline import dag, export
@@ -43,6 +45,13 @@ GRPO = f"grpo_{RUN}"
 #: GRPO runs long enough to outlive a 1-minute time limit (about 110 s of steps here, after 10-20 s of start-up),
 #: checkpointing every 6 s or so (a methods section cannot change the budget, so this goes in the profile's grpo:)
 LONG_RUN = {"max_steps": 700, "num_prompts": 16, "num_generations": 16, "save_steps": 40}
+#: the warned run's steps (about 145 s of them where LONG_RUN's take 110 s): attempt 1 trains until the signal (29 to
+#: 59 s after it starts: slurmctld looks at time limits every 30 s), attempt 2 until its limit (60 to 90 s), less their
+#: start-ups; the third attempt must still have steps left
+WARNED_STEPS = 900
+#: the GRPO stage's lines when it stops on SIGUSR1 (ddmrl.training.preempt) and when it resumes (the step)
+STOPPED = r"^grpo: stopped on SIGUSR1 after step (\d+), its state saved"
+RESUMED = r"^resuming grpo from .* \(step (\d+)\)$"
 
 
 def slurm_missing() -> str | None:
@@ -95,6 +104,13 @@ def minutes(limit: str) -> int:
     days, _, hms = limit.rpartition("-")
     h, m, s = (int(x) for x in hms.split(":"))
     return int(days or 0) * 1440 + h * 60 + m + (s > 0)
+
+
+def seconds(elapsed: str) -> int:
+    """SLURM's ``[D-]HH:MM:SS`` run time in seconds."""
+    days, _, hms = elapsed.rpartition("-")
+    h, m, sec = (int(x) for x in hms.split(":"))
+    return int(days or 0) * 86400 + h * 3600 + m * 60 + sec
 
 
 def megabytes(mem: str) -> int:
@@ -150,9 +166,23 @@ def slurm_workspace(dst: Path) -> Path:
     return ws
 
 
-def lengthen(ws: Path) -> None:
-    """Every GRPO run made long (LONG_RUN); the tests then ask for one of them (a target)."""
-    edit_params(ws, lambda raw: raw["grpo"].update(LONG_RUN), file="profiles/smoke.yaml")
+def lengthen(ws: Path, **grpo) -> None:
+    """Every GRPO run made long (LONG_RUN, then ``grpo``); the tests then ask for one of them (a target)."""
+    edit_params(ws, lambda raw: raw["grpo"].update({**LONG_RUN, **grpo}), file="profiles/smoke.yaml")
+
+
+def read(path: Path) -> str:
+    """A file's text, or "" where it is not (yet) there."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
+
+
+def slurm_log(ws: Path, job: dict[str, str]) -> str:
+    """The job's own SLURM log (the plugin's ``--output``: .snakemake/slurm_logs/rule_<rule>/.../<id>.log)."""
+    (path,) = (ws / ".snakemake/slurm_logs").rglob(f"{job['JobId']}.log")
+    return path.read_text()
 
 
 def wait_for(what, timeout: float, proc: subprocess.Popen | None = None, log: Path | None = None, every=0.5):
@@ -247,32 +277,33 @@ def user_profile(dst: Path, src: Path, grpo: dict, **top) -> Path:
     return dst
 
 
-def test_grpo_past_its_time_limit_then_cancelled_resumes_to_the_uninterrupted_result(slurm_ws, tmp_path):
-    """Attempt 1 has a 1-minute limit and ends TIMEOUT after its first checkpoints; attempt 2 (runtime from
-    ``attempt``) is cancelled after a checkpoint of its own; attempt 3 finishes. Snakemake's ``retries`` resubmit,
-    each attempt resumes from the newest checkpoint, and the result equals an uninterrupted local run's."""
+def test_grpo_warned_before_its_time_limit_then_past_it_resumes_to_the_uninterrupted_result(slurm_ws, tmp_path):
+    """Attempt 1 has a 1-minute limit and ``--signal=USR1@1`` (the shipped profile's ``@600``, shortened): the signal
+    reaches the stage through the plugin's srun step, which checkpoints at the end of its rollout batch, prints its
+    line and exits 75; the job ends FAILED before its limit. Attempt 2 (1 minute, no signal) resumes from exactly that
+    step and is killed by its limit after checkpoints of its own (TIMEOUT); attempt 3 (30 minutes) resumes from its
+    newest and finishes. Snakemake's ``retries`` resubmit; the result equals an uninterrupted local run's."""
     ws, ref = tmp_path / "ws", tmp_path / "ref"
     for dst in (ws, ref):
         shutil.copytree(slurm_ws, dst, symlinks=True)
-        lengthen(dst)
+        lengthen(dst, max_steps=WARNED_STEPS)
     target = f"data/grpo/{RUN}/metrics.json"
     reference = subprocess.Popen(
         [str(BIN / "snakemake"), "--cores", "1", target], cwd=ref, env=ENV, stdout=subprocess.DEVNULL,
         stderr=subprocess.STDOUT,
     )  # fmt: skip
-    profile = user_profile(
-        tmp_path / "profile", ws / PROFILE / "config.yaml", {"runtime": "1 if attempt == 1 else 30"}, retries=3
-    )
-    log, root = tmp_path / "snakemake.log", ws / dag.checkpoints(GRPO)
+    limits = {"runtime": "1 if attempt <= 2 else 30", "slurm_extra": "'--signal=USR1@1' if attempt == 1 else ''"}
+    profile = user_profile(tmp_path / "profile", ws / PROFILE / "config.yaml", limits, retries=3)
+    log, stage_log, root = tmp_path / "snakemake.log", ws / f"logs/{GRPO}.log", ws / dag.checkpoints(GRPO)
     t0 = time.monotonic()
     proc = popen_slurm(ws, log, target, profile=profile)
     try:
         first = wait_for(lambda: running_job(ws, "grpo"), 120, proc, log)
-        wait_for(lambda: steps_present(root), 120, proc, log)  # a checkpoint before the limit
-        second = wait_for(lambda: running_job(ws, "grpo", after=int(first["JobId"])), 240, proc, log)
-        before = steps_present(root)[-1]
-        wait_for(lambda: steps_present(root)[-1:] > [before], 120, proc, log, every=0.1)
-        subprocess.run(["scancel", second["JobId"]], check=True)
+        stopped = wait_for(lambda: re.search(STOPPED, read(stage_log), re.M), 150, proc, log, every=0.1)
+        warned = int(stopped.group(1))
+        second = wait_for(lambda: running_job(ws, "grpo", after=int(first["JobId"])), 120, proc, log)
+        resumed = wait_for(lambda: re.search(RESUMED, read(stage_log), re.M), 120, proc, log, every=0.1)
+        assert int(resumed.group(1)) == warned, "attempt 2 did not resume from the checkpoint saved on the signal"
         assert proc.wait(timeout=420) == 0, log.read_text()[-3000:]
         assert reference.wait(timeout=300) == 0
     finally:
@@ -282,12 +313,15 @@ def test_grpo_past_its_time_limit_then_cancelled_resumes_to_the_uninterrupted_re
     wall = time.monotonic() - t0
     out = log.read_text()
     attempts = [j for j in jobs_of(ws) if rule_of(j) == "grpo"]
-    assert [j["JobState"] for j in attempts] == ["TIMEOUT", "CANCELLED", "COMPLETED"], out[-3000:]
-    assert [minutes(j["TimeLimit"]) for j in attempts] == [1, 30, 30]
-    assert f"SLURM-job '{first['JobId']}' failed, SLURM status is: 'TIMEOUT'" in out
-    assert f"SLURM-job '{second['JobId']}' failed, SLURM status is: 'CANCELLED'" in out
-    resumed = re.findall(r"^resuming grpo from .* \(step (\d+)\)$", (ws / f"logs/{GRPO}.log").read_text(), re.M)
-    assert len(resumed) == 1 and int(resumed[0]) > before, "the last attempt did not resume from its checkpoint"
+    assert [j["JobState"] for j in attempts] == ["FAILED", "TIMEOUT", "COMPLETED"], out[-3000:]
+    assert [minutes(j["TimeLimit"]) for j in attempts] == [1, 1, 30]
+    # attempt 1 stopped itself before its limit: the stage's 75 reaches SLURM as the job step's 1 (Snakemake's error)
+    assert attempts[0]["ExitCode"] == "1:0" and seconds(attempts[0]["RunTime"]) < 60, attempts[0]
+    assert "DUE TO TIME LIMIT" not in slurm_log(ws, first) and "DUE TO TIME LIMIT" in slurm_log(ws, second)
+    assert f"SLURM-job '{first['JobId']}' failed, SLURM status is: 'FAILED'" in out
+    assert f"SLURM-job '{second['JobId']}' failed, SLURM status is: 'TIMEOUT'" in out
+    last = re.findall(RESUMED, stage_log.read_text(), re.M)
+    assert len(last) == 1 and int(last[0]) > warned, "the last attempt did not resume from attempt 2's checkpoint"
     assert_same_outputs(ref, ws, next(s for s in dag.build(load(ws / "params.yaml")) if s.name == GRPO))
     assert not root.exists(), "checkpoints left after the run finished"
-    print(f"resume through SLURM: {wall:.0f} s")
+    print(f"warned, past its limit, resumed through SLURM: {wall:.0f} s (stopped on the signal after step {warned})")

@@ -9,11 +9,18 @@
 import json
 import os
 import re
+import signal
 import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+# SIGUSR1 is a training stage's request to checkpoint and stop (ddmrl.training.preempt). SLURM's
+# `sbatch --signal=USR1@<s>` sends it to every process of the job's steps: the executor plugin's srun step runs a
+# Snakemake, a shell and the stage, and the first two would die of it (its default action) before the stage has
+# saved. Every Snakemake process of this workflow ignores it, and so do its jobs' shells, which inherit that; a
+# stage that takes it (the GRPO stage) installs its own handler, the others go on (docs/distributed.md, section 4).
+signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
 from ddmrl.config import ConfigError, load
 from ddmrl.pipeline import dag, engines

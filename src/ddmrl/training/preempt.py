@@ -2,8 +2,13 @@
 rollout-batch boundary and exits with :data:`EXIT_CODE`, so that a retry (Snakemake's ``retries``) or a requeue
 resumes it from there instead of from its last periodic checkpoint.
 
-On SLURM, ``sbatch --signal=USR1@600`` sends SIGUSR1 to the job's processes ten minutes before its time limit
-(docs/distributed.md, "Runs longer than the time limit"). Only SIGUSR1 is taken: SIGTERM and SIGINT keep their
+On SLURM, ``sbatch --signal=USR1@600`` sends SIGUSR1 to every process of the job's steps ten minutes (to ten and a
+half) before its time limit (docs/distributed.md, section 4, "24-hour clusters"). Under Snakemake's SLURM executor
+plugin the stage runs in an srun step below a Snakemake process and a shell, which would die of it (the default
+action) and take the step down before the stage has saved: the workflow ignores SIGUSR1 in its Snakemake processes
+(workflow/rules/common.smk), the shell and the stage inherit that, and :func:`install` replaces it with the handler.
+A signal that comes before :func:`install` is lost (the run goes on to the limit). ``--signal=B:USR1@600`` signals
+the batch shell alone, which dies of it; do not use it. Only SIGUSR1 is taken: SIGTERM and SIGINT keep their
 meaning (stop now); a run killed that way resumes from its last periodic checkpoint (``save_steps``).
 """
 
@@ -44,7 +49,8 @@ def stop(stage: str, step: int) -> NoReturn:
 
 
 def install() -> None:
-    """Take :data:`SIGNAL` from now on: remember it, stop nothing (the training loop asks :func:`requested`)."""
+    """Take :data:`SIGNAL` from now on, whatever the disposition inherited (ignored under the workflow): remember it,
+    stop nothing (the training loop asks :func:`requested`)."""
     signal.signal(SIGNAL, lambda signum, frame: _received.append(signum))
 
 
