@@ -31,3 +31,16 @@ def test_extended_keeps_every_default_row_and_adds_its_own(tmp_path):
             assert stages <= names if cfg.runs_on(section, task) else not stages & names
     assert cfg.methods["mdpo_rcr"].sampler.remasking == "rcr" and cfg.methods["cj_grpo"].sampler.schedule == "ass"
     assert planned_names(root) == names
+
+
+def test_the_flexibility_profile_puts_left_to_right_beside_arbitrary_order_with_pass_at_k():
+    """profiles/flexibility.yaml: JustGRPO (blocks of one token) beside diffu-GRPO and UniGRPO from the same SFT model
+    on the same budget, every text evaluation with pass@k, the tables with its table."""
+    cfg = load(REPO_PARAMS, "flexibility")
+    assert tuple(cfg.grpo.methods) == ("diffu_grpo", "unigrpo", "justgrpo") and cfg.evaluate.pass_at_k.n == 16
+    just, diffu = cfg.methods["justgrpo"], cfg.methods["diffu_grpo"]
+    assert (just.sampler.block_length, diffu.sampler.block_length) == (1, 4)
+    for key in ("max_steps", "num_prompts", "num_generations", "num_iterations", "learning_rate"):
+        assert getattr(just, key) == getattr(diffu, key), key
+    tables = next(s for s in dag.build(cfg) if s.name == "tables")
+    assert {"data/tables/pass_at_k.md", "data/tables/pass_at_k.csv"} <= set(tables.outs)
