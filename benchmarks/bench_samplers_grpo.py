@@ -184,9 +184,12 @@ def grpo_config(cfg: config.Config, method: str, num_prompts: int, g: int, mu: i
     own = METHODS[method].params()
     if own.sampler != GRPOConfig().sampler:  # a method with its own sampler (JustGRPO: left to right) keeps it
         shared.pop("sampler", None)
-    if own.remasking in STATE_VIEWS:  # views of the sampler's stored states: the plain sampler
+    if own.remasking in (*STATE_VIEWS, "tree"):  # the sampler's stored or resumed states: the plain sampler
         shared["sampler"] = {**shared.get("sampler", {}), "kv_cache": "none", "parallel": "none"}
-    base = cfg.methods.get(method) or config.method_config(method, shared)
+    if method in cfg.methods:
+        base = cfg.methods[method]
+    else:  # d-TreeRPO's tree must fit the benchmark's G: trees of 2 x 2 leaves
+        base = config.method_config(method, shared, **({"tree_branch_factor": 2} if method == "treerpo" else {}))
     return replace(base, num_prompts=num_prompts, num_generations=g, num_iterations=mu, max_steps=mu)
 
 
