@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import subprocess
 import sys
@@ -83,10 +84,14 @@ def test_paper_dag_runs_on_the_real_block_diffusion_class(tmp_path, profile):
     assert pointer["kind"] == kind and pointer["path_or_id"] == str(model_dir)
     run = data / "grpo" / f"{method}_gsm8k_s0"
     with open(run / "curve.csv") as f:
-        assert all(float(row["loss"]) == float(row["loss"]) for row in csv.DictReader(f)), "finite losses"
+        curve = list(csv.DictReader(f))
+    assert curve and all(math.isfinite(float(row["loss"])) for row in curve)
     before, after = load_file(model_dir / "model.safetensors"), load_file(run / "model" / "model.safetensors")
     assert set(after) <= set(before), "a plain checkpoint of the family (a tied head may be left out)"
-    assert any(not torch.equal(before[k], after[k]) for k in after), "GRPO moved the weights"
+    moved = any(not torch.equal(before[k], after[k]) for k in after)
+    # a random tiny model often scores every completion alike: no advantage, nothing to learn (that every method moves
+    # the weights of both families under a varied reward: tests/unit/training/test_block_families.py)
+    assert moved or all(float(row["reward_std"]) == 0 for row in curve), "rewards varied but nothing moved"
     resolved = yaml.safe_load((run / "config.yaml").read_text())
     assert resolved["grpo"]["sampler"]["name"] == "block" and resolved["grpo"]["method"] == method
     metrics = json.loads((data / "evaluate" / f"{method}_gsm8k_s0" / "gsm8k.json").read_text())

@@ -1,0 +1,46 @@
+"""The methods of DARE's zoo (issue #27) end to end through the pipeline's own stages: the smoke profile with the
+extended profile's vrpo, espo, bgpo and treerpo sections as its text methods (d-TreeRPO at G 4: two trees of 2 leaves
+per prompt), the exact commands the DAG builds from the base model to each GRPO run, one download and SFT for all.
+Run in a temporary copy of the repository (as tests/stages/test_igpo_stage.py)."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+from smoke_stages import run_smoke_stages
+
+pytestmark = pytest.mark.slow
+
+METHODS = ("vrpo", "espo", "bgpo", "treerpo")
+OWN = {"treerpo": {"tree_branch_factor": 2}}  # the smoke profile's G 4
+
+
+def zoo_only(smoke: dict, extended: dict) -> None:
+    smoke["grpo"]["methods"] = list(METHODS)
+    smoke["methods"] = {m: {**extended["methods"][m], **OWN.get(m, {})} for m in METHODS}
+    smoke["image"]["tasks"] = []
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory) -> Path:
+    stages = ("download", "sft", *(f"grpo_{m}_sudoku4_s0" for m in METHODS))
+    return run_smoke_stages(tmp_path_factory.mktemp("zoo"), zoo_only, stages)
+
+
+def curve(workspace: Path, method: str) -> list[dict[str, str]]:
+    with (workspace / "data" / "grpo" / f"{method}_sudoku4_s0" / "curve.csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_each_run_trains_with_finite_losses_and_writes_its_model(workspace, method):
+    """4 optimiser steps, 2 per rollout batch (num_iterations 2): two curve rows, finite losses, the trained model."""
+    rows = curve(workspace, method)
+    assert [int(r["step"]) for r in rows] == [2, 4]
+    assert all(math.isfinite(float(r["loss"])) and 0 <= float(r["clip_ratio"]) <= 1 for r in rows)
+    assert (workspace / "data" / "grpo" / f"{method}_sudoku4_s0" / "model").is_dir()
+    if method == "bgpo":  # no KL: its recipes have none (the method fixes beta 0)
+        assert all(float(r["kl"]) == 0.0 for r in rows)
