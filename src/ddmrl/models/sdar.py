@@ -31,6 +31,7 @@ import types
 from typing import Any, NamedTuple
 
 import torch
+from transformers import AutoTokenizer
 
 from ddmrl.models import compat
 from ddmrl.models.adapters import (
@@ -181,7 +182,7 @@ def load_sdar(
     model.config.fuse_cross_entropy = False  # TraceRL's setting: logits in training mode too
     # the loaded instance is itself a block model (SAMPLERS["block"], token_logps(block_length=) take it as it is)
     model.block_forward = types.MethodType(block_forward, model)
-    tok = _load("tokenizer", local, _tokenizer, trust_remote_code=True, padding_side="left")
+    tok = _load("tokenizer", local, AutoTokenizer.from_pretrained, trust_remote_code=True, padding_side="left")
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     raw = _config_json(local)
@@ -192,9 +193,3 @@ def load_sdar(
 def load(spec: Any) -> tuple[Any, Any, SDARAdapter]:
     """The family's loader (``ddmrl.models.FAMILIES["sdar"]``): :func:`load_sdar` of a ``model:`` spec."""
     return load_sdar(spec.path_or_id, spec.revision, spec.trust_remote_code, spec.dtype)
-
-
-def _tokenizer(local, **kwargs):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(local, **kwargs)
