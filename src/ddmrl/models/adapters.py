@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, BatchEncoding
@@ -343,6 +343,27 @@ def load_mmada(spec: ModelSpec) -> tuple[Any, Any, ModelAdapter]:
     tok = _with_eos_padding(_load("tokenizer", local, AutoTokenizer.from_pretrained, padding_side="left"))
     adapter = MMaDAAdapter(tok, _llada_mask_id(local, model), spec.mmada_code, spec.vq_path_or_id, spec.vq_revision)
     return model.eval(), tok, adapter
+
+
+class _Where(NamedTuple):  # what the remote-code policy reads of a model spec
+    path_or_id: str
+    revision: str | None
+    trust_remote_code: bool
+
+
+def remote_checkpoint(
+    path_or_id: str, revision: str | None, trust_remote_code: bool, dtype: str, auto_classes: Sequence[str], why: str
+) -> tuple[Any, Any, Path]:
+    """``(model, tokenizer, local dir)`` of a checkpoint whose model class is its own code (Dream, SDAR, LLaDA 2.x),
+    under ddmrl's remote-code policy: run only with ``trust_remote_code`` (``why`` names the class and file in the
+    refusal; a hub id also needs a pinned commit), bridged by ``ddmrl.models.compat``; the tokenizer left-padding,
+    with EOS as its pad token when it has none. The model is not yet in eval mode."""
+    where = _Where(path_or_id, revision, trust_remote_code)
+    local = _local_dir(where)
+    _refuse_remote_code(where, local, why)
+    model = _remote_model(local, auto_classes, DTYPES[dtype])
+    tok = _load("tokenizer", local, AutoTokenizer.from_pretrained, trust_remote_code=True, padding_side="left")
+    return model, _with_eos_padding(tok), local
 
 
 def _with_eos_padding(tok: Any) -> Any:

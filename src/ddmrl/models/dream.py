@@ -26,21 +26,16 @@ Dream's sampler is ``ddmrl.samplers.dream``.
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from torch import nn
-from transformers import AutoTokenizer
 
 from ddmrl.models.adapters import (
-    DTYPES,
     ModelAdapter,
     _checked_mask_id,
     _config_json,
-    _load,
-    _local_dir,
-    _refuse_remote_code,
-    _remote_model,
+    remote_checkpoint,
 )
 
 __all__ = [
@@ -172,12 +167,6 @@ class DreamAdapter(ModelAdapter):
         return Aligned(model, self.pad_token_id)
 
 
-class _Where(NamedTuple):  # what the remote-code policy reads of a model spec
-    path_or_id: str
-    revision: str | None
-    trust_remote_code: bool
-
-
 def load_dream(
     path_or_id: str, revision: str | None = None, trust_remote_code: bool = False, dtype: str = "float32"
 ) -> tuple[Any, Any, DreamAdapter]:
@@ -185,13 +174,8 @@ def load_dream(
     the CPU, under ddmrl's remote-code policy (``ddmrl.models.adapters``): ``DreamModel`` is the checkpoint's own
     code, run only with ``trust_remote_code`` (a hub id also needs a pinned commit), bridged by
     ``ddmrl.models.compat``. Pads with EOS when the tokenizer has no pad token."""
-    where = _Where(path_or_id, revision, trust_remote_code)
-    local = _local_dir(where)
-    _refuse_remote_code(where, local, " (DreamModel lives in the checkpoint's modeling_dream.py)")
-    model = _remote_model(local, ("AutoModel",), DTYPES[dtype])
-    tok = _load("tokenizer", local, AutoTokenizer.from_pretrained, trust_remote_code=True, padding_side="left")
-    if tok.pad_token_id is None:
-        tok.pad_token = tok.eos_token
+    why = " (DreamModel lives in the checkpoint's modeling_dream.py)"
+    model, tok, local = remote_checkpoint(path_or_id, revision, trust_remote_code, dtype, ("AutoModel",), why)
     mask_id = _checked_mask_id(_config_json(local).get("mask_token_id", tok.mask_token_id), model, str(local))
     return model.eval(), tok, DreamAdapter(tok, mask_id)
 

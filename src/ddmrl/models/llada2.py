@@ -35,19 +35,15 @@ threshold``) through :class:`LLaDA2BlockModel` (``LLaDA2Adapter.block_model``), 
 from __future__ import annotations
 
 import types
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
-from transformers import AutoTokenizer, DynamicCache
+from transformers import DynamicCache
 
 from ddmrl.models.adapters import (
-    DTYPES,
     ModelAdapter,
     _checked_mask_id,
-    _load,
-    _local_dir,
-    _refuse_remote_code,
-    _remote_model,
+    remote_checkpoint,
 )
 
 __all__ = [
@@ -186,12 +182,6 @@ class LLaDA2BlockModel:
         return out.logits, (kv if store else cache)
 
 
-class _Where(NamedTuple):  # what the remote-code policy reads of a model spec
-    path_or_id: str
-    revision: str | None
-    trust_remote_code: bool
-
-
 def load_llada2(
     path_or_id: str,
     revision: str | None = None,
@@ -203,13 +193,9 @@ def load_llada2(
     in eval mode on the CPU, under ddmrl's remote-code policy (``ddmrl.models.adapters``): ``LLaDA2MoeModelLM`` is
     the checkpoint's own code, run only with ``trust_remote_code`` (a hub id also needs a pinned commit), bridged by
     ``ddmrl.models.compat``. Pads with EOS when the tokenizer has no pad token."""
-    where = _Where(path_or_id, revision, trust_remote_code)
-    local = _local_dir(where)
-    _refuse_remote_code(where, local, " (LLaDA2MoeModelLM lives in the checkpoint's modeling_llada2_moe.py)")
-    model = _remote_model(local, ("AutoModelForCausalLM",), DTYPES[dtype])
-    tok = _load("tokenizer", local, AutoTokenizer.from_pretrained, trust_remote_code=True, padding_side="left")
-    if tok.pad_token_id is None:
-        tok.pad_token = tok.eos_token
+    why = " (LLaDA2MoeModelLM lives in the checkpoint's modeling_llada2_moe.py)"
+    auto = ("AutoModelForCausalLM",)
+    model, tok, local = remote_checkpoint(path_or_id, revision, trust_remote_code, dtype, auto, why)
     mask_id = tok.mask_token_id if tok.mask_token_id is not None else LLADA2_MASK_ID
     mask_id = _checked_mask_id(mask_id, model, str(local))
     # the loaded instance is itself a block model (SAMPLERS["block"], token_logps(block_length=) take it as it is)

@@ -28,21 +28,16 @@ from __future__ import annotations
 
 import importlib.util
 import types
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
-from transformers import AutoTokenizer
 
 from ddmrl.models import compat
 from ddmrl.models.adapters import (
-    DTYPES,
     ModelAdapter,
     _checked_mask_id,
     _config_json,
-    _load,
-    _local_dir,
-    _refuse_remote_code,
-    _remote_model,
+    remote_checkpoint,
 )
 
 __all__ = [
@@ -162,12 +157,6 @@ class SDARAdapter(ModelAdapter):
         return logits
 
 
-class _Where(NamedTuple):  # what the remote-code policy reads of a model spec
-    path_or_id: str
-    revision: str | None
-    trust_remote_code: bool
-
-
 def load_sdar(
     path_or_id: str, revision: str | None = None, trust_remote_code: bool = False, dtype: str = "float32"
 ) -> tuple[Any, Any, SDARAdapter]:
@@ -175,16 +164,12 @@ def load_sdar(
     eval mode on the CPU, under ddmrl's remote-code policy (``ddmrl.models.adapters``): ``SDARForCausalLM`` is the
     checkpoint's own code, run only with ``trust_remote_code`` (a hub id also needs a pinned commit), bridged by
     ``ddmrl.models.compat``. Pads with EOS when the tokenizer has no pad token."""
-    where = _Where(path_or_id, revision, trust_remote_code)
-    local = _local_dir(where)
-    _refuse_remote_code(where, local, " (SDARForCausalLM lives in the checkpoint's modeling_sdar.py)")
-    model = _remote_model(local, ("AutoModelForCausalLM",), DTYPES[dtype])
+    why = " (SDARForCausalLM lives in the checkpoint's modeling_sdar.py)"
+    auto = ("AutoModelForCausalLM",)
+    model, tok, local = remote_checkpoint(path_or_id, revision, trust_remote_code, dtype, auto, why)
     model.config.fuse_cross_entropy = False  # TraceRL's setting: logits in training mode too
     # the loaded instance is itself a block model (SAMPLERS["block"], token_logps(block_length=) take it as it is)
     model.block_forward = types.MethodType(block_forward, model)
-    tok = _load("tokenizer", local, AutoTokenizer.from_pretrained, trust_remote_code=True, padding_side="left")
-    if tok.pad_token_id is None:
-        tok.pad_token = tok.eos_token
     raw = _config_json(local)
     mask_id = _checked_mask_id(raw.get("mask_token_id", tok.mask_token_id), model, str(local))
     return model.eval(), tok, SDARAdapter(tok, mask_id, raw.get("block_size", 4))

@@ -219,22 +219,26 @@ class TinyDDMForMaskedLM(PreTrainedModel):
 def new_tiny_model(model_cfg, tok, max_positions: int) -> TinyDDMForMaskedLM:
     """A freshly initialised TinyDDM with the architecture of ``model_cfg`` (``ddmrl.config.ModelConfig``) over
     the vocabulary and special tokens of ``tok``, for sequences up to ``max_positions`` tokens."""
+    return TinyDDMForMaskedLM(TinyDDMConfig(**config_fields(model_cfg, tok, max_positions)))
+
+
+def config_fields(model_cfg, tok, max_positions: int) -> dict:
+    """The config keywords of a tiny model (TinyDDM, TinyBlockDDM) with ``model_cfg``'s architecture over ``tok``'s
+    vocabulary and special tokens, for sequences up to ``max_positions`` tokens."""
     m = model_cfg
-    return TinyDDMForMaskedLM(
-        TinyDDMConfig(
-            vocab_size=len(tok),
-            hidden_size=m.hidden_size,
-            num_layers=m.num_layers,
-            num_heads=m.num_heads,
-            intermediate_size=m.intermediate_size,
-            dropout=m.dropout,
-            position_embedding=m.position_embedding,
-            max_position_embeddings=max_positions,
-            mask_token_id=tok.mask_token_id,
-            pad_token_id=tok.pad_token_id,
-            bos_token_id=tok.bos_token_id,
-            eos_token_id=tok.eos_token_id,
-        )
+    return dict(
+        vocab_size=len(tok),
+        hidden_size=m.hidden_size,
+        num_layers=m.num_layers,
+        num_heads=m.num_heads,
+        intermediate_size=m.intermediate_size,
+        dropout=m.dropout,
+        position_embedding=m.position_embedding,
+        max_position_embeddings=max_positions,
+        mask_token_id=tok.mask_token_id,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
     )
 
 

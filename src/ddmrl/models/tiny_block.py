@@ -19,7 +19,16 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
 
-from ddmrl.models.tiny import KVCache, TinyDDMConfig, TinyDDMForMaskedLM, TinyDDMOutput, _Block, rotary_angles, rotate
+from ddmrl.models.tiny import (
+    KVCache,
+    TinyDDMConfig,
+    TinyDDMForMaskedLM,
+    TinyDDMOutput,
+    _Block,
+    config_fields,
+    rotary_angles,
+    rotate,
+)
 
 
 class TinyBlockDDMConfig(TinyDDMConfig):
@@ -127,25 +136,8 @@ def from_tiny(model: TinyDDMForMaskedLM, block_size: int = 4, block_align: str =
 
 def new_tiny_block_model(model_cfg, tok, max_positions: int, block_size: int, block_align: str = "completion"):
     """A freshly initialised TinyBlockDDM with the architecture of ``model_cfg`` over ``tok``'s vocabulary."""
-    m = model_cfg
-    return TinyBlockDDMForMaskedLM(
-        TinyBlockDDMConfig(
-            block_size=block_size,
-            block_align=block_align,
-            vocab_size=len(tok),
-            hidden_size=m.hidden_size,
-            num_layers=m.num_layers,
-            num_heads=m.num_heads,
-            intermediate_size=m.intermediate_size,
-            dropout=m.dropout,
-            position_embedding=m.position_embedding,
-            max_position_embeddings=max_positions,
-            mask_token_id=tok.mask_token_id,
-            pad_token_id=tok.pad_token_id,
-            bos_token_id=tok.bos_token_id,
-            eos_token_id=tok.eos_token_id,
-        )
-    )
+    fields = config_fields(model_cfg, tok, max_positions)
+    return TinyBlockDDMForMaskedLM(TinyBlockDDMConfig(block_size=block_size, block_align=block_align, **fields))
 
 
 AutoConfig.register("tiny_block_ddm", TinyBlockDDMConfig)
