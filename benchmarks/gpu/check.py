@@ -116,8 +116,8 @@ def run_case(case: dict, model, mask_id: int, vocab: int, planning: bool, count:
     if case["part"] == "logps":
         return {"bytes": plan.trace_logps(model, 1, rows, prompt, length, "bf16", vocab, count)}
     t = plan.trace_training(model, rows, prompt, length, "bf16", vocab, count=count)
-    # gradients and activations in the backward pass, then gradients and AdamW's new states in its step
-    return {"bytes": t.gradients + max(t.activations, t.optimizer), "flops": t.flops}
+    # gradients and activations in the backward pass, then gradients, AdamW's new states and its step's temporaries
+    return {"bytes": t.gradients + max(t.activations, t.optimizer + t.optimizer_step), "flops": t.flops}
 
 
 def planned(args, build, mask_id: int) -> list[dict]:

@@ -216,6 +216,7 @@ class TrainTrace:
     activations: int
     flops: int
     forward_flops: int
+    optimizer_step: int = 0  # the step's temporaries beyond the states it keeps (foreach AdamW: sqrt(v))
 
 
 @dataclass
@@ -254,12 +255,15 @@ def trace_training(policy: nn.Module, rows: int, prompt_length: int, completion_
         del logp
     activations, flops = counter.peak - counter.live, counter.flops  # beyond the weights and gradients it left
     gradients = _bytes([p.grad for p in trainable if p.grad is not None])
-    opt = torch.optim.AdamW(trainable, lr=1e-6)
-    before = counter.live
+    # foreach: PyTorch's default on CUDA (on a CPU, a loop over parameters); its step holds sqrt(v) of every
+    # parameter at once, one more copy of the trainable weights beside the gradients and both moments
+    opt = torch.optim.AdamW(trainable, lr=1e-6, foreach=True)
+    before = counter.peak = counter.live
     with counter:
         opt.step()
-    optimizer = counter.live - before
-    return TrainTrace(weights, sum(p.numel() for p in trainable), gradients, optimizer, activations, flops, forward)
+    optimizer, step = counter.live - before, counter.peak - counter.live
+    return TrainTrace(weights, sum(p.numel() for p in trainable), gradients, optimizer, activations, flops, forward,
+                      step)  # fmt: skip
 
 
 def trace_logps(model: nn.Module, views: int, rows: int, prompt_length: int, completion_length: int,
@@ -425,10 +429,13 @@ def grpo_plan(build: Callable[[], nn.Module], cfg: Any, mask_id: int, prompt_len
     parts = per_gpu(train, engine, processes, gathered)
     # gradients exist only in the update (zeroed to None before each step): the phases' peaks over what persists
     persistent = sum(v for k, v in parts.items() if k not in ("gradients", "activations"))
-    phases = {"activations": parts["gradients"] + train.activations, "old / reference log-probs": logps,
-              "sampling": sample.peak}  # fmt: skip
+    step = math.ceil(train.optimizer_step / processes) if "optimizer" in SHARDED[engine] else train.optimizer_step
+    phases = {"activations": parts["gradients"] + train.activations, "optimizer step": parts["gradients"] + step,
+              "old / reference log-probs": logps, "sampling": sample.peak}  # fmt: skip
     peak = persistent + max(phases.values())
-    parts |= {k: v for k, v in phases.items() if k != "activations"}
+    parts |= {k: v for k, v in phases.items() if k not in ("activations", "optimizer step")}
+    if step:
+        parts["AdamW's step (foreach temporaries)"] = step
     if sample.kv_cache:
         parts["of which the KV cache"] = sample.kv_cache
     # per rollout batch: one sampling call, the old (and reference) forward passes over mu views, mu optimiser steps
