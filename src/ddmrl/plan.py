@@ -18,8 +18,9 @@ states, DDP's buckets, ZeRO-3's gathered blocks) plus the largest phase:
   [N, T, V] float32 and float64 work over the whole sequence).
 
 Checked against real runs (docs/real_scale.md): on a CPU within 0.85 to 1.15 of a GRPO run's peak; on an H200 the
-sampler and log-prob phases within 0.6%, the training micro-step up to 1.46 times the CUDA allocator's peak (the trace
-runs PyTorch's CPU kernels; fake CUDA tensors cannot run backward on a CPU-only torch). Left out: the CUDA context
+sampler and log-prob phases within 0.6%, the checkpointed training micro-step within 1.5%, without checkpointing 1.39
+times the CUDA allocator's peak (the trace runs PyTorch's CPU kernels; fake CUDA tensors cannot run backward on a
+CPU-only torch). Left out: the CUDA context
 (about 0.5 GiB), the allocator's rounding and fragmentation, NCCL and DeepSpeed buffers, and the rollout tensors kept
 between the phases (megabytes). Time is FLOPs over ``tflops x utilisation``: an assumption, not a measurement.
 """
