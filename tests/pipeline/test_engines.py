@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 import yaml
 from helpers import REPO, copy_repo, edit_params, planned, planned_names, snakemake
 
 from ddmrl.config import ConfigError, load
-from ddmrl.pipeline import dag, export
+from ddmrl.pipeline import dag, engines, export
 
 PROFILES = ["tiny", "smoke", "paper_llada_math", "paper_mmada_geneval", "extended"]
 
@@ -33,6 +34,23 @@ for out, is_dir in json.load(open("outputs.json"))[cmd]:
         os.makedirs(os.path.dirname(out), exist_ok=True)
         open(out, "w").write("{}")
 """
+
+
+def override(root: Path, values: dict) -> Path:
+    """The params file a Snakemake run with ``values`` as its ``--config`` / ``--configfile`` gives its stages."""
+    return Path(engines.params_file(values, str(root / "params.yaml")))
+
+
+def test_each_override_has_its_own_params_file(tmp_path):
+    """A run (or a dry run) with other values beside a running workflow leaves that workflow's params as they were."""
+    root = copy_repo(tmp_path)
+    smoke = override(root, {"profile": "smoke"})
+    first = smoke.read_text()
+    seeds = override(root, {"grpo": {"seeds": [0, 1]}})
+    assert seeds != smoke and smoke.read_text() == first
+    assert list(load(seeds).grpo.seeds) == [0, 1] and load(smoke).profile == "smoke"
+    assert override(root, {"profile": "smoke"}) == smoke  # the same values: the same file, nothing reruns
+    assert (smoke.parent / "profiles" / "smoke.yaml").read_text() == (root / "profiles" / "smoke.yaml").read_text()
 
 
 def expected(root) -> dict[str, tuple[tuple[str, ...], str]]:
@@ -188,12 +206,13 @@ def test_snakemake_config_switches_the_profile(tmp_path):
     root = copy_repo(tmp_path)
     result = snakemake(root, "-n", "-p", "--config", "profile=smoke")
     assert result.returncode == 0, result.stderr[-2000:]
-    override = ".snakemake/ddmrl/params.yaml"
-    assert yaml.safe_load((root / override).read_text())["profile"] == "smoke"
-    (root / "params.yaml").write_text((root / override).read_text())
-    smoke = {name: (outs, cmd.replace(override, "params.yaml")) for name, (outs, cmd) in expected(root).items()}
-    assert {n: (j.outputs, j.cmd.replace(override, "params.yaml")) for n, j in planned(result.stdout).items()} == smoke
-    assert all(f"--params {override}" in j.cmd for j in planned(result.stdout).values())
+    override_file = override(root, {"profile": "smoke"}).relative_to(root).as_posix()
+    assert yaml.safe_load((root / override_file).read_text())["profile"] == "smoke"
+    (root / "params.yaml").write_text((root / override_file).read_text())
+    smoke = {name: (outs, cmd.replace(override_file, "params.yaml")) for name, (outs, cmd) in expected(root).items()}
+    jobs = planned(result.stdout)
+    assert {n: (j.outputs, j.cmd.replace(override_file, "params.yaml")) for n, j in jobs.items()} == smoke
+    assert all(f"--params {override_file}" in j.cmd for j in jobs.values())
 
 
 def test_conda_env_and_slurm_profile_follow_the_project():
@@ -262,16 +281,16 @@ def test_each_snakemake_job_runs_its_own_command(tmp_path):
     assert "Nothing to be done" in snakemake(root, "-n", "--config", "seed=0").stdout
     (root / "more_seeds.yaml").write_text(yaml.safe_dump({"grpo": {"seeds": [0, 1]}}))
     assert snakemake(root, "-n", "--configfile", "more_seeds.yaml").returncode == 0  # writes the override's copy
-    added = {s.name for s in dag.build(load(root / ".snakemake/ddmrl/params.yaml"))} - {s.name for s in stages}
+    added = {s.name for s in dag.build(load(override(root, {"grpo": {"seeds": [0, 1]}})))} - {s.name for s in stages}
     assert added and planned_names(root, "--configfile", "more_seeds.yaml") == added | {"tables"}
     # a profile too: RebRL's ablation rows, one seed, beside what ran
     assert snakemake(root, "-n", "--config", "profile=rebrl_ablation").returncode == 0
-    added = {s.name for s in dag.build(load(root / ".snakemake/ddmrl/params.yaml"))} - {s.name for s in stages}
+    added = {s.name for s in dag.build(load(override(root, {"profile": "rebrl_ablation"})))} - {s.name for s in stages}
     assert any(n.startswith("grpo_rebrl_t1_") for n in added)
     assert planned_names(root, "--config", "profile=rebrl_ablation") == added | {"tables"}
     # and the image branch after the main job: its own jobs and the tables, none of the text runs again
     assert snakemake(root, "-n", "--config", "profile=image").returncode == 0
-    added = {s.name for s in dag.build(load(root / ".snakemake/ddmrl/params.yaml"))} - {s.name for s in stages}
+    added = {s.name for s in dag.build(load(override(root, {"profile": "image"})))} - {s.name for s in stages}
     assert "download_image" in added and any(n.startswith("grpo_image_") or "geneval" in n for n in added)
     assert planned_names(root, "--config", "profile=image") == added | {"tables"}
     runs = {s.name for s in stages if s.kind == "grpo"}

@@ -4,7 +4,8 @@
 # for the job's wildcards. Keep logic in the package, not here.
 #
 # `--config profile=smoke` (or `--configfile over.yaml` for nested keys) runs with those values on top of
-# params.yaml; the stages then read them from .snakemake/ddmrl/params.yaml (ddmrl.pipeline.engines).
+# params.yaml; the stages then read them from .snakemake/ddmrl/<digest of the values>/params.yaml, one folder per
+# override, so that a dry run beside a running workflow never rewrites its params (ddmrl.pipeline.engines).
 
 import json
 import os

@@ -9,6 +9,7 @@ records the stages whose outputs all exist (the Snakefile does it when a run suc
 from __future__ import annotations
 
 import argparse
+import hashlib
 import shutil
 import subprocess
 import sys
@@ -26,16 +27,22 @@ OVERRIDE_DIR = ".snakemake/ddmrl"
 
 def params_file(overrides: dict[str, Any], params: str = "params.yaml") -> str:
     """The params file the stages of a Snakemake run read: ``params`` itself, or with Snakemake's ``config``
-    (``--configfile`` and ``--config`` values) on top, a copy of it with the profile overlays beside it (written
-    only when its content changes, so that an unchanged override reruns nothing)."""
+    (``--configfile`` and ``--config`` values) on top, a copy of it with the profile overlays beside it, in a folder
+    of ``OVERRIDE_DIR`` named by their content. Runs with different overrides (a dry run beside a running workflow
+    included) never rewrite each other's params, and an unchanged override finds its folder again (reruns nothing;
+    the params trigger sees every command with ``params`` as its params file)."""
     path = Path(params)
     if not overrides:
         return params
-    merged = deep_merge(yaml.safe_load(path.read_text(encoding="utf-8")) or {}, overrides)
-    out = path.parent / OVERRIDE_DIR
-    _write_if_changed(out / path.name, yaml.safe_dump(merged, sort_keys=False))
-    for overlay in (path.parent / "profiles").glob("*.yaml"):
-        _write_if_changed(out / "profiles" / overlay.name, overlay.read_text(encoding="utf-8"))
+    merged = yaml.safe_dump(
+        deep_merge(yaml.safe_load(path.read_text(encoding="utf-8")) or {}, overrides), sort_keys=False
+    )
+    overlays = {p.name: p.read_text(encoding="utf-8") for p in sorted((path.parent / "profiles").glob("*.yaml"))}
+    content = "\0".join([merged, *(f"{name}\0{text}" for name, text in overlays.items())])
+    out = path.parent / OVERRIDE_DIR / hashlib.sha256(content.encode()).hexdigest()[:12]
+    for name, text in overlays.items():
+        _write_if_changed(out / "profiles" / name, text)
+    _write_if_changed(out / path.name, merged)  # last: a folder with its params file is whole
     return (out / path.name).as_posix()
 
 
