@@ -1,0 +1,37 @@
+"""Each extended row minus diffu-GRPO and minus UniGRPO, per task: held-out accuracy differences with 95 % intervals
+paired on the held-out items (the two rows' seeds drawn independently), as the tables' RebRL-vs-UniGRPO column
+(``ddmrl.tables.gain_interval``). Run in the workspace of the extended rows, after them:
+
+    python docs/extended_run/versus.py data/evaluate > docs/extended_run/versus.md
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ddmrl.tables import cell, display, gain_interval, text_scores
+
+ROWS = ["coupled_grpo", "vrpo", "espo", "ebpo", "bgpo", "treerpo"]
+REFERENCES = ["diffu_grpo", "unigrpo"]
+TASKS = ["sudoku4", "chain"]
+SEEDS = [0, 1, 2]
+
+
+def scores(root: Path, method: str, task: str) -> list:
+    return [text_scores(root / f"{method}_{task}_s{s}" / f"{task}.jsonl", task) for s in SEEDS]
+
+
+def main(root: Path) -> None:
+    header = ["model"] + [f"{t}: Δ vs {display(r)}" for t in TASKS for r in REFERENCES]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for m in ROWS:
+        cells = [
+            cell(gain_interval(scores(root, m, t), scores(root, r, t)), signed=True) for t in TASKS for r in REFERENCES
+        ]
+        print("| " + " | ".join([display(m), *cells]) + " |")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
