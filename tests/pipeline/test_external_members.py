@@ -1,7 +1,8 @@
 """A researcher's own member, from a module outside ``src/ddmrl`` (``tests/pipeline/external/mylab``, copied into
 the workspace and put on ``PYTHONPATH``): validated, run and rerun like a built-in one.
 
-Today: a method (``method: mylab.methods:REBALANCED``). The workspace is the smoke profile cut to one task, no image
+Today: a method (``method: mylab.methods:REBALANCED``) drawing its views with a view sampler of its own
+(``remasking: mylab.views:halves``). The workspace is the smoke profile cut to one task, no image
 branch and the external method beside UniGRPO (about a minute on 2 cores).
 """
 
@@ -18,12 +19,13 @@ from ddmrl.config import ConfigError, load
 from ddmrl.pipeline import dag
 
 MINE = "mylab.methods:REBALANCED"
+HALVES = "mylab.views:halves"
 
 
 def _own_method(raw: dict) -> None:
     raw.update(profile="smoke", seed=0)
     raw["grpo"] = {**raw.get("grpo", {}), "methods": ["unigrpo", "mine"], "seeds": [0]}
-    raw["methods"] = {**(raw.get("methods") or {}), "mine": {"method": MINE}}
+    raw["methods"] = {**(raw.get("methods") or {}), "mine": {"method": MINE, "remasking": HALVES}}
     raw["image"] = {**raw.get("image", {}), "tasks": [], "methods": []}
     raw["rebrl_ablation"] = {**raw.get("rebrl_ablation", {}), "enabled": False}
 
@@ -49,9 +51,12 @@ def test_an_outside_method_is_validated_like_a_built_in_one(workspace):
     mine = cfg.methods["mine"]
     assert mine.method == MINE and type(mine).__module__ == "mylab.methods"  # validated by its own Params
     assert mine.epsilon == cfg.methods["unigrpo"].epsilon != 0.1  # grpo:'s keys win over its defaults, as for any
-    assert mine.remasking == "unigrpo"
+    assert mine.remasking == HALVES and type(mine)().remasking == "unigrpo"  # the section's views, not its default
     (ws / "bad.yaml").write_text((ws / "params.yaml").read_text().replace("method: " + MINE, "method: mylab.nope:X"))
     with pytest.raises(ConfigError, match=r"methods\.mine\.method = 'mylab\.nope:X': cannot be imported"):
+        load(ws / "bad.yaml")
+    (ws / "bad.yaml").write_text((ws / "params.yaml").read_text().replace(HALVES, "halvez"))
+    with pytest.raises(ConfigError, match=r"methods\.mine\.remasking = 'halvez': unknown value; choose one of "):
         load(ws / "bad.yaml")
 
 
@@ -60,20 +65,27 @@ def test_an_outside_method_runs_through_the_dag_tables_included(workspace):
     metrics = ws / "data" / "grpo" / "mine_sudoku4_s0" / "metrics.json"
     assert metrics.is_file() and (ws / "data" / "evaluate" / "mine_sudoku4_s0" / "sudoku4.json").is_file()
     assert "| mine |" in (ws / "data" / "tables" / "text_table.md").read_text()
+    assert f"remasking: {HALVES}" in (ws / "data" / "grpo" / "mine_sudoku4_s0" / "config.yaml").read_text()
 
 
-def test_editing_an_outside_method_reruns_only_its_runs(workspace, tmp_path):
+@pytest.mark.parametrize(
+    ("module", "users"),
+    [("methods.py", {"tables"}), ("views.py", set())],  # the tables show the method's name, not its views
+)
+def test_editing_an_outside_member_reruns_only_its_runs(workspace, tmp_path, module, users):
+    """The stages whose code the module is: its method's runs (and the tables, for the method's display name);
+    Snakemake plans those and what reads their outputs."""
     ws, env = workspace
     copy = tmp_path / "ws"
     shutil.copytree(ws, copy, symlinks=True)
-    with (copy / "mylab" / "methods.py").open("a") as f:
+    with (copy / "mylab" / module).open("a") as f:
         f.write("# touched\n")
     env = {**env, "PYTHONPATH": env["PYTHONPATH"].replace(str(ws), str(copy))}
     stages = dag.build(load(copy / "params.yaml"))
-    assert {s.name for s in stages if "mylab/methods.py" in dag.code(s, copy)} == {
+    assert {s.name for s in stages if f"mylab/{module}" in dag.code(s, copy)} == {
         "grpo_mine_sudoku4_s0",
         "credit_mine_sudoku4",
-        "tables",
+        *users,
     }
     names = set(planned(run([BIN / "snakemake", "-n", "--cores", "2"], copy, env=env).stdout))
     assert names == {"grpo_mine_sudoku4_s0", "credit_mine_sudoku4", "evaluate_mine_sudoku4_s0", "tables"}

@@ -30,7 +30,7 @@ from pydantic import (
 )
 from pydantic import dataclasses as pdc
 from pydantic.fields import FieldInfo
-from pydantic_core import PydanticCustomError
+from pydantic_core import PydanticCustomError, PydanticUndefined
 
 from ddmrl.errors import ConfigError
 
@@ -139,7 +139,7 @@ def field_type(info: FieldInfo) -> Any:
 def _checked_schema(metadata: list[Any]) -> Any:
     """The schema a :func:`checked_as` validator among ``metadata`` checks values as, else None."""
     for m in metadata:
-        if isinstance(m, WrapValidator) and m.json_schema_input_type is not Any:
+        if isinstance(m, WrapValidator) and m.json_schema_input_type not in (Any, PydanticUndefined):
             return m.json_schema_input_type
     return None
 

@@ -5,7 +5,7 @@ generated from these declarations (``python -m ddmrl.config.docs``). Choices are
 are refused, and every model is frozen. Members of the library are named through their registries, which import
 nothing until a name is looked up: a method section is validated by its method's ``Params`` (``ddmrl.methods``), a
 task's parameters by its task's (``ddmrl.tasks``), and reward models are names of ``ddmrl.rewards.REWARD_MODELS``.
-The view samplers are spelled out here; a test checks that they agree with ``ddmrl.masking``.
+View samplers are names of ``ddmrl.masking.VIEWS``.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from ddmrl.config._base import (
     section,
 )
 from ddmrl.errors import ConfigError
+from ddmrl.masking import VIEWS
 from ddmrl.methods import METHODS
 from ddmrl.models import FAMILIES
 from ddmrl.rewards import REWARD_MODELS
@@ -45,11 +46,6 @@ DEFAULT_PROFILE = "tiny"
 
 # ------------------------------------------------------------------------------------------------ names
 
-ViewSampler = Literal[
-    "full_completion", "unigrpo", "maskgrpo_fading", "maskgrpo_random", "rebrl_linear", "tracerl",
-    "gdpo_quadrature", "block_random", "cj_grpo", "mdpo_topk", "coupled", "stratified", "espo", "ebpo_blocks",
-    "tree",  # d-TreeRPO's tree edges (ddmrl.methods.treerpo)
-]  # fmt: skip
 #: GRPOConfig's reproduction switches that only some methods accept (``Method.switches`` in their modules)
 SWITCHES = ("maskgrpo_legacy", "loss_after_eos", "mdpo_tempered_confidence")
 STATE_VIEWS = ("cj_grpo", "mdpo_topk")  # view samplers built from the sampler's stored states (recorded rollouts)
@@ -62,13 +58,21 @@ class Registered:
     name is refused with the built-in choices. Imports nothing until the member is used."""
 
     registry: Any
+    empty: bool = False  # "" is accepted too (a method section's "use the method's own")
+
+    def choices(self) -> tuple[str, ...]:
+        return ("",) * self.empty + tuple(self.registry)
 
     def __call__(self, value: Any, handler: Any) -> Any:
         value = handler(value)
-        if value not in self.registry:
-            choices = ", ".join(self.registry)
-            raise PydanticCustomError(UNKNOWN, "unknown value; choose one of {choices}", {"choices": choices})
+        if value not in self.registry and not (self.empty and value == ""):
+            raise unknown(self.choices())
         return value
+
+
+def unknown(choices: tuple[str, ...]) -> PydanticCustomError:
+    """The error of a name that no member of the right kind has, listing the built-in ones."""
+    return PydanticCustomError(UNKNOWN, "unknown value; choose one of {choices}", {"choices": ", ".join(choices)})
 
 
 #: a model family of ``ddmrl.models.FAMILIES``
@@ -77,6 +81,8 @@ ModelKind = Annotated[Str, WrapValidator(Registered(FAMILIES))]
 BLOCK_FAMILIES = ("tiny_block", "sdar", "llada2")
 #: a sampler of ``ddmrl.samplers.SAMPLERS``
 SamplerName = Annotated[Str, WrapValidator(Registered(SAMPLERS))]
+#: a view sampler of ``ddmrl.masking.VIEWS`` (how a method's training views are drawn)
+ViewSampler = Annotated[Str, WrapValidator(Registered(VIEWS))]
 TrainLoss = Literal["elbo", "maskgit"]
 TRAIN_LOSSES: tuple[str, ...] = get_args(TrainLoss)
 Tracker = Literal["tensorboard", "dvclive", "wandb"]  # accelerate's tracker names (ddmrl.training.tracking)
@@ -646,7 +652,7 @@ class EvaluateConfig(Section):
 
 # ------------------------------------------------------------------------------------------------ GRPO
 
-ViewOrDefault = Literal["", ViewSampler]
+ViewOrDefault = Annotated[Str, WrapValidator(Registered(VIEWS, empty=True))]
 ScheduleAction = Literal["ratio", "temperature", "cfg"]
 
 
@@ -1051,8 +1057,7 @@ class TaskNamed:
 
     def __call__(self, value: Any, handler: Any) -> Any:
         if not _is_task(value, (self.kind,)):
-            choices = ", ".join(self.choices())
-            raise PydanticCustomError(UNKNOWN, "unknown value; choose one of {choices}", {"choices": choices})
+            raise unknown(self.choices())
         return handler(value)
 
 
@@ -1104,8 +1109,7 @@ class RewardName:
 
     def __call__(self, value: Any, handler: Any) -> Any:
         if value not in self.choices():
-            choices = ", ".join(self.choices())
-            raise PydanticCustomError(UNKNOWN, "unknown value; choose one of {choices}", {"choices": choices})
+            raise unknown(self.choices())
         return handler(value)
 
 

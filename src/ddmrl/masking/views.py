@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 import torch
 
+from ddmrl.masking import VIEWS
 from ddmrl.samplers.trajectory import Trajectory, next_states, states_from_reveal
 from ddmrl.seeding import generator
 
@@ -198,8 +199,9 @@ def build_views(
     """Build the training views of a rollout batch with the view sampler ``VIEWS[remasking]``.
 
     Args:
-        remasking: key of ``VIEWS``: full_completion (d1, wd1), unigrpo (MMaDA), maskgrpo_fading (MaskGRPO
-            text), maskgrpo_random (MaskGRPO image: truncated ratios, uniform masks), rebrl_linear (RebRL,
+        remasking: a name of ``ddmrl.masking.VIEWS`` (or a view sampler outside the package, ``module:attribute``:
+            a function of a :class:`ViewRequest`): full_completion (d1, wd1), unigrpo (MMaDA), maskgrpo_fading
+            (MaskGRPO text), maskgrpo_random (MaskGRPO image: truncated ratios, uniform masks), rebrl_linear (RebRL,
             t_j = j / mu), tracerl (TraceRL trace steps), gdpo_quadrature (GDPO), block_random (SPG), coupled
             (Coupled-GRPO's complementary pairs), stratified (VRPO's and BGPO's stratified timesteps, one mask
             each), espo (ESPO's stratified counts and complementary pairs), ebpo_blocks (EBPO's block views).
@@ -657,25 +659,6 @@ def apply_view(
     x = torch.cat([prompt_ids, completion], dim=1)
     masked = torch.cat([views.prompt_masks[j], views.masks[j]], dim=1)
     return x.masked_fill(masked, mask_id)
-
-
-VIEWS = {
-    "full_completion": full_completion_views,
-    "unigrpo": unigrpo_views,
-    "maskgrpo_fading": maskgrpo_fading_views,
-    "maskgrpo_random": maskgrpo_random_views,
-    "rebrl_linear": rebrl_views,
-    "tracerl": tracerl_views,
-    "gdpo_quadrature": gdpo_views,
-    "block_random": block_random_views,
-    "cj_grpo": cj_grpo_views,
-    "mdpo_topk": mdpo_views,
-    "coupled": coupled_views,
-    "stratified": stratified_views,  # VRPO, BGPO
-    "espo": espo_views,
-    "ebpo_blocks": ebpo_views,
-    "tree": tree_views,
-}
 
 
 def mask_frequency(views: Views, completion_mask: torch.Tensor) -> torch.Tensor:

@@ -33,8 +33,7 @@ from __future__ import annotations
 
 import torch
 
-from ddmrl.masking import Views, mask_frequency
-from ddmrl.masking.views import gauss_legendre
+from ddmrl.masking.views import Views, gauss_legendre, mask_frequency
 
 REBRL_LAMBDA = {"none": 0, "t1": 1, "t2": 2, "token": 1, "token_t2": 2}  # lambda(t) = t ** power
 REBRL_TOKEN = {"token", "token_t2"}  # modes with the 1/F token factor

@@ -25,6 +25,7 @@ from typing import Any
 
 from ddmrl.config import DEFAULT_PROFILE, MAR_TASK, Config, LaunchConfig, mar_run_name, run_name
 from ddmrl.config.schema import STATE_VIEWS
+from ddmrl.masking import VIEWS
 from ddmrl.methods import METHODS
 from ddmrl.models import FAMILIES
 from ddmrl.pipeline import layout
@@ -256,11 +257,11 @@ class StageFactory:
         methods: tuple[str, ...] = (),
     ) -> tuple[str, ...]:
         """The modules a stage runs that no static import names: its tasks' and sampler's (registry members), the
-        module and objective of method ``section`` and the modules of ``methods``, the auxiliary policy of kind ``aux``
-        and the sampler that consults it, the hub, the model adapters and the family's module for a real model,
-        GenEval's evaluator for an image task. (Validating params.yaml imports every section's method module and every
-        named task's module, with what it imports; only a stage's own ones are its deps: another method's or task's
-        module decides nothing a stage writes.)"""
+        module, objective and view sampler of method ``section`` and the modules of ``methods``, the auxiliary policy
+        of kind ``aux`` and the sampler that consults it, the hub, the model adapters and the family's module for a
+        real model, GenEval's evaluator for an image task. (Validating params.yaml imports every section's method
+        module and every named task's module, with what it imports; only a stage's own ones are its deps: another
+        method's or task's module decides nothing a stage writes.)"""
         cfg, modules = self.cfg, []
         modules += [member_module("ddmrl.tasks", "TASKS", t) for t in tasks]
         modules += [member_module("ddmrl.samplers", "SAMPLERS", sampler)] if sampler else []
@@ -268,6 +269,7 @@ class StageFactory:
         if run is not None:
             modules.append(METHODS.module(run.method))
             modules.append(member_module("ddmrl.objectives", "OBJECTIVES", METHODS[run.method].objective))
+            modules += [VIEWS.module(run.remasking)] if run.remasking else []  # its view sampler (maybe its own)
         modules += [METHODS.module(m) for m in methods]
         if aux and aux != "none":
             modules.append(member_module("ddmrl.aux_policies", "AUX_POLICIES", aux))

@@ -59,7 +59,7 @@ from ddmrl.aux_policies.base import AuxPolicy, aux_clip_loss, speed_reward
 from ddmrl.config import ConfigError, GRPOConfig
 from ddmrl.config.schema import STATE_VIEWS
 from ddmrl.likelihood import token_logps, token_logps_entropy
-from ddmrl.masking import Views, apply_view, build_views
+from ddmrl.masking.views import Views, apply_view, build_views
 from ddmrl.methods import METHODS
 from ddmrl.methods.base import Method
 from ddmrl.objectives import OBJECTIVES

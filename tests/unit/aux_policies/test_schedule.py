@@ -12,7 +12,7 @@ import torch
 from ddmrl.aux_policies.base import aux_clip_loss, trajectory_logp
 from ddmrl.aux_policies.schedule import SchedulePolicy, gaussian_logp, interpolate, remasked_fraction
 from ddmrl.likelihood import token_logps
-from ddmrl.masking import apply_view, build_views
+from ddmrl.masking.views import apply_view, build_views
 from ddmrl.samplers.maskgit import generate, keep_masked, mask_schedule
 
 

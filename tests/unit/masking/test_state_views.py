@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from ddmrl.config.schema import STATE_VIEWS
-from ddmrl.masking import apply_view, build_views, mask_frequency
-from ddmrl.masking.views import VIEWS, spread
+from ddmrl.masking import VIEWS
+from ddmrl.masking.views import apply_view, build_views, mask_frequency, spread
 from ddmrl.samplers.llada import generate
 from ddmrl.samplers.trajectory import Trajectory, next_states
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ddmrl.masking import apply_view, build_views, mask_frequency
 from ddmrl.masking.views import (
     MAX_RATIO,
     Views,
+    apply_view,
+    build_views,
     fading_keep_prob,
     linear_ratios,
+    mask_frequency,
     trajectory_masks,
     unigrpo_ratios,
 )

@@ -13,8 +13,7 @@ import math
 import pytest
 import torch
 
-from ddmrl.masking import build_views, mask_frequency
-from ddmrl.masking.views import MAX_RATIO, Views, gauss_legendre
+from ddmrl.masking.views import MAX_RATIO, Views, build_views, gauss_legendre, mask_frequency
 from ddmrl.objectives.weights import token_weights
 
 PAD, MASK = 1, 0

@@ -33,8 +33,7 @@ import pytest
 import torch
 
 from ddmrl.likelihood import sequence_elbo, token_logps
-from ddmrl.masking import apply_view, build_views
-from ddmrl.masking.views import Views, gauss_legendre
+from ddmrl.masking.views import Views, apply_view, build_views, gauss_legendre
 from ddmrl.objectives.weights import token_weights
 
 MASK, VOCAB, PROMPT = 0, 4, 2

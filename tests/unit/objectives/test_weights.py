@@ -10,8 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ddmrl.masking import build_views
-from ddmrl.masking.views import Views
+from ddmrl.masking.views import Views, build_views
 from ddmrl.objectives.policy_loss import aggregate
 from ddmrl.objectives.weights import realised_ratio, token_weights
 

@@ -317,7 +317,7 @@ def test_tracerl_views_of_a_parallel_rollout_follow_its_reveal_steps():
     """TraceRL rebuilds its trajectory from reveal_step: with parallel decoding several tokens share a step, and each
     token is still a training target exactly once, at the view of its own (merged) step, with every token revealed
     later masked (the sampler's real order)."""
-    from ddmrl.masking import build_views
+    from ddmrl.masking.views import build_views
 
     out = sample(model(layers=2), temperature=1.0, parallel="threshold", threshold=0.3)
     assert (out.reveal_step[:, :, None] == out.reveal_step[:, None, :]).sum() > out.reveal_step.numel()  # shared

@@ -27,8 +27,7 @@ import torch
 from ddmrl.config import GRPOConfig, method_config
 from ddmrl.diagnostics import token_credit
 from ddmrl.likelihood import token_logps
-from ddmrl.masking import apply_view, build_views
-from ddmrl.masking.views import COUPLED_RATIOS, Views
+from ddmrl.masking.views import COUPLED_RATIOS, Views, apply_view, build_views
 from ddmrl.methods import METHODS
 from ddmrl.objectives import OBJECTIVES
 from ddmrl.objectives.advantages import group_advantages

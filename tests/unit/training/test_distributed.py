@@ -15,7 +15,7 @@ from fake_rewards import varied_reward
 
 import ddmrl.objectives.token_clip as losses_module
 from ddmrl.config import ConfigError, GRPOConfig, LoraConfig, SamplerConfig
-from ddmrl.masking import Views
+from ddmrl.masking.views import Views
 from ddmrl.models.checkpoint import load_checkpoint
 from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.seeding import derive_seed, generator

@@ -29,8 +29,7 @@ from fake_rewards import varied_reward
 
 from ddmrl.config import SamplerConfig, method_config
 from ddmrl.likelihood import token_logps
-from ddmrl.masking import apply_view, build_views
-from ddmrl.masking.views import ebpo_block_counts
+from ddmrl.masking.views import apply_view, build_views, ebpo_block_counts
 from ddmrl.methods import METHODS
 from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.objectives import OBJECTIVES

@@ -31,8 +31,7 @@ from fake_rewards import varied_reward
 from ddmrl.config import SamplerConfig, method_config
 from ddmrl.diagnostics import token_credit
 from ddmrl.likelihood import sequence_elbo, token_logps
-from ddmrl.masking import apply_view, build_views
-from ddmrl.masking.views import ESPO_SEEDS, espo_counts
+from ddmrl.masking.views import ESPO_SEEDS, apply_view, build_views, espo_counts
 from ddmrl.methods import METHODS
 from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.objectives import OBJECTIVES

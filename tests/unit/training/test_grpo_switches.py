@@ -23,8 +23,7 @@ from fake_rewards import varied_reward
 
 import ddmrl.training.grpo as grpo_module
 from ddmrl.config import GRPOConfig, SamplerConfig
-from ddmrl.masking import build_views
-from ddmrl.masking.views import Views
+from ddmrl.masking.views import Views, build_views
 from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.objectives.base import ObjectiveInputs
 from ddmrl.objectives.token_clip import token_clip

@@ -35,8 +35,7 @@ from fake_rewards import varied_reward
 import ddmrl.objectives.vrpo as vrpo_module
 from ddmrl.config import SamplerConfig, load, method_config
 from ddmrl.likelihood import token_logps
-from ddmrl.masking import apply_view, build_views
-from ddmrl.masking.views import Views, stratified_counts
+from ddmrl.masking.views import Views, apply_view, build_views, stratified_counts
 from ddmrl.methods import METHODS
 from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.objectives import OBJECTIVES
