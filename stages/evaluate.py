@@ -30,7 +30,7 @@ VQA answers, DPG's score).
 import argparse
 
 from ddmrl import config
-from ddmrl.aux_policies import load_aux_policy
+from ddmrl.aux_policies.base import load_aux_policy
 from ddmrl.cli import run_stage
 from ddmrl.evaluation import evaluate, evaluate_images, pass_at_k, with_heuristics
 from ddmrl.io import write_json, write_jsonl

@@ -29,7 +29,7 @@ import time
 import yaml
 
 from ddmrl import config
-from ddmrl.aux_policies import new_aux_policy
+from ddmrl.aux_policies.base import new_aux_policy
 from ddmrl.cli import run_stage
 from ddmrl.io import write_json, write_text
 from ddmrl.models.checkpoint import checkpoint_digest, load_checkpoint

@@ -7,6 +7,7 @@ functions, so what RL trains on and what the tables report come from the same co
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -82,28 +83,16 @@ def sampler_steps(sampler: SamplerConfig, completion_length: int) -> int:
 
 
 def sampler_kwargs(sampler: SamplerConfig, completion_length: int) -> dict:
-    """Keyword arguments of the configured sampler's ``generate``: the shared keys it takes, then its own
-    ``options`` with their defaults (the ``Params`` of its module)."""
+    """Keyword arguments of the configured sampler's ``generate``: ``steps`` and ``temperature``, the shared keys its
+    module takes (its ``keywords(sampler, steps, completion_length)``), then its own ``options`` with their defaults
+    (the ``Params`` of its module). A sampler module declares what it reads; nothing here names a sampler."""
+    module = importlib.import_module(SAMPLERS.module(sampler.name))
     kw = {"steps": sampler_steps(sampler, completion_length), "temperature": sampler.temperature}
+    if hasattr(module, "keywords"):
+        kw |= module.keywords(sampler, kw["steps"], completion_length)
     params = sampler_params(sampler.name)
-    if params is not None:  # a sampler with keys of its own (dream) takes only those beside steps and temperature
-        return kw | dataclasses.asdict(params(**(sampler.options.get(sampler.name) or {})))
-    kw["cfg_scale"] = sampler.cfg_scale
-    if sampler.name == "llada":
-        kw |= {"block_length": sampler.block_length, "remasking": sampler.remasking, "kv_cache": sampler.kv_cache}
-        kw |= {"schedule": sampler.schedule, "ass_blocks": sampler.ass_blocks, "eoser": sampler.eoser,
-               "eos_min_gamma": sampler.eos_min_gamma, "eos_max_gamma": sampler.eos_max_gamma}  # fmt: skip
-        kw |= {"confidence_dtype": sampler.confidence_dtype, "logits_eos_inf": sampler.logits_eos_inf,
-               "confidence_eos_eot_inf": sampler.confidence_eos_eot_inf, "rcr_scope": sampler.rcr_scope,
-               "parallel_floor": sampler.parallel_floor, "factor_rule": sampler.factor_rule}  # fmt: skip
-    elif sampler.name == "maskgit":
-        kw |= {"noise_temperature": sampler.noise_temperature}
-    elif sampler.name == "block":  # ``steps`` over the completion, as for llada; the block sampler's are per block
-        blocks = -(-completion_length // sampler.block_length)
-        kw |= {"block_length": sampler.block_length, "steps": max(1, kw["steps"] // blocks)}
-        return kw | {"parallel": sampler.parallel, "threshold": sampler.threshold}
-    if sampler.name != "emerge":
-        kw |= {"parallel": sampler.parallel, "threshold": sampler.threshold, "factor": sampler.factor}
+    if params is not None:
+        kw |= dataclasses.asdict(params(**(sampler.options.get(sampler.name) or {})))
     return kw
 
 

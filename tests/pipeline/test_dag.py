@@ -317,18 +317,6 @@ def test_the_mar_branch_runs_in_the_extended_profile_only_and_its_code_is_its_ow
     assert layout.MAR_BASE_DIR in grpo.deps and f"mar.sections.{ext.mar.methods[0]}" in grpo.params
 
 
-def test_the_scan_reads_the_registries_the_code_uses():
-    from ddmrl.aux_policies import AUX_POLICIES
-    from ddmrl.objectives import OBJECTIVES
-    from ddmrl.samplers import SAMPLERS
-    from ddmrl.tasks import TASKS
-
-    for package, name, reg in (("ddmrl.tasks", "TASKS", TASKS), ("ddmrl.samplers", "SAMPLERS", SAMPLERS),
-                               ("ddmrl.objectives", "OBJECTIVES", OBJECTIVES),
-                               ("ddmrl.aux_policies", "AUX_POLICIES", AUX_POLICIES)):  # fmt: skip
-        assert dag.registry(package, name) == reg.specs
-
-
 def users(stages, path: str) -> set[str]:
     return {s.name for s in stages if path in dag.code(s, REPO)}
 

@@ -2,7 +2,8 @@
 the workspace and put on ``PYTHONPATH``): validated, run and rerun like a built-in one.
 
 Today: a method (``method: mylab.methods:REBALANCED``) drawing its views with a view sampler of its own
-(``remasking: mylab.views:halves``). The workspace is the smoke profile cut to one task, no image
+(``remasking: mylab.views:halves``) and its rollouts with a sampler of its own (``sampler: {name:
+mylab.samplers:generate}``). The workspace is the smoke profile cut to one task, no image
 branch and the external method beside UniGRPO (about a minute on 2 cores).
 """
 
@@ -20,12 +21,14 @@ from ddmrl.pipeline import dag
 
 MINE = "mylab.methods:REBALANCED"
 HALVES = "mylab.views:halves"
+SAMPLER = "mylab.samplers:generate"
 
 
 def _own_method(raw: dict) -> None:
     raw.update(profile="smoke", seed=0)
     raw["grpo"] = {**raw.get("grpo", {}), "methods": ["unigrpo", "mine"], "seeds": [0]}
-    raw["methods"] = {**(raw.get("methods") or {}), "mine": {"method": MINE, "remasking": HALVES}}
+    mine = {"method": MINE, "remasking": HALVES, "sampler": {"name": SAMPLER, "kv_cache": "none"}}
+    raw["methods"] = {**(raw.get("methods") or {}), "mine": mine}
     raw["image"] = {**raw.get("image", {}), "tasks": [], "methods": []}
     raw["rebrl_ablation"] = {**raw.get("rebrl_ablation", {}), "enabled": False}
 
@@ -52,6 +55,7 @@ def test_an_outside_method_is_validated_like_a_built_in_one(workspace):
     assert mine.method == MINE and type(mine).__module__ == "mylab.methods"  # validated by its own Params
     assert mine.epsilon == cfg.methods["unigrpo"].epsilon != 0.1  # grpo:'s keys win over its defaults, as for any
     assert mine.remasking == HALVES and type(mine)().remasking == "unigrpo"  # the section's views, not its default
+    assert mine.sampler.name == SAMPLER and mine.sampler.block_length == cfg.methods["unigrpo"].sampler.block_length
     (ws / "bad.yaml").write_text((ws / "params.yaml").read_text().replace("method: " + MINE, "method: mylab.nope:X"))
     with pytest.raises(ConfigError, match=r"methods\.mine\.method = 'mylab\.nope:X': cannot be imported"):
         load(ws / "bad.yaml")
@@ -65,12 +69,17 @@ def test_an_outside_method_runs_through_the_dag_tables_included(workspace):
     metrics = ws / "data" / "grpo" / "mine_sudoku4_s0" / "metrics.json"
     assert metrics.is_file() and (ws / "data" / "evaluate" / "mine_sudoku4_s0" / "sudoku4.json").is_file()
     assert "| mine |" in (ws / "data" / "tables" / "text_table.md").read_text()
-    assert f"remasking: {HALVES}" in (ws / "data" / "grpo" / "mine_sudoku4_s0" / "config.yaml").read_text()
+    resolved = (ws / "data" / "grpo" / "mine_sudoku4_s0" / "config.yaml").read_text()
+    assert f"remasking: {HALVES}" in resolved and f"name: {SAMPLER}" in resolved
 
 
 @pytest.mark.parametrize(
     ("module", "users"),
-    [("methods.py", {"tables"}), ("views.py", set())],  # the tables show the method's name, not its views
+    [
+        ("methods.py", {"grpo_mine_sudoku4_s0", "credit_mine_sudoku4", "tables"}),  # tables: the display name
+        ("views.py", {"grpo_mine_sudoku4_s0", "credit_mine_sudoku4"}),
+        ("samplers.py", {"grpo_mine_sudoku4_s0"}),  # the credit stage reads the stored rollouts
+    ],
 )
 def test_editing_an_outside_member_reruns_only_its_runs(workspace, tmp_path, module, users):
     """The stages whose code the module is: its method's runs (and the tables, for the method's display name);
@@ -82,10 +91,6 @@ def test_editing_an_outside_member_reruns_only_its_runs(workspace, tmp_path, mod
         f.write("# touched\n")
     env = {**env, "PYTHONPATH": env["PYTHONPATH"].replace(str(ws), str(copy))}
     stages = dag.build(load(copy / "params.yaml"))
-    assert {s.name for s in stages if f"mylab/{module}" in dag.code(s, copy)} == {
-        "grpo_mine_sudoku4_s0",
-        "credit_mine_sudoku4",
-        *users,
-    }
+    assert {s.name for s in stages if f"mylab/{module}" in dag.code(s, copy)} == users
     names = set(planned(run([BIN / "snakemake", "-n", "--cores", "2"], copy, env=env).stdout))
-    assert names == {"grpo_mine_sudoku4_s0", "credit_mine_sudoku4", "evaluate_mine_sudoku4_s0", "tables"}
+    assert names == {*users, "evaluate_mine_sudoku4_s0", "tables"}

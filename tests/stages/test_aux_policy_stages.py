@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from smoke_stages import run_smoke_stages
 
-from ddmrl.aux_policies import load_aux_policy
+from ddmrl.aux_policies.base import load_aux_policy
 
 pytestmark = pytest.mark.slow
 

@@ -20,10 +20,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
+
+from ddmrl.aux_policies import AUX_POLICIES
+
+if TYPE_CHECKING:
+    from ddmrl.config.schema import AuxPolicyConfig
 
 #: the subdirectory of a saved model that holds its auxiliary policy
 AUX_DIR = "aux_policy"
@@ -68,6 +74,12 @@ class AuxPolicy(nn.Module):
         super().__init__()
         self.config = dict(config)
 
+    @classmethod
+    def from_config(cls, cfg: AuxPolicyConfig, rollout_steps: int) -> AuxPolicy:
+        """A freshly initialised policy for an ``aux_policy`` config section (``ddmrl.config.AuxPolicyConfig``);
+        ``rollout_steps``: the rollout sampler's steps."""
+        raise NotImplementedError
+
     def forward(self, obs: tuple[torch.Tensor, ...], actions: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
@@ -77,8 +89,6 @@ class AuxPolicy(nn.Module):
 
     def save_pretrained(self, path: str | Path) -> None:
         """``path/config.json`` (kind and config) and ``path/model.safetensors``."""
-        from safetensors.torch import save_file
-
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         (path / "config.json").write_text(json.dumps({"kind": self.kind, **self.config}, indent=1))
@@ -90,6 +100,26 @@ def aux_config(path: str | Path) -> dict[str, Any] | None:
     """The saved config of the auxiliary policy of model directory ``path`` (None: the model has none)."""
     file = Path(path) / AUX_DIR / "config.json"
     return json.loads(file.read_text()) if file.exists() else None
+
+
+def new_aux_policy(cfg: AuxPolicyConfig, rollout_steps: int) -> AuxPolicy | None:
+    """A freshly initialised policy of ``AUX_POLICIES[cfg.kind]`` for an ``aux_policy`` config section (None for
+    kind ``none``); ``rollout_steps``: the rollout sampler's steps (the schedule table's knots)."""
+    return None if cfg.kind == "none" else AUX_POLICIES[cfg.kind].from_config(cfg, rollout_steps)
+
+
+def load_aux_policy(path: str | Path, device: str | None = None) -> AuxPolicy | None:
+    """The ``AuxPolicy`` saved with the model in directory ``path`` (eval mode), or None when it has none."""
+    config = aux_config(path)
+    if config is None:
+        return None
+    kind = config.pop("kind", None)
+    if kind not in AUX_POLICIES:
+        where = Path(path) / AUX_DIR / "config.json"
+        raise ValueError(f"{where}: kind = {kind!r}; choose one of {list(AUX_POLICIES)}")
+    policy = AUX_POLICIES[kind](**config)
+    policy.load_state_dict(load_file(str(Path(path) / AUX_DIR / "model.safetensors")))
+    return policy.to(device or "cpu").eval()
 
 
 class AuxLoss(NamedTuple):

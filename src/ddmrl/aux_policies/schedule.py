@@ -26,11 +26,15 @@ action: a_s [.., D].
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from ddmrl.aux_policies.base import AuxPolicy, AuxTrace
+
+if TYPE_CHECKING:
+    from ddmrl.config.schema import AuxPolicyConfig
 
 ACTIONS = ("ratio", "temperature", "cfg")
 OBS = 4  # (r, masked fraction, previous confidence, a later step follows)
@@ -65,6 +69,12 @@ class SchedulePolicy(AuxPolicy):
     """A Gaussian policy over the schedule actions of one MaskGIT step."""
 
     kind = "schedule"
+
+    @classmethod
+    def from_config(cls, cfg: AuxPolicyConfig, rollout_steps: int) -> SchedulePolicy:
+        """Its actions, head and width from the section; one knot per rollout step."""
+        return cls(actions=cfg.actions, head=cfg.head, knots=rollout_steps, hidden_size=cfg.hidden_size,
+                   init_std=cfg.init_std)  # fmt: skip
 
     def __init__(
         self,

@@ -30,6 +30,7 @@ available: t is embedded as DiT embeds its timestep (t x 1000, periods up to 10^
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +38,9 @@ from torch import nn
 
 from ddmrl.aux_policies.base import AuxPolicy, AuxTrace
 from ddmrl.models.tiny import rotary_angles, rotate
+
+if TYPE_CHECKING:
+    from ddmrl.config.schema import AuxPolicyConfig
 
 
 def bernoulli_logp(logits: torch.Tensor, unmask: torch.Tensor, select: torch.Tensor, fallback: bool) -> torch.Tensor:
@@ -114,6 +118,13 @@ class UnmaskingPolicy(AuxPolicy):
     """
 
     kind = "unmasking"
+
+    @classmethod
+    def from_config(cls, cfg: AuxPolicyConfig, rollout_steps: int) -> UnmaskingPolicy:
+        """Its architecture, initial bias, fallback and temperatures from the section."""
+        return cls(hidden_size=cfg.hidden_size, num_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size,
+                   init_bias=cfg.init_bias, fallback=cfg.fallback, temperature=cfg.temperature,
+                   eval_temperature=cfg.eval_temperature)  # fmt: skip
 
     def __init__(
         self,

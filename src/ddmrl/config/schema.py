@@ -21,6 +21,7 @@ from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, WrapValida
 from pydantic import dataclasses as pdc
 from pydantic_core import PydanticCustomError
 
+from ddmrl.aux_policies import AUX_POLICIES
 from ddmrl.config._base import (
     DESCRIBED,
     Bool,
@@ -58,14 +59,14 @@ class Registered:
     name is refused with the built-in choices. Imports nothing until the member is used."""
 
     registry: Any
-    empty: bool = False  # "" is accepted too (a method section's "use the method's own")
+    extra: tuple[str, ...] = ()  # values accepted besides the members' names ("" or "none": no member)
 
     def choices(self) -> tuple[str, ...]:
-        return ("",) * self.empty + tuple(self.registry)
+        return (*self.extra, *self.registry)
 
     def __call__(self, value: Any, handler: Any) -> Any:
         value = handler(value)
-        if value not in self.registry and not (self.empty and value == ""):
+        if value not in self.registry and value not in self.extra:
             raise unknown(self.choices())
         return value
 
@@ -652,7 +653,9 @@ class EvaluateConfig(Section):
 
 # ------------------------------------------------------------------------------------------------ GRPO
 
-ViewOrDefault = Annotated[Str, WrapValidator(Registered(VIEWS, empty=True))]
+ViewOrDefault = Annotated[Str, WrapValidator(Registered(VIEWS, extra=("",)))]  # "": the method's own
+#: an auxiliary policy of ``ddmrl.aux_policies.AUX_POLICIES``, or none
+AuxKind = Annotated[Str, WrapValidator(Registered(AUX_POLICIES, extra=("none",)))]
 ScheduleAction = Literal["ratio", "temperature", "cfg"]
 
 
@@ -664,7 +667,7 @@ class AuxPolicyConfig(Section):
     Co-GRPO's schedule policy for the maskgit sampler; ``unmasking``: a learned unmasking policy for the llada
     sampler (docs/aux_policies.md)."""
 
-    kind: Literal["none", "schedule", "unmasking"] = Field(
+    kind: AuxKind = Field(
         "none", description="none, schedule (Co-GRPO; sampler maskgit) or unmasking (learned unmasking; llada)."
     )
     learning_rate: Float = Field(1e-3, gt=0, description="AdamW learning rate of the policy (the model's is grpo's).")

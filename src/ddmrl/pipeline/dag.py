@@ -23,11 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ddmrl.aux_policies import AUX_POLICIES
 from ddmrl.config import DEFAULT_PROFILE, MAR_TASK, Config, LaunchConfig, mar_run_name, run_name
 from ddmrl.config.schema import STATE_VIEWS
 from ddmrl.masking import VIEWS
 from ddmrl.methods import METHODS
 from ddmrl.models import FAMILIES
+from ddmrl.objectives import OBJECTIVES
 from ddmrl.pipeline import layout
 from ddmrl.pipeline.layout import (
     BASE_DIR,
@@ -41,6 +43,8 @@ from ddmrl.pipeline.layout import (
     TASKS_DIR,
     start_model,
 )
+from ddmrl.samplers import SAMPLERS
+from ddmrl.tasks import TASKS
 
 # grpo keys that choose which runs exist rather than how one run trains (only the tables stage reads them).
 _GRPO_SWEEP_KEYS = ("methods", "seeds")
@@ -263,16 +267,16 @@ class StageFactory:
         module and every named task's module, with what it imports; only a stage's own ones are its deps: another
         method's or task's module decides nothing a stage writes.)"""
         cfg, modules = self.cfg, []
-        modules += [member_module("ddmrl.tasks", "TASKS", t) for t in tasks]
-        modules += [member_module("ddmrl.samplers", "SAMPLERS", sampler)] if sampler else []
+        modules += [TASKS.module(t) for t in tasks if t in TASKS]  # not a pattern's {task}
+        modules += [SAMPLERS.module(sampler)] if sampler else []
         run = (cfg.image_methods if image else cfg.methods).get(section)
         if run is not None:
             modules.append(METHODS.module(run.method))
-            modules.append(member_module("ddmrl.objectives", "OBJECTIVES", METHODS[run.method].objective))
+            modules.append(OBJECTIVES.module(METHODS[run.method].objective))
             modules += [VIEWS.module(run.remasking)] if run.remasking else []  # its view sampler (maybe its own)
         modules += [METHODS.module(m) for m in methods]
         if aux and aux != "none":
-            modules.append(member_module("ddmrl.aux_policies", "AUX_POLICIES", aux))
+            modules.append(AUX_POLICIES.module(aux))
             modules += ["ddmrl.samplers.unmasking"] if aux == "unmasking" else []  # LLaDA's sampler hands it its steps
         model = cfg.image.model if image else cfg.model
         if model.pretrained:
@@ -693,32 +697,6 @@ def _parse_imports(path: str, _mtime_ns: int) -> frozenset[tuple[str, bool]]:
 
     visit(ast.parse(Path(path).read_text(), filename=path), False)
     return frozenset(names)
-
-
-def registry(package: str, name: str) -> dict[str, str]:
-    """A registry's table (member -> ``module:attribute``), read from its package's source without importing it
-    (``TASKS = Registry({...})``)."""
-    return _registry(SRC.parent, package, name)
-
-
-@functools.lru_cache(maxsize=256)
-def _registry(src: Path, package: str, name: str) -> dict[str, str]:
-    """The table of the registry ``name = Registry({...})`` in ``package``'s ``__init__.py`` under ``src`` (``{}``
-    if none)."""
-    init = src.joinpath(*package.split("."), "__init__.py")
-    if not init.is_file():
-        return {}
-    for node in ast.parse(init.read_text()).body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
-            value = node.value.args[0] if isinstance(node.value, ast.Call) else node.value
-            return ast.literal_eval(value)
-    return {}
-
-
-def member_module(package: str, table: str, name: str) -> str | None:
-    """The module that defines registry member ``name`` (None for a name the registry lacks)."""
-    spec = registry(package, table).get(name)
-    return spec.partition(":")[0] if spec else None
 
 
 @functools.lru_cache(maxsize=4096)

@@ -70,11 +70,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from ddmrl.samplers.base import SampleOutput, init_canvas
+
+if TYPE_CHECKING:
+    from ddmrl.config.schema import SamplerConfig
 
 ALIGNS = ("completion", "sequence")
 PARALLEL_RULES = ("none", "threshold")
@@ -245,6 +248,15 @@ def edits(
     position (not ``masked``) whose new ``proposal`` differs from the ``current`` token with confidence above
     ``editing_threshold`` (the caller keeps the prompt's positions out)."""
     return ~masked & (conf > editing_threshold) & (proposal != current)
+
+
+def keywords(sampler: SamplerConfig, steps: int, completion_length: int) -> dict:
+    """The keys of the shared ``sampler:`` section this sampler's ``generate`` takes (``ddmrl.rollout.sampler_kwargs``
+    adds ``temperature``): ``steps`` stays the budget over the completion, as for llada, split over the blocks
+    (``generate``'s are per block)."""
+    blocks = -(-completion_length // sampler.block_length)
+    return {"cfg_scale": sampler.cfg_scale, "block_length": sampler.block_length, "steps": max(1, steps // blocks),
+            "parallel": sampler.parallel, "threshold": sampler.threshold}  # fmt: skip
 
 
 @torch.no_grad()

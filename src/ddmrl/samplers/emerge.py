@@ -21,10 +21,15 @@ before the last step (the remaining steps could change nothing).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from ddmrl.samplers.base import SampleOutput, guided_logits, init_canvas
 from ddmrl.samplers.maskgit import allowed_vocab, mask_schedule, sample_tokens, uniform
+
+if TYPE_CHECKING:
+    from ddmrl.config.schema import SamplerConfig
 
 
 def reveal_probability(schedule: str, step: int, steps: int) -> float:
@@ -37,6 +42,12 @@ def reveal_probability(schedule: str, step: int, steps: int) -> float:
         return 1.0
     k_s, k_next = mask_schedule(schedule, step / steps), mask_schedule(schedule, (step + 1) / steps)
     return (k_s - k_next) / k_s
+
+
+def keywords(sampler: SamplerConfig, steps: int, completion_length: int) -> dict:
+    """The keys of the shared ``sampler:`` section this sampler's ``generate`` takes (``ddmrl.rollout.sampler_kwargs``
+    adds ``steps`` and ``temperature``)."""
+    return {"cfg_scale": sampler.cfg_scale}
 
 
 @torch.no_grad()

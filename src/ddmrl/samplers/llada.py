@@ -73,6 +73,7 @@ PARALLEL_FLOORS = ("schedule", "one")
 
 if TYPE_CHECKING:
     from ddmrl.aux_policies.base import AuxPolicy
+    from ddmrl.config.schema import SamplerConfig
 
 
 def transfer_schedule(num_masked: torch.Tensor, steps: int) -> torch.Tensor:
@@ -102,6 +103,20 @@ def confidence_logits(logits: torch.Tensor, temperature: float, eos_id: int, eot
     if temperature == 0:
         out[..., eos_id] = -torch.inf
     return out
+
+
+def keywords(sampler: SamplerConfig, steps: int, completion_length: int) -> dict:
+    """The keys of the shared ``sampler:`` section this sampler's ``generate`` takes (``ddmrl.rollout.sampler_kwargs``
+    adds ``steps`` and ``temperature``)."""
+    return {
+        "cfg_scale": sampler.cfg_scale, "block_length": sampler.block_length, "remasking": sampler.remasking,
+        "kv_cache": sampler.kv_cache, "schedule": sampler.schedule, "ass_blocks": sampler.ass_blocks,
+        "eoser": sampler.eoser, "eos_min_gamma": sampler.eos_min_gamma, "eos_max_gamma": sampler.eos_max_gamma,
+        "confidence_dtype": sampler.confidence_dtype, "logits_eos_inf": sampler.logits_eos_inf,
+        "confidence_eos_eot_inf": sampler.confidence_eos_eot_inf, "rcr_scope": sampler.rcr_scope,
+        "parallel_floor": sampler.parallel_floor, "factor_rule": sampler.factor_rule, "parallel": sampler.parallel,
+        "threshold": sampler.threshold, "factor": sampler.factor,
+    }  # fmt: skip
 
 
 @torch.no_grad()

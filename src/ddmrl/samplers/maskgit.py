@@ -34,6 +34,7 @@ from ddmrl.samplers.parallel import PARALLEL_RULES, parallel_commits
 
 if TYPE_CHECKING:
     from ddmrl.aux_policies.schedule import SchedulePolicy
+    from ddmrl.config.schema import SamplerConfig
 
 SCHEDULES = ("cosine", "linear")
 
@@ -128,6 +129,13 @@ def sample_tokens(
     elif temperature == 0:
         return logits.argmax(-1)
     return (logits.double() / temperature + gumbel(logits.shape, logits.device, generator)).argmax(-1)
+
+
+def keywords(sampler: SamplerConfig, steps: int, completion_length: int) -> dict:
+    """The keys of the shared ``sampler:`` section this sampler's ``generate`` takes (``ddmrl.rollout.sampler_kwargs``
+    adds ``steps`` and ``temperature``)."""
+    return {"cfg_scale": sampler.cfg_scale, "noise_temperature": sampler.noise_temperature,
+            "parallel": sampler.parallel, "threshold": sampler.threshold, "factor": sampler.factor}  # fmt: skip
 
 
 @torch.no_grad()

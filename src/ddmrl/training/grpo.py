@@ -512,7 +512,7 @@ def train_grpo(
     its adapters disabled. ``accelerator``: the run's ``accelerate.Accelerator`` (None: one process on the device the
     policy is on). ``policy`` is prepared in place (wrapped for DDP/DeepSpeed); save it with
     ``ddmrl.training.distributed.save_policy``. ``aux_policy``: the auxiliary policy ``cfg.aux_policy`` names (a
-    fresh ``ddmrl.aux_policies.new_aux_policy``), trained in place; ``ref`` may be None when no KL term needs it.
+    fresh ``ddmrl.aux_policies.base.new_aux_policy``), trained in place; ``ref`` may be None when no KL term needs it.
     """
     acc = accelerator or dist.local_accelerator(policy, cfg.mixed_precision, cfg.gradient_accumulation_steps)
     rank, world = acc.process_index, acc.num_processes

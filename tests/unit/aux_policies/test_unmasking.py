@@ -12,8 +12,7 @@ import pytest
 import torch
 
 import ddmrl.aux_policies.unmasking as unmasking
-from ddmrl.aux_policies import load_aux_policy
-from ddmrl.aux_policies.base import speed_reward
+from ddmrl.aux_policies.base import load_aux_policy, speed_reward
 from ddmrl.aux_policies.unmasking import UnmaskingPolicy, bernoulli_logp, draw_unmask
 from ddmrl.models.checkpoint import save_checkpoint
 from ddmrl.samplers.llada import generate

@@ -12,7 +12,7 @@ import torch
 from fake_rewards import varied_reward
 
 import ddmrl.training.grpo as grpo_module
-from ddmrl.aux_policies import new_aux_policy
+from ddmrl.aux_policies.base import new_aux_policy
 from ddmrl.config import SamplerConfig, method_config
 from ddmrl.models.layout import for_task
 from ddmrl.models.tokenizer import build_tokenizer
