@@ -39,6 +39,7 @@ from ddmrl.errors import ConfigError
 from ddmrl.masking import VIEWS
 from ddmrl.methods import METHODS
 from ddmrl.models import FAMILIES
+from ddmrl.registry import IMPORT_PATH
 from ddmrl.rewards import REWARD_MODELS
 from ddmrl.samplers import SAMPLERS
 from ddmrl.tasks import TASKS
@@ -1045,7 +1046,8 @@ def tasks_of(*kinds: str) -> tuple[str, ...]:
 
 
 def _is_task(name: Any, kinds: tuple[str, ...]) -> bool:
-    return isinstance(name, str) and name in TASKS.specs and task_kind(name) in kinds  # built-in tasks only
+    """A task of ``kinds``: built in or an entry point (an import path is no task name: names make file names)."""
+    return isinstance(name, str) and not IMPORT_PATH.fullmatch(name) and name in TASKS and task_kind(name) in kinds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1059,6 +1061,9 @@ class TaskNamed:
         return tasks_of(self.kind)
 
     def __call__(self, value: Any, handler: Any) -> Any:
+        if isinstance(value, str) and IMPORT_PATH.fullmatch(value):
+            why = "a task outside the package is named by an entry point of the ddmrl.tasks group, not an import path"
+            raise PydanticCustomError(UNKNOWN, why + " (task names make file names)")
         if not _is_task(value, (self.kind,)):
             raise unknown(self.choices())
         return handler(value)

@@ -6,7 +6,9 @@ their defaults, checks and docs) and its class (:class:`~ddmrl.tasks.base.Task`:
 that model and whose ``modality`` and ``evaluation_only`` say which list names it (``tasks``, ``image.tasks`` or
 ``image.eval_tasks``). ``TASKS`` is the only list of their names; ``ddmrl.config`` validates names and parameters
 through it. It imports a task's module when the task is first looked up, so a stage runs (and depends on) only its
-own tasks' code, and a task's module imports no torch at module level (validating params.yaml imports it).
+own tasks' code, and a task's module imports no torch at module level (validating params.yaml imports it). A task
+outside the package is named by an entry point of the ``ddmrl.tasks`` group (not by an import path: a task's name is
+part of run and file names).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ TASKS = Registry(
         "dpg": "ddmrl.tasks.dpg:DPGBench",
         "gsm8k": "ddmrl.tasks.math_reasoning:Gsm8k",
         "math500": "ddmrl.tasks.math_reasoning:Math500",
-    }
+    },
+    group="ddmrl.tasks",
 )
 
 
