@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 
 from ddmrl.config import SamplerConfig
-from ddmrl.config.schema import sampler_params
 from ddmrl.samplers import SAMPLERS
 from ddmrl.samplers.schedules import ass_steps
 from ddmrl.samplers.trajectory import Trajectory
@@ -90,9 +89,8 @@ def sampler_kwargs(sampler: SamplerConfig, completion_length: int) -> dict:
     kw = {"steps": sampler_steps(sampler, completion_length), "temperature": sampler.temperature}
     if hasattr(module, "keywords"):
         kw |= module.keywords(sampler, kw["steps"], completion_length)
-    params = sampler_params(sampler.name)
-    if params is not None:
-        kw |= dataclasses.asdict(params(**(sampler.options.get(sampler.name) or {})))
+    if hasattr(module, "Params"):
+        kw |= dataclasses.asdict(module.Params(**(sampler.options.get(sampler.name) or {})))
     return kw
 
 
