@@ -3,6 +3,9 @@ paired on the held-out items (the two rows' seeds drawn independently), as the t
 (``ddmrl.tables.gain_interval``). Run in the workspace of the extended rows, after them:
 
     python docs/extended_run/versus.py data/evaluate > docs/extended_run/versus.md
+    python docs/extended_run/versus.py data/evaluate mdpo,mdpo_rcr diffu_grpo,unigrpo,mdpo > docs/mdpo_run/versus.md
+
+(the optional arguments: the rows, and the references they are set against, comma-separated).
 """
 
 from __future__ import annotations
@@ -22,16 +25,20 @@ def scores(root: Path, method: str, task: str) -> list:
     return [text_scores(root / f"{method}_{task}_s{s}" / f"{task}.jsonl", task) for s in SEEDS]
 
 
-def main(root: Path) -> None:
-    header = ["model"] + [f"{t}: Δ vs {display(r)}" for t in TASKS for r in REFERENCES]
+def main(root: Path, rows: list[str], references: list[str]) -> None:
+    header = ["model"] + [f"{t}: Δ vs {display(r)}" for t in TASKS for r in references]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
-    for m in ROWS:
+    for m in rows:
         cells = [
-            cell(gain_interval(scores(root, m, t), scores(root, r, t)), signed=True) for t in TASKS for r in REFERENCES
+            "—" if m == r else cell(gain_interval(scores(root, m, t), scores(root, r, t)), signed=True)
+            for t in TASKS
+            for r in references
         ]
         print("| " + " | ".join([display(m), *cells]) + " |")
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    args = sys.argv[1:]
+    rows = args[1].split(",") if len(args) > 1 else ROWS
+    main(Path(args[0]), rows, args[2].split(",") if len(args) > 2 else REFERENCES)
