@@ -55,8 +55,8 @@ written for 5.x is left alone), and patches that remote class or config object o
   (y = x / sqrt(mean(x^2) + eps) * w in float32, cast back to x's dtype: what the kernel computes with no bias, no
   residual, no dropout), lent to ``sys.modules`` while the module is imported. With flash_attn installed the real
   kernel is imported, unchanged. SDAR's other flash_attn imports sit in a ``try`` and stay absent: its single-token
-  decoding branch (a query of length 1 with a cache) calls ``flash_attn_func`` and is not bridged
-  (``ddmrl.models.sdar`` refuses a block of one token without flash_attn).
+  decoding branch (a query of length 1 with a cache) calls ``flash_attn_func``, which ``ddmrl.models.sdar`` never
+  reaches without flash_attn (it evaluates such a position as the first of two).
 * **indexing a cache by layer.** SDAR's attention reads a layer's cached keys and values as
   ``past_key_value[layer_idx]`` (4.x's ``Cache.__getitem__``, gone from 5.x's ``DynamicCache``). A caller passes
   :func:`layer_indexable_cache`: a 5.x ``DynamicCache`` that also answers ``cache[i] = (keys_i, values_i)``;

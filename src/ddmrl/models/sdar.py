@@ -89,14 +89,11 @@ def block_forward(
     """The block-model protocol of ``ddmrl.samplers.block`` on ``SDARForCausalLM``: ``(logits [N, n, V], cache)``
     for the n positions ``input_ids`` [N, n] after the C cached ones, under ``attention`` [N, n, C + n] (bool); with
     ``store`` their keys and values are appended to SDAR's own ``DynamicCache`` (``store_kv=True``, in place;
-    ``cache=None`` starts one)."""
+    ``cache=None`` starts one). A single position against a cache without flash_attn: :func:`_single_position`."""
     if store and cache is None:
         cache = compat.layer_indexable_cache()
     if _single_token_needs_flash(input_ids.shape[1], cache):
-        raise RuntimeError(
-            "SDAR's modeling code evaluates a single position against a cache with flash_attn_func, and "
-            "flash_attn is not installed: use block_length >= 2 (or install flash_attn)"
-        )
+        return _single_position(model, input_ids, position_ids, attention, cache, store)
     out = model(
         input_ids,
         attention_mask=attention[:, None],  # [N, 1, n, C + n]: SDAR turns a bool mask into an additive one
@@ -106,6 +103,22 @@ def block_forward(
         store_kv=store,
     )
     return out.logits, cache
+
+
+def _single_position(
+    model: Any, input_ids: torch.Tensor, position_ids: torch.Tensor, attention: torch.Tensor, cache: Any, store: bool
+) -> tuple[torch.Tensor, Any]:
+    """One position [N, 1] against the cache without flash_attn. SDAR's modeling code sends a query of length 1 with
+    a cache to ``flash_attn_func`` (every key visible, the mask unused); its other branch is plain SDPA under the mask.
+    So the position is evaluated as the first of two, the second a copy it cannot see, and the copy's key and value
+    are cropped from the cache after a ``store``: the first position's logits and stored keys are exactly those of
+    the one position under ``attention`` [N, 1, C + 1] (blocks of one token: JustGRPO's left-to-right rollouts)."""
+    hidden = torch.zeros_like(attention[..., :1])  # [N, 1, 1]: the copy, unseen by the position
+    pair = torch.cat([torch.cat([attention, hidden], -1), torch.cat([attention, ~hidden], -1)], 1)  # [N, 2, C + 2]
+    logits, cache = block_forward(model, input_ids.repeat(1, 2), position_ids.repeat(1, 2), pair, cache, store)
+    if store:
+        cache.crop(-1)  # the copy's key and value (transformers 5: a negative count removes that many)
+    return logits[:, :1], cache
 
 
 class SDARBlockModel:

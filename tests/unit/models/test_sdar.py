@@ -167,8 +167,16 @@ def test_sdar_cache_is_exact(sdar):
         block, same = model.block_forward(x[:, 8:], padded_positions(full)[:, 8:], attention[:, 8:], cache)
     assert same is cache and cache.get_seq_length() == 8, "store=False leaves the cache as it was"
     assert torch.allclose(block, whole[:, 8:], atol=1e-5)
-    with pytest.raises(RuntimeError, match="block_length >= 2"):
-        model.block_forward(x[:, 8:9], padded_positions(full)[:, 8:9], attention[:, 8:9, :9], cache)
+    # then blocks of one token (JustGRPO's left-to-right rollouts; SDAR's own code would call flash_attn_func): each
+    # position against the cache equals one pass whose rows 8 and 9 see only the positions up to their own
+    mixed = attention[:, :10, :10].clone()
+    mixed[:, 8:] = torch.ones(10, 10, dtype=torch.bool).tril()[8:]
+    ref, _ = model.block_forward(x[:, :10], padded_positions(full)[:, :10], mixed)
+    with torch.no_grad():
+        one, cache = model.block_forward(x[:, 8:9], padded_positions(full)[:, 8:9], mixed[:, 8:9, :9], cache, True)
+        two, _ = model.block_forward(x[:, 9:10], padded_positions(full)[:, 9:10], mixed[:, 9:10], cache)
+    assert cache.get_seq_length() == 9, "a stored single position adds one key and value"
+    assert torch.allclose(one, ref[:, 8:9], atol=1e-5) and torch.allclose(two, ref[:, 9:10], atol=1e-5)
 
 
 def test_padded_rows_give_the_unpadded_rows_logits(sdar):

@@ -83,8 +83,7 @@ def test_every_block_method_runs_on_the_family(setup, method):
 
 
 def test_justgrpo_runs_left_to_right_on_the_family(setup):
-    """JustGRPO on a block family: blocks of one token (left to right, the exact cache of finished tokens)."""
-    if setup[0] == "sdar":
-        pytest.skip("SDAR's one-token query against a cache runs flash_attn_func (not bridged on a CPU)")
+    """JustGRPO on a block family: blocks of one token (left to right, the exact cache of finished tokens; on SDAR
+    without flash_attn through ``ddmrl.models.sdar._single_position``)."""
     unchanged = run(setup, "justgrpo", SamplerConfig(name="block", block_length=1, temperature=1.0))
     assert expected_still(setup[0], unchanged), sorted(unchanged)
