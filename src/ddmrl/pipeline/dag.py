@@ -643,8 +643,6 @@ def param_values(cfg: Config, stage: Stage) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------------ files
 
-SRC = Path(__file__).resolve().parents[1]  # the installed package, whose registries say where their members live
-
 
 def code_files(script: str | Path, root: str | Path = ".", uses: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The library files (``src/ddmrl/**.py``) a stage runs: the modules ``script`` and the modules it ``uses``
