@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 
 from ddmrl.config import SamplerConfig
+from ddmrl.config.schema import sampler_params
 from ddmrl.samplers import SAMPLERS
 from ddmrl.samplers.schedules import ass_steps
 from ddmrl.samplers.trajectory import Trajectory
@@ -89,8 +90,9 @@ def sampler_kwargs(sampler: SamplerConfig, completion_length: int) -> dict:
     kw = {"steps": sampler_steps(sampler, completion_length), "temperature": sampler.temperature}
     if hasattr(module, "keywords"):
         kw |= module.keywords(sampler, kw["steps"], completion_length)
-    if hasattr(module, "Params"):
-        kw |= dataclasses.asdict(module.Params(**(sampler.options.get(sampler.name) or {})))
+    params = sampler_params(sampler.name)  # the schema's lookup of a sampler's own keys
+    if params is not None:
+        kw |= dataclasses.asdict(params(**(sampler.options.get(sampler.name) or {})))
     return kw
 
 
