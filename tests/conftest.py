@@ -10,17 +10,35 @@ import pytest
 
 import ddmrl  # noqa: F401  (first: pins the CPU numerics before torch chooses its kernels, as every stage does)
 
-#: test modules that share the session's smoke workspace (tests/pipeline/conftest.py): one xdist group, built once
+#: test modules that share the session's smoke workspace (tests/pipeline/conftest.py): one xdist scope, built once
 SMOKE_WORKSPACE = {"tests/pipeline/test_smoke.py", "tests/pipeline/test_report.py", "tests/pipeline/test_slurm.py"}
 
 
+def scope_of(nodeid: str) -> str:
+    """The xdist scope of a test: its module, or ``smoke`` for the modules that share the smoke workspace."""
+    module = nodeid.split("::", 1)[0]
+    return "smoke" if module in SMOKE_WORKSPACE else module
+
+
 def pytest_collection_modifyitems(items):
-    """pytest-xdist (``--dist loadgroup``, pyproject's addopts) sends each group of tests to one worker: a group per
-    test module, so that its module-scoped fixtures (pipelines, trained models) are built once, and one group for the
-    modules that share the smoke workspace."""
-    for item in items:
-        module = item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group("smoke" if module in SMOKE_WORKSPACE else module))
+    """The smoke scope first: the longest one (the smoke workspace, its tests, the report and the SLURM runs), so that
+    a worker starts on it at once while the other workers share the rest (the pipeline and stage modules, the next
+    longest, follow in their own order; pyproject's addopts keep xdist from reordering scopes by their size)."""
+    items.sort(key=lambda item: scope_of(item.nodeid) != "smoke")  # stable: the modules' own order otherwise
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist sends each scope (:func:`scope_of`) to one worker, so that its module-scoped fixtures (pipelines,
+    trained models) and the smoke workspace are built once. (``--dist loadgroup`` with ``xdist_group`` marks did
+    not group under pytest 9: xdist 3.8 marks a group by rewriting ``item._nodeid``, which pytest 9 ignores, so every
+    worker built the fixtures of the modules it was sent tests of.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScopes(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
+    return ModuleScopes(config, log)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -10,8 +10,12 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
+
+if TYPE_CHECKING:
+    from ddmrl.pipeline import dag
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -124,3 +128,14 @@ def planned_names(root: Path, *args: str) -> set[str]:
     """Stage names Snakemake would run now (dry run)."""
     result = snakemake(root, "-n", "--cores", "2", *args, check=True)
     return set(planned(result.stdout))
+
+
+def downstream(stages: list[dag.Stage], names: set[str]) -> set[str]:
+    """``names`` and every stage that reads, directly or not, what they write."""
+    out = set(names)
+    while True:
+        outputs = {o for s in stages if s.name in out for o in s.outputs}
+        more = {s.name for s in stages if any(d in outputs for d in s.deps)} - out
+        if not more:
+            return out
+        out |= more

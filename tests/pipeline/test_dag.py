@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import downstream
 
 from ddmrl.config import Config, load, profile_path
 from ddmrl.pipeline import dag, layout
@@ -319,16 +320,6 @@ def test_the_mar_branch_runs_in_the_extended_profile_only_and_its_code_is_its_ow
 
 def users(stages, path: str) -> set[str]:
     return {s.name for s in stages if path in dag.code(s, REPO)}
-
-
-def downstream(stages: list[dag.Stage], names: set[str]) -> set[str]:
-    """``names`` and every stage that reads, directly or not, what they write."""
-    out = set(names)
-    while (
-        more := {s.name for s in stages if set(s.deps) & {o for t in stages if t.name in out for o in t.outputs}} - out
-    ):
-        out |= more
-    return out
 
 
 def test_touching_library_code_reruns_only_the_stages_that_run_it(cfg, stages):
