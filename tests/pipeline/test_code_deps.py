@@ -15,7 +15,12 @@ from pathlib import Path
 import pytest
 
 from ddmrl import config
+from ddmrl.augmenters import AUGMENTERS
+from ddmrl.config.schema import named_reward_models
+from ddmrl.methods import METHODS
+from ddmrl.objectives import OBJECTIVES
 from ddmrl.pipeline import dag
+from ddmrl.rewards import REWARD_MODELS
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = ("tiny", "smoke", "extended", "image", "rebrl_ablation", "paper_llada_math", "paper_mmada_geneval")
@@ -46,8 +51,11 @@ CONDITIONAL = {
     ("src/ddmrl/plan.py", "ddmrl.models.adapters"): lambda cfg, s: (
         s.kind in TRAINING_LOOP and bool(_run(cfg, s).launch.gpu_memory_gib)
     ),
-    # LLaDA's sampler hands its steps to a learned unmasking policy; MaskGIT's asks a schedule policy
-    ("src/ddmrl/samplers/llada.py", "ddmrl.samplers.unmasking"): lambda cfg, s: _aux(cfg, s) == "unmasking",
+    # LLaDA's sampler hands its steps to a learned unmasking policy (any but a schedule one); MaskGIT's asks a
+    # schedule policy
+    ("src/ddmrl/samplers/llada.py", "ddmrl.samplers.unmasking"): lambda cfg, s: (
+        _aux(cfg, s) not in ("none", "schedule")
+    ),
     ("src/ddmrl/samplers/maskgit.py", "ddmrl.aux_policies.schedule"): lambda cfg, s: _aux(cfg, s) == "schedule",
     # GenEval's summary of an image task's judged images (ddmrl.evaluation.evaluate_images, ddmrl.mar.evaluation)
     ("src/ddmrl/tasks/base.py", "ddmrl.geneval"): lambda cfg, s: s.kind.startswith(("evaluate_image", "evaluate_mar")),
@@ -94,3 +102,25 @@ def test_every_module_a_stage_can_import_is_a_code_dep(profile):
 def test_every_conditional_import_is_in_the_code():
     for file, module in CONDITIONAL:
         assert module in in_function_imports(file), f"{file} no longer imports {module} inside a function"
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_the_members_a_stage_looks_up_are_code_deps_of_it(profile):
+    """Registry members are imported by name when a stage looks them up, so no import of the stage's code names
+    them: a GRPO run's method module, objective and augmenter (IGPO's inpainting), and the reward models its task's
+    parameters name (GenEval's, HPS's scorer) must be deps of the stages that run them."""
+    cfg = config.load(ROOT / "params.yaml", profile)
+    for stage in dag.build(cfg):
+        members = []
+        wildcards = dict(stage.wildcards)
+        run, task = _run(cfg, stage), wildcards.get("bench", wildcards.get("task"))  # the task it scores
+        if stage.kind in TRAINING_LOOP and run is not None:
+            method = METHODS[run.method]
+            members += [METHODS.module(run.method), OBJECTIVES.module(method.objective)]
+            members += [AUGMENTERS.module(method.augmenter)] if method.augmenter else []
+        if task is not None and stage.kind.startswith(("grpo", "evaluate")):
+            params = (cfg.image if "image" in stage.kind else cfg).task_params.get(task)
+            members += [REWARD_MODELS.module(r) for r in named_reward_models(params)]
+        deps = set(dag.code(stage, ROOT))
+        for module in members:
+            assert files_of(module) <= deps, f"{stage.name}: {module} is no code dep"

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ddmrl.augmenters import AUGMENTERS
 from ddmrl.aux_policies import AUX_POLICIES
 from ddmrl.config import DEFAULT_PROFILE, MAR_TASK, Config, LaunchConfig, mar_run_name, run_name
-from ddmrl.config.schema import STATE_VIEWS
+from ddmrl.config.schema import STATE_VIEWS, named_reward_models
 from ddmrl.masking import VIEWS
 from ddmrl.methods import METHODS
 from ddmrl.models import FAMILIES
@@ -43,6 +44,7 @@ from ddmrl.pipeline.layout import (
     TASKS_DIR,
     start_model,
 )
+from ddmrl.rewards import REWARD_MODELS
 from ddmrl.samplers import SAMPLERS
 from ddmrl.tasks import TASKS
 
@@ -259,25 +261,32 @@ class StageFactory:
         image: bool = False,
         aux: str = "",
         methods: tuple[str, ...] = (),
+        training: bool = False,
     ) -> tuple[str, ...]:
-        """The modules a stage runs that no static import names: its tasks' and sampler's (registry members), the
-        module, objective and view sampler of method ``section`` and the modules of ``methods``, the auxiliary policy
-        of kind ``aux`` and the sampler that consults it, the hub, the model adapters and the family's module for a
-        real model, GenEval's evaluator for an image task. (Validating params.yaml imports every section's method
-        module and every named task's module, with what it imports; only a stage's own ones are its deps: another
-        method's or task's module decides nothing a stage writes.)"""
+        """The modules a stage runs that no static import names: its tasks', their reward models' and its sampler's
+        (registry members), the module, objective and view sampler of method ``section`` (and its augmenter, for its
+        ``training`` run) and the modules of ``methods``, the auxiliary policy of kind ``aux`` and the sampler that
+        consults it, the hub, the model adapters and the family's module for a real model, GenEval's evaluator for an
+        image task. (Validating params.yaml imports every section's method module and every named task's module,
+        with what it imports; only a stage's own ones are its deps: another method's or task's module decides
+        nothing a stage writes.)"""
         cfg, modules = self.cfg, []
         modules += [TASKS.module(t) for t in tasks if t in TASKS]  # not a pattern's {task}
+        task_params = (cfg.image if image else cfg).task_params
+        rewards = [r for t in tasks for r in named_reward_models(task_params.get(t))]  # the tasks' reward models
+        modules += [REWARD_MODELS.module(r) for r in rewards if r in REWARD_MODELS]
         modules += [SAMPLERS.module(sampler)] if sampler else []
         run = (cfg.image_methods if image else cfg.methods).get(section)
         if run is not None:
-            modules.append(METHODS.module(run.method))
-            modules.append(OBJECTIVES.module(METHODS[run.method].objective))
+            method = METHODS[run.method]
+            modules += [METHODS.module(run.method), OBJECTIVES.module(method.objective)]
+            modules += [AUGMENTERS.module(method.augmenter)] if training and method.augmenter else []
             modules += [VIEWS.module(run.remasking)] if run.remasking else []  # its view sampler (maybe its own)
         modules += [METHODS.module(m) for m in methods]
         if aux and aux != "none":
             modules.append(AUX_POLICIES.module(aux))
-            modules += ["ddmrl.samplers.unmasking"] if aux == "unmasking" else []  # LLaDA's sampler hands it its steps
+            # LLaDA's sampler hands its steps to any policy but a schedule one (MaskGIT's), one outside the package too
+            modules += ["ddmrl.samplers.unmasking"] if aux != "schedule" else []
         model = cfg.image.model if image else cfg.model
         if model.pretrained:
             modules += ["ddmrl.hub", "ddmrl.models.adapters", FAMILIES.module(model.kind)]
@@ -428,7 +437,7 @@ def _grpo(new, method, task, seed, tasks, start, image) -> Stage:
         deps=(tasks, start), params=("profile", "seed", *grpo_keys(new.cfg), f"methods.{method}", *overrides),
         outs=(curve, resolved), dir_outs=(model,), metrics=(metrics,),
         wildcards={"method": method, "task": task, "seed": seed}, script="stages/grpo.py",
-        uses=new.uses((task,), sampler, method, image, aux), **new.launch(method, image),
+        uses=new.uses((task,), sampler, method, image, aux, training=True), **new.launch(method, image),
     )  # fmt: skip
 
 

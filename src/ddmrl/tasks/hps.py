@@ -21,6 +21,7 @@ from pydantic import Field, model_validator
 from ddmrl.config._base import Int, Section, Str, section
 from ddmrl.config.schema import RewardEntry, check_reward_entries
 from ddmrl.io import read_jsonl
+from ddmrl.rewards.local_models import HPSv3Score
 from ddmrl.rewards.registry import reward_from_params
 from ddmrl.tasks.base import Example
 from ddmrl.tasks.mmada_images import EvaluationOnly, MMaDAImageTask
@@ -30,7 +31,8 @@ if TYPE_CHECKING:
 
 __all__ = ["HPSBench"]
 
-DEFAULT_SCORER: dict[str, Any] = {"hpsv3": {}}
+#: the score without ``scorer``: HPSv3 (imported here, so that its module is a code dep of this task's stages)
+DEFAULT_SCORER: dict[str, Any] = {HPSv3Score.name: {}}
 
 
 @section
