@@ -1,11 +1,15 @@
 """A researcher's own members, from modules outside ``src/ddmrl`` (``tests/pipeline/external/mylab``, copied into
 the workspace and put on ``PYTHONPATH``): validated, run and rerun like built-in ones.
 
-A method (``method: mylab.methods:REBALANCED``) drawing its views with a view sampler of its own (``remasking:
-mylab.views:halves``) and its rollouts with a sampler of its own (``sampler: {name: mylab.samplers:generate}``,
-with an option of its own), on a task of its own (``tasks: [reverse]``, an entry point of ``ddmrl.tasks`` declared
-by ``external/mylab-0.1.dist-info``). The workspace is the smoke profile on that one task, no image branch, the
-external method beside UniGRPO (a few minutes on 2 cores).
+A method (``method: mylab.methods:REBALANCED``) with a rollout augmenter of its own, drawing its views with a view
+sampler of its own (``remasking: mylab.views:halves``) and its rollouts with a sampler of its own (``sampler: {name:
+mylab.samplers:generate}``, with an option of its own); UniGRPO training an auxiliary policy of the researcher's
+(``aux_policy: {kind: mylab.aux_policies:ThresholdPolicy}``); both on a task of its own (``tasks: [reverse]``, an
+entry point of ``ddmrl.tasks`` declared by ``external/mylab-0.1.dist-info``); and UniGRPO on geneval-mini rewarded
+by an image reward model of the researcher's (``reward_models: {colour: {model: mylab.rewards:ColourShare}}``). The
+workspace is the smoke profile on that one text task, the two sections beside UniGRPO and one image method (a few
+minutes on 2 cores), run by Snakemake and recorded in ``dvc.lock``, so that both engines are asked what an edit
+reruns.
 """
 
 from __future__ import annotations
@@ -16,26 +20,43 @@ import sys
 
 import pytest
 import yaml
-from helpers import BIN, ENV, REPO, copy_repo, edit_params, planned, run
+from helpers import BIN, ENV, REPO, copy_repo, downstream, edit_params, planned, run
 
+from ddmrl.aux_policies.base import load_aux_policy
 from ddmrl.config import ConfigError, load
-from ddmrl.pipeline import dag
+from ddmrl.io import read_jsonl
+from ddmrl.pipeline import dag, export
 from ddmrl.rollout import sampler_kwargs
+from ddmrl.tasks.geneval_mini import parse_grid, render_image
 
 MINE = "mylab.methods:REBALANCED"
 HALVES = "mylab.views:halves"
 SAMPLER = "mylab.samplers:generate"
+POLICY = "mylab.aux_policies:ThresholdPolicy"
+REWARD = "mylab.rewards:ColourShare"
+#: the stages of the image branch: geneval-mini builds its reward model wherever the task is made (its download too)
+#: and scores with it in the run and both evaluations
+IMAGE_STAGES = {"download_image", "grpo_unigrpo_geneval_mini_s0", "evaluate_base_geneval_mini",
+                "evaluate_unigrpo_geneval_mini_s0"}  # fmt: skip
 TASK = "reverse"  # mylab.tasks:Reverse, by its entry point
 
 
 def _own_method(raw: dict) -> None:
     raw.update(profile="smoke", seed=0)
-    raw["grpo"] = {**raw.get("grpo", {}), "methods": ["unigrpo", "mine"], "seeds": [0]}
+    raw["grpo"] = {**raw.get("grpo", {}), "methods": ["unigrpo", "mine", "policy"], "seeds": [0]}
     sampler = {"name": SAMPLER, "kv_cache": "none", "options": {SAMPLER: {"order": "random"}}}
     mine = {"method": MINE, "remasking": HALVES, "sampler": sampler}
-    raw["methods"] = {**(raw.get("methods") or {}), "mine": mine}
-    raw["image"] = {**raw.get("image", {}), "tasks": [], "methods": []}
+    policy = {"method": "unigrpo", "aux_policy": {"kind": POLICY}, "sampler": {"kv_cache": "none"}}
+    raw["methods"] = {**(raw.get("methods") or {}), "mine": mine, "policy": policy}
+    image_params = {"geneval_mini": {"reward_models": {"colour": {"model": REWARD, "floor": 0.01}}}}
+    raw["image"] = {**raw.get("image", {}), "methods": ["unigrpo"], "task_params": image_params}
     raw["rebrl_ablation"] = {**raw.get("rebrl_ablation", {}), "enabled": False}
+
+
+def _one_of_each(raw: dict) -> None:
+    """The smoke profile on the outside task and one image method."""
+    raw.update(tasks=[TASK])
+    raw["image"].update(methods=["unigrpo"])
 
 
 @pytest.fixture(scope="module")
@@ -44,10 +65,14 @@ def workspace(tmp_path_factory):
     for package in ("mylab", "mylab-0.1.dist-info"):
         shutil.copytree(REPO / "tests" / "pipeline" / "external" / package, ws / package)
     edit_params(ws, _own_method)
-    edit_params(ws, lambda raw: raw.update(tasks=[TASK], image={"tasks": [], "methods": []}), "profiles/smoke.yaml")
+    edit_params(ws, _one_of_each, "profiles/smoke.yaml")
     env = {**ENV, "PYTHONPATH": os.pathsep.join([str(ws), ENV.get("PYTHONPATH", "")])}
-    run([BIN / "snakemake", "--cores", "2"], ws, env=env)
-    sys.path.insert(0, str(ws))  # this process's planner (load, dag.build) imports it too
+    sys.path.insert(0, str(ws))  # this process's planner (load, dag.build, the export) imports it too
+    assert export.main(["--params", str(ws / "params.yaml")]) == 0
+    run(["git", "init", "-q"], ws)
+    out = run([BIN / "snakemake", "--cores", "2"], ws, env=env)
+    n = len(dag.build(load(ws / "params.yaml")))
+    assert f"recorded {n} of {n} stages in dvc.lock" in out.stdout + out.stderr
     yield ws, env
     sys.path.remove(str(ws))
     for name in [m for m in sys.modules if m == "mylab" or m.startswith("mylab.")]:
@@ -95,6 +120,37 @@ def test_an_outside_method_runs_through_the_dag_tables_included(workspace):
     assert f"remasking: {HALVES}" in resolved and f"name: {SAMPLER}" in resolved
     stages = {s.name: s for s in dag.build(load(ws / "params.yaml"))}
     assert "mylab/tasks.py" in dag.code(stages["download"], ws)  # the task's module: a code dep of its stages
+    curve = (ws / "data" / "grpo" / "mine_reverse_s0" / "curve.csv").read_text()
+    assert "augment/tied_groups" in curve.splitlines()[0]  # its augmenter's counts, a column of the curve
+
+
+def test_an_outside_reward_model_rewards_the_image_run(workspace):
+    """The image run trained on its reward and the evaluation recorded its score of every image, recomputed here
+    from the generations (a malformed scene scores 0)."""
+    ws, _ = workspace
+    from mylab.rewards import ColourShare
+
+    assert (ws / "data" / "grpo" / "unigrpo_geneval_mini_s0" / "metrics.json").is_file()
+    rows = read_jsonl(ws / "data" / "evaluate" / "unigrpo_geneval_mini_s0" / "geneval_mini.jsonl")
+    scorer = ColourShare(floor=0.01)
+    for row in rows:
+        try:
+            image = render_image(parse_grid(row["generation"]))
+        except ValueError:
+            assert row["reward"] == 0.0
+            continue
+        assert row["reward"] == pytest.approx(scorer.score([image], [row["prompt"]])[0])
+    assert any(r["reward"] not in (0.0, 1.0) for r in rows)  # not GenEval's verdict
+
+
+def test_an_outside_aux_policy_is_trained_saved_and_evaluated(workspace):
+    ws, _ = workspace
+    run_dir = ws / "data" / "grpo" / "policy_reverse_s0"
+    policy = load_aux_policy(run_dir / "model")
+    assert type(policy).__name__ == "ThresholdPolicy" and policy.kind == POLICY
+    assert float(policy.bias) != load(ws / "params.yaml").methods["policy"].aux_policy.init_bias  # trained
+    assert "aux/steps" in (run_dir / "curve.csv").read_text().splitlines()[0]
+    assert (ws / "data" / "evaluate" / "policy_reverse_s0" / f"{TASK}.json").is_file()
 
 
 @pytest.mark.parametrize(
@@ -103,11 +159,14 @@ def test_an_outside_method_runs_through_the_dag_tables_included(workspace):
         ("methods.py", {"grpo_mine_reverse_s0", "credit_mine_reverse", "tables"}),  # tables: the display name
         ("views.py", {"grpo_mine_reverse_s0", "credit_mine_reverse"}),
         ("samplers.py", {"grpo_mine_reverse_s0"}),  # the credit stage reads the stored rollouts
+        ("augmenters.py", {"grpo_mine_reverse_s0"}),
+        ("aux_policies.py", {"grpo_policy_reverse_s0", "evaluate_policy_reverse_s0"}),  # evaluated with it
+        ("rewards.py", IMAGE_STAGES),
     ],
 )
 def test_editing_an_outside_member_reruns_only_its_runs(workspace, tmp_path, module, users):
     """The stages whose code the module is: its method's runs (and the tables, for the method's display name);
-    Snakemake plans those and what reads their outputs."""
+    Snakemake plans those and what reads their outputs, and ``dvc status`` names those stages."""
     ws, env = workspace
     copy = tmp_path / "ws"
     shutil.copytree(ws, copy, symlinks=True)
@@ -117,4 +176,8 @@ def test_editing_an_outside_member_reruns_only_its_runs(workspace, tmp_path, mod
     stages = dag.build(load(copy / "params.yaml"))
     assert {s.name for s in stages if f"mylab/{module}" in dag.code(s, copy)} == users
     names = set(planned(run([BIN / "snakemake", "-n", "--cores", "2"], copy, env=env).stdout))
-    assert names == {*users, "evaluate_mine_reverse_s0", "tables"}
+    assert names == downstream(stages, users)
+    assert "tables" in names and "grpo_unigrpo_reverse_s0" not in names
+    status = yaml.safe_load(run([BIN / "dvc", "status", "--json"], copy, env=env).stdout)
+    addresses = export.addresses(copy / "params.yaml")
+    assert set(status) == {addresses[n] for n in users}

@@ -1110,13 +1110,14 @@ def reward_models() -> tuple[str, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class RewardName:
-    """Validates a reward model's name (one of :func:`reward_models`; nothing is imported)."""
+    """Validates a reward model's name: one of :func:`reward_models`, or one outside the package (``module:attribute``
+    or an entry point of ``ddmrl.rewards``; imported when the task is built)."""
 
     def choices(self) -> tuple[str, ...]:
         return reward_models()
 
     def __call__(self, value: Any, handler: Any) -> Any:
-        if value not in self.choices():
+        if value == "weighted_sum" or value not in REWARD_MODELS:
             raise unknown(self.choices())
         return handler(value)
 
@@ -1132,10 +1133,25 @@ class RewardEntry:
     weight: Annotated[Float, Field(allow_inf_nan=False)] = Field(1.0, description="Weight in the sum.")
 
 
+#: the task parameters that are weighted rewards (``RewardEntry`` mappings): geneval's and geneval_mini's RL reward,
+#: hps's score
+REWARD_KEYS = ("reward_models", "scorer")
+
+
+def named_reward_models(task_params: dict[str, Any] | None) -> tuple[str, ...]:
+    """The reward models a task's raw parameters name in their weighted rewards (an entry's ``model``, by default
+    its name)."""
+    names = []
+    for key in REWARD_KEYS:
+        section = (task_params or {}).get(key) or {}
+        names += [(term or {}).get("model") or entry for entry, term in section.items()]
+    return tuple(dict.fromkeys(names))
+
+
 def check_reward_entries(section: dict[str, RewardEntry] | None, key: str) -> None:
     """Refuse an entry of a weighted reward that names no reward model (its ``model`` defaults to its name)."""
     for entry, term in (section or {}).items():
-        if term.model is None and entry not in reward_models():
+        if term.model is None and (entry == "weighted_sum" or entry not in REWARD_MODELS):
             raise refuse(
                 f"{key}.{entry}.model",
                 entry,

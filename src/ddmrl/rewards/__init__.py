@@ -2,9 +2,10 @@
 
 Text rewards live with their tasks (:mod:`ddmrl.tasks`). See docs/rewards.md for weights and environments.
 ``REWARD_MODELS`` is the only list of the reward models' names (the schema validates a reward entry's ``model``
-by it); looking a name up imports its module only. A reward model is a class of the contract
-:class:`ddmrl.rewards.interface.ImageRewardModel`, built (nothing loaded yet) from its options;
-:mod:`ddmrl.rewards.registry` builds them and their weighted sums from params.
+by it); looking a name up imports its module only. An entry may also name a reward model outside the package, as
+``module:attribute`` or as an entry point of the ``ddmrl.rewards`` group (docs/extending.md). A reward model is a
+class of the contract :class:`ddmrl.rewards.interface.ImageRewardModel`, built (nothing loaded yet) from its
+options; :mod:`ddmrl.rewards.registry` builds them and their weighted sums from params.
 """
 
 from __future__ import annotations
@@ -21,5 +22,6 @@ REWARD_MODELS = Registry(
         "unifiedreward": "ddmrl.rewards.remote:UnifiedRewardClient",
         "reward_server": "ddmrl.rewards.remote:RewardServerClient",
         "weighted_sum": "ddmrl.rewards.registry:weighted_sum",  # a weighted sum of the others
-    }
+    },
+    group="ddmrl.rewards",
 )

@@ -43,6 +43,18 @@ def weighted_sum(components: Mapping[str, Mapping[str, Any] | RewardComponent]) 
     return reward_from_params(components, key="components")
 
 
+def reward_class(name: Any, where: str) -> Any:
+    """The reward model ``name`` names (built in, ``module:attribute`` or an entry point of ``ddmrl.rewards``),
+    imported; a one-line :class:`ConfigError` naming ``where`` when there is none or it cannot be imported."""
+    if not isinstance(name, str) or name not in REWARD_MODELS or name == "weighted_sum":
+        choices = ", ".join(sorted(set(REWARD_MODELS) - {"weighted_sum"}))
+        raise ConfigError(f"{where} = {name!r}: unknown reward model; choose one of {choices} (or module:attribute)")
+    try:
+        return REWARD_MODELS[name]
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"{where} = {name!r}: cannot be imported ({e}); is its module on PYTHONPATH?") from None
+
+
 def _check_kwargs(name: str, kwargs: Mapping[str, Any], where: str) -> None:
     params = inspect.signature(REWARD_MODELS[name]).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
@@ -60,7 +72,7 @@ def load_reward(name: str, **kwargs: Any) -> ImageRewardModel:
     >>> load_reward("clip_hf", weights="/nonexistent").loaded
     False
     """
-    if name not in REWARD_MODELS.specs:  # the built-in reward models
+    if name not in REWARD_MODELS:  # built in, module:attribute or an entry point
         raise ValueError(f"unknown reward model '{name}'; choose one of {', '.join(sorted(REWARD_MODELS))}")
     try:
         _check_kwargs(name, kwargs, name)
@@ -87,9 +99,7 @@ def reward_from_params(
             weight = kwargs.pop("weight", 1.0)
         else:
             raise ConfigError(f"{where} = {spec!r}: must be a mapping (model, weight and the model's options)")
-        if model not in REWARD_MODELS.specs or model == "weighted_sum":
-            choices = ", ".join(sorted(set(REWARD_MODELS) - {"weighted_sum"}))
-            raise ConfigError(f"{where}.model = {model!r}: unknown reward model; choose one of {choices}")
+        reward_class(model, f"{where}.model")
         if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight):
             raise ConfigError(f"{where}.weight = {weight!r}: must be a finite number")
         _check_kwargs(model, kwargs, where)

@@ -18,6 +18,10 @@ learned detector by an exact one, so that a tiny model can learn it and the verd
 * the detector (:func:`detect`) takes the 4-connected components of same-colour cells; a component whose shape is
   a class is one detection (score 1.0, colour = its cells' colour, box in cell units), any other is ignored.
 
+The RL reward is GenEval's verdict (or the fraction of its checks passed, ``partial_credit``); with ``reward_models``
+it is instead a weighted sum of image reward models (``ddmrl.rewards``, one of a researcher's own included) on the
+rendered scenes, as real text-to-image RL scores images (a malformed scene: 0). Evaluation is GenEval's either way.
+
 Sequence layout (MMaDA): prompt words, ``<soi>`` (last prompt token), ``height*width`` code tokens ``<i0>..<i6>``
 (the completion), then ``<eoi>`` (:attr:`GenEvalMini.completion_suffix`, appended by the model layout, not
 generated). Every word of the prompts is an atomic special token; the tokenizer matches added tokens
@@ -35,12 +39,15 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from PIL import Image, UnidentifiedImageError
+from pydantic import Field, model_validator
 
-from ddmrl.config._base import Bool, Int, Section, section
+from ddmrl.config._base import Bool, Int, Section, Str, section
+from ddmrl.config.schema import RewardEntry, check_reward_entries
 from ddmrl.io import DataError, atomic_path
+from ddmrl.rewards.registry import reward_from_params
 from ddmrl.tasks.base import Example, Task
 
 __all__ = [
@@ -378,6 +385,16 @@ class Params(Section):
     placement: Literal["slots", "free"] = Field(
         "slots", description="Reference scenes put objects in the canvas's quadrants (slots) or anywhere (free)."
     )
+    reward_models: Annotated[dict[Str, RewardEntry], Field(min_length=1)] | None = Field(
+        None,
+        description="The RL reward as a weighted sum of image reward models on the rendered scenes, {entry: {model, "
+        "weight, ...}} (ddmrl.rewards; null: GenEval's rules).",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Params:
+        check_reward_entries(self.reward_models, "reward_models")
+        return self
 
 
 class GenEvalMini(Task):
@@ -386,6 +403,8 @@ class GenEvalMini(Task):
     ``partial_credit=True`` makes the reward denser: the fraction of :func:`evaluate`'s checks passed (count,
     colour and position per include clause, one per exclude clause), still 1.0 exactly when GenEval says correct.
     ``placement`` (``slots`` or ``free``) chooses where reference scenes put objects (:func:`sample_scene`).
+    ``reward_models`` (a ``ddmrl.rewards.registry.reward_from_params`` section) replaces the rules' reward by reward
+    models' scores of the rendered scenes.
     """
 
     params = Params  # its section, task_params.<name> (ddmrl.config validates it)
@@ -399,7 +418,12 @@ class GenEvalMini(Task):
     prompt_length = 20  # longest prompt: color_attr, 10 words + 9 spaces + <soi>
 
     def __init__(
-        self, height: int = 8, width: int = 8, partial_credit: bool = False, placement: str = "slots"
+        self,
+        height: int = 8,
+        width: int = 8,
+        partial_credit: bool = False,
+        placement: str = "slots",
+        reward_models: dict[str, Any] | None = None,
     ) -> None:
         if not (7 <= height <= 16 and 7 <= width <= 16):  # 7x7 is the least that holds four pluses
             raise ValueError(f"geneval_mini: height and width must be in [7, 16], got {height}x{width}")
@@ -407,6 +431,7 @@ class GenEvalMini(Task):
             raise ValueError(f"geneval_mini: placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
         self.height, self.width, self.partial_credit, self.placement = height, width, partial_credit, placement
         self.completion_length = height * width
+        self.reward_model = reward_from_params(reward_models) if reward_models else None  # nothing loaded yet
 
     def sample(self, rng: random.Random) -> Example:
         tag = rng.choice(TAGS)
@@ -471,6 +496,24 @@ class GenEvalMini(Task):
         s = self._judge(completion, example)
         return float(s["fraction"]) if self.partial_credit else float(s["correct"])
 
+    def batch_rewards(self, completions: list[str], completion_ids: Any, examples: list[Example]) -> list[float]:
+        """:meth:`reward` of each completion, or with ``reward_models`` their scores of the rendered scenes for the
+        prompts (a malformed scene scores 0)."""
+        if self.reward_model is None:
+            return super().batch_rewards(completions, completion_ids, examples)
+        grids = {}
+        for i, completion in enumerate(completions):
+            try:
+                grids[i] = parse_grid(completion, self.height, self.width)
+            except ValueError:
+                continue
+        images = [render_image(grid) for grid in grids.values()]
+        scores = self.reward_model.score(images, [examples[i].gold["prompt"] for i in grids])
+        out = [0.0] * len(completions)
+        for i, value in zip(grids, scores, strict=True):
+            out[i] = value
+        return out
+
     def score(self, completion: str, example: Example) -> dict[str, Any]:
         """``{"correct", "reason", "tag", "fraction", "details"}``; a malformed completion is incorrect."""
         return self._judge(completion, example)
@@ -509,15 +552,18 @@ def parse_grid(completion: str, height: int = 8, width: int = 8) -> Grid:
 
 
 # ----------------------------------------------------------------------------------------------- PNG images
-def render_png(grid: Grid, path: str | Path, cell_px: int = 16) -> None:
-    """Write ``grid`` as an RGB PNG, each cell a ``cell_px`` square in its :data:`PALETTE` colour (atomic write)."""
-    from PIL import Image
-
+def render_image(grid: Grid, cell_px: int = 16) -> Image.Image:
+    """``grid`` as an RGB image, each cell a ``cell_px`` square in its :data:`PALETTE` colour."""
     h, w = len(grid), len(grid[0])
     img = Image.new("RGB", (w, h))
     img.putdata([CODE_RGB[code] for row in grid for code in row])
+    return img.resize((w * cell_px, h * cell_px), Image.NEAREST)
+
+
+def render_png(grid: Grid, path: str | Path, cell_px: int = 16) -> None:
+    """Write ``grid`` as an RGB PNG (:func:`render_image`; atomic write)."""
     with atomic_path(path) as tmp:
-        img.resize((w * cell_px, h * cell_px), Image.NEAREST).save(tmp, format="PNG")
+        render_image(grid, cell_px).save(tmp, format="PNG")
 
 
 def _distance(p: tuple[int, ...], q: tuple[int, ...]) -> int:
@@ -526,8 +572,6 @@ def _distance(p: tuple[int, ...], q: tuple[int, ...]) -> int:
 
 def read_png(path: str | Path, height: int = 8, width: int = 8) -> Grid:
     """Decode a rendered scene: the nearest code colour (RGB distance) at the centre of each of the cells."""
-    from PIL import Image, UnidentifiedImageError
-
     try:
         with Image.open(path) as im:
             img = im.convert("RGB")

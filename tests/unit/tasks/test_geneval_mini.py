@@ -8,7 +8,9 @@ import random
 import numpy as np
 import pytest
 
+from ddmrl.config import ConfigError
 from ddmrl.models.tokenizer import build_tokenizer
+from ddmrl.rewards.interface import ImageRewardModel
 from ddmrl.tasks import TASKS, make_task
 from ddmrl.tasks.base import Example, Task
 from ddmrl.tasks.geneval_mini import (
@@ -349,6 +351,38 @@ def test_partial_credit_and_malformed(task):
         s = task.score(bad, ex)
         assert not s["correct"] and s["reason"].startswith("malformed: ") and s["tag"] == "color_attr"
         assert task.reward(bad, ex) == 0.0 == dense.reward(bad, ex)
+
+
+class BlueShare(ImageRewardModel):
+    """A reward model of this test's own (named by import path): the share of blue pixels, times ``scale``."""
+
+    name = "blue_share"
+
+    def __init__(self, scale: float = 1.0) -> None:
+        super().__init__()
+        self.scale = scale
+
+    def _load(self) -> None:
+        pass
+
+    def _score(self, images, prompts):
+        blue = PALETTE["blue"]
+        return [self.scale * sum(p == blue for p in im.getdata()) / (im.width * im.height) for im in images]
+
+
+def test_reward_models_score_the_rendered_scenes(task):
+    """With reward_models the RL reward is their weighted sum on the rendered scenes (GenEval's verdict without)."""
+    mine = f"{__name__}:BlueShare"
+    scored = make_task("geneval_mini", reward_models={"b": {"model": mine, "weight": 2.0, "scale": 0.5}})
+    ex = Example(id="", prompt="", answer="", gold=meta("colors", "square", "blue"))
+    square = grid("bb......", "bb......", E, E, E, E, E, E)  # 4 of 64 cells blue
+    texts = [task.to_text(square), "<i0>" * 63, task.to_text(grid(*[E] * 8))]  # the second is malformed
+    assert scored.batch_rewards(texts, None, [ex] * 3) == pytest.approx([2.0 * 0.5 * 4 / 64, 0.0, 0.0])
+    assert task.batch_rewards(texts, None, [ex] * 3) == [1.0, 0.0, 0.0]
+    with pytest.raises(ConfigError, match=r"reward_models\.b\.model = 'nope:X': cannot be imported"):
+        make_task("geneval_mini", reward_models={"b": {"model": "nope:X"}})
+    with pytest.raises(ConfigError, match=r"reward_models\.b\.scales: not an option of reward model"):
+        make_task("geneval_mini", reward_models={"b": {"model": mine, "scales": 2}})
 
 
 def test_accuracy_is_unweighted_mean_over_tags(task):

@@ -1,5 +1,6 @@
-"""A researcher's own method, outside ddmrl: UniGRPO's views with RebRL's rebalanced weights and a tighter clip range
-by default. A ``methods:`` section names it as ``method: mylab.methods:REBALANCED``."""
+"""A researcher's own method, outside ddmrl: UniGRPO's views with RebRL's rebalanced weights, a tighter clip range
+by default and a rollout augmenter of its own (``mylab.augmenters``). A ``methods:`` section names it as
+``method: mylab.methods:REBALANCED``."""
 
 from __future__ import annotations
 
@@ -22,5 +23,6 @@ REBALANCED = Method(
     params=Params,
     display="rebalanced (mylab)",
     weighting="rebrl",
+    augmenter="mylab.augmenters:TIE_BREAK",
     paper="a test's own method",
 )
