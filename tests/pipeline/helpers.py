@@ -8,14 +8,14 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import yaml
 
-if TYPE_CHECKING:
-    from ddmrl.pipeline import dag
+from ddmrl.config import load
+from ddmrl.pipeline import dag, export
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -139,3 +139,48 @@ def downstream(stages: list[dag.Stage], names: set[str]) -> set[str]:
         if not more:
             return out
         out |= more
+
+
+# ------------------------------------------------------------------------------------ a researcher's own members
+
+EXTERNAL = REPO / "tests" / "pipeline" / "external"  # the package mylab and its dist-info (its entry points)
+
+
+def outside_workspace(ws: Path, prepare: Callable[[Path], None]) -> Iterator[tuple[Path, dict]]:
+    """A workspace with ``mylab`` beside it, prepared by ``prepare(ws)`` (params edits), exported for DVC, run by
+    Snakemake and recorded in dvc.lock; yields it and the environment its stages import ``mylab`` in (this process
+    imports it too, until the generator ends)."""
+    for package in ("mylab", "mylab-0.1.dist-info"):
+        shutil.copytree(EXTERNAL / package, ws / package)
+    sys.path.insert(0, str(ws))  # this process's planner (load, dag.build, the export) imports it too
+    try:
+        prepare(ws)
+        assert export.main(["--params", str(ws / "params.yaml")]) == 0
+        run(["git", "init", "-q"], ws)
+        env = {**ENV, "PYTHONPATH": os.pathsep.join([str(ws), ENV.get("PYTHONPATH", "")])}
+        out = run([BIN / "snakemake", "--cores", "2"], ws, env=env)
+        n = len(dag.build(load(ws / "params.yaml")))
+        assert f"recorded {n} of {n} stages in dvc.lock" in out.stdout + out.stderr
+        yield ws, env
+    finally:
+        sys.path.remove(str(ws))
+        for name in [m for m in sys.modules if m == "mylab" or m.startswith("mylab.")]:
+            del sys.modules[name]
+
+
+def edited_member_reruns(ws: Path, env: dict, copy: Path, module: str) -> tuple[set[str], set[str]]:
+    """In a copy of an outside workspace, a comment appended to ``mylab/<module>``: the stages whose code it is (by
+    ``dag.code``) and the jobs ``snakemake -n`` plans, asserted to be those and what reads their outputs, with
+    ``dvc status`` naming the same stages."""
+    shutil.copytree(ws, copy, symlinks=True)
+    with (copy / "mylab" / module).open("a") as f:
+        f.write("# touched\n")
+    env = {**env, "PYTHONPATH": env["PYTHONPATH"].replace(str(ws), str(copy))}
+    stages = dag.build(load(copy / "params.yaml"))
+    users = {s.name for s in stages if f"mylab/{module}" in dag.code(s, copy)}
+    names = set(planned(run([BIN / "snakemake", "-n", "--cores", "2"], copy, env=env).stdout))
+    assert names == downstream(stages, users)
+    status = yaml.safe_load(run([BIN / "dvc", "status", "--json"], copy, env=env).stdout)
+    addresses = export.addresses(copy / "params.yaml")
+    assert set(status) == {addresses[n] for n in users}
+    return users, names

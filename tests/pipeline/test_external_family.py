@@ -10,19 +10,14 @@ freshly initialised TinyDDM saved by the test (untrained: the DAG's plumbing is 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import sys
 
 import pytest
-import yaml
-from helpers import BIN, ENV, REPO, copy_repo, downstream, edit_params, planned, run
+from helpers import copy_repo, edit_params, edited_member_reruns, outside_workspace
 
 from ddmrl.config import load
 from ddmrl.models.checkpoint import load_checkpoint, save_checkpoint
 from ddmrl.models.tiny import new_tiny_model
 from ddmrl.models.tokenizer import build_tokenizer
-from ddmrl.pipeline import dag, export
 from ddmrl.tasks import make_task
 from ddmrl.training.data import prompt_length
 
@@ -52,24 +47,15 @@ def _own_family(checkpoint: str):
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
-    ws = copy_repo(tmp_path_factory.mktemp("family") / "ws")
-    for package in ("mylab", "mylab-0.1.dist-info"):
-        shutil.copytree(REPO / "tests" / "pipeline" / "external" / package, ws / package)
-    edit_params(ws, lambda raw: raw.update(tasks=[TASK], image={"tasks": [], "methods": []}), "profiles/smoke.yaml")
-    sys.path.insert(0, str(ws))  # this process's planner and the checkpoint's task import it too
-    checkpoint = ws.parent / "checkpoint"
-    edit_params(ws, _own_family(str(checkpoint)))
-    _checkpoint(ws, checkpoint)
-    assert export.main(["--params", str(ws / "params.yaml")]) == 0
-    run(["git", "init", "-q"], ws)
-    env = {**ENV, "PYTHONPATH": os.pathsep.join([str(ws), ENV.get("PYTHONPATH", "")])}
-    out = run([BIN / "snakemake", "--cores", "2"], ws, env=env)
-    n = len(dag.build(load(ws / "params.yaml")))
-    assert f"recorded {n} of {n} stages in dvc.lock" in out.stdout + out.stderr
-    yield ws, env
-    sys.path.remove(str(ws))
-    for name in [m for m in sys.modules if m == "mylab" or m.startswith("mylab.")]:
-        del sys.modules[name]
+    def prepare(ws):
+        edit_params(
+            ws, lambda raw: raw.update(tasks=[TASK], image={"tasks": [], "methods": []}), "profiles/smoke.yaml"
+        )
+        checkpoint = ws.parent / "checkpoint"
+        edit_params(ws, _own_family(str(checkpoint)))
+        _checkpoint(ws, checkpoint)
+
+    yield from outside_workspace(copy_repo(tmp_path_factory.mktemp("family") / "ws"), prepare)
 
 
 def test_an_outside_family_runs_through_the_dag(workspace):
@@ -90,16 +76,5 @@ def test_editing_an_outside_family_reruns_the_stages_that_load_it(workspace, tmp
     """Every stage that loads the model depends on the family's module; Snakemake plans those and what reads their
     outputs, and ``dvc status`` names the same stages."""
     ws, env = workspace
-    copy = tmp_path / "ws"
-    shutil.copytree(ws, copy, symlinks=True)
-    with (copy / "mylab" / "models.py").open("a") as f:
-        f.write("# touched\n")
-    env = {**env, "PYTHONPATH": env["PYTHONPATH"].replace(str(ws), str(copy))}
-    stages = dag.build(load(copy / "params.yaml"))
-    users = {s.name for s in stages if "mylab/models.py" in dag.code(s, copy)}
+    users, _ = edited_member_reruns(ws, env, tmp_path / "ws", "models.py")
     assert {"sft", "grpo_unigrpo_reverse_s0", "evaluate_base_reverse", "evaluate_unigrpo_reverse_s0"} <= users
-    names = set(planned(run([BIN / "snakemake", "-n", "--cores", "2"], copy, env=env).stdout))
-    assert names == downstream(stages, users)
-    status = yaml.safe_load(run([BIN / "dvc", "status", "--json"], copy, env=env).stdout)
-    addresses = export.addresses(copy / "params.yaml")
-    assert set(status) == {addresses[n] for n in users}

@@ -14,18 +14,14 @@ reruns.
 
 from __future__ import annotations
 
-import os
-import shutil
-import sys
-
 import pytest
 import yaml
-from helpers import BIN, ENV, REPO, copy_repo, downstream, edit_params, planned, run
+from helpers import copy_repo, edit_params, edited_member_reruns, outside_workspace
 
 from ddmrl.aux_policies.base import load_aux_policy
 from ddmrl.config import ConfigError, load
 from ddmrl.io import read_jsonl
-from ddmrl.pipeline import dag, export
+from ddmrl.pipeline import dag
 from ddmrl.rollout import sampler_kwargs
 from ddmrl.tasks.geneval_mini import parse_grid, render_image
 
@@ -61,22 +57,11 @@ def _one_of_each(raw: dict) -> None:
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
-    ws = copy_repo(tmp_path_factory.mktemp("external") / "ws")
-    for package in ("mylab", "mylab-0.1.dist-info"):
-        shutil.copytree(REPO / "tests" / "pipeline" / "external" / package, ws / package)
-    edit_params(ws, _own_method)
-    edit_params(ws, _one_of_each, "profiles/smoke.yaml")
-    env = {**ENV, "PYTHONPATH": os.pathsep.join([str(ws), ENV.get("PYTHONPATH", "")])}
-    sys.path.insert(0, str(ws))  # this process's planner (load, dag.build, the export) imports it too
-    assert export.main(["--params", str(ws / "params.yaml")]) == 0
-    run(["git", "init", "-q"], ws)
-    out = run([BIN / "snakemake", "--cores", "2"], ws, env=env)
-    n = len(dag.build(load(ws / "params.yaml")))
-    assert f"recorded {n} of {n} stages in dvc.lock" in out.stdout + out.stderr
-    yield ws, env
-    sys.path.remove(str(ws))
-    for name in [m for m in sys.modules if m == "mylab" or m.startswith("mylab.")]:
-        del sys.modules[name]
+    def prepare(ws):
+        edit_params(ws, _own_method)
+        edit_params(ws, _one_of_each, "profiles/smoke.yaml")
+
+    yield from outside_workspace(copy_repo(tmp_path_factory.mktemp("external") / "ws"), prepare)
 
 
 def test_an_outside_method_is_validated_like_a_built_in_one(workspace):
@@ -168,16 +153,5 @@ def test_editing_an_outside_member_reruns_only_its_runs(workspace, tmp_path, mod
     """The stages whose code the module is: its method's runs (and the tables, for the method's display name);
     Snakemake plans those and what reads their outputs, and ``dvc status`` names those stages."""
     ws, env = workspace
-    copy = tmp_path / "ws"
-    shutil.copytree(ws, copy, symlinks=True)
-    with (copy / "mylab" / module).open("a") as f:
-        f.write("# touched\n")
-    env = {**env, "PYTHONPATH": env["PYTHONPATH"].replace(str(ws), str(copy))}
-    stages = dag.build(load(copy / "params.yaml"))
-    assert {s.name for s in stages if f"mylab/{module}" in dag.code(s, copy)} == users
-    names = set(planned(run([BIN / "snakemake", "-n", "--cores", "2"], copy, env=env).stdout))
-    assert names == downstream(stages, users)
-    assert "tables" in names and "grpo_unigrpo_reverse_s0" not in names
-    status = yaml.safe_load(run([BIN / "dvc", "status", "--json"], copy, env=env).stdout)
-    addresses = export.addresses(copy / "params.yaml")
-    assert set(status) == {addresses[n] for n in users}
+    found, planned_jobs = edited_member_reruns(ws, env, tmp_path / "ws", module)
+    assert found == users and "tables" in planned_jobs and "grpo_unigrpo_reverse_s0" not in planned_jobs
