@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 import ddmrl  # noqa: F401  (first: pins the CPU numerics before torch chooses its kernels, as every stage does)
 
@@ -27,17 +28,17 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: scope_of(item.nodeid) != "smoke")  # stable: the modules' own order otherwise
 
 
-def pytest_xdist_make_scheduler(config, log):
+class ModuleScopes(LoadScopeScheduling):
     """pytest-xdist sends each scope (:func:`scope_of`) to one worker, so that its module-scoped fixtures (pipelines,
     trained models) and the smoke workspace are built once. (``--dist loadgroup`` with ``xdist_group`` marks did
     not group under pytest 9: xdist 3.8 marks a group by rewriting ``item._nodeid``, which pytest 9 ignores, so every
     worker built the fixtures of the modules it was sent tests of.)"""
-    from xdist.scheduler import LoadScopeScheduling
 
-    class ModuleScopes(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return scope_of(nodeid)
+    def _split_scope(self, nodeid: str) -> str:
+        return scope_of(nodeid)
 
+
+def pytest_xdist_make_scheduler(config, log):
     return ModuleScopes(config, log)
 
 

@@ -1108,6 +1108,12 @@ def reward_models() -> tuple[str, ...]:
     return tuple(name for name in REWARD_MODELS if name != "weighted_sum")
 
 
+def is_reward_model(name: Any) -> bool:
+    """Whether ``name`` names a reward model: built in (not their weighted sum), ``module:attribute`` or an entry
+    point of ``ddmrl.rewards`` (nothing is imported)."""
+    return isinstance(name, str) and name != "weighted_sum" and name in REWARD_MODELS
+
+
 @dataclasses.dataclass(frozen=True)
 class RewardName:
     """Validates a reward model's name: one of :func:`reward_models`, or one outside the package (``module:attribute``
@@ -1117,7 +1123,7 @@ class RewardName:
         return reward_models()
 
     def __call__(self, value: Any, handler: Any) -> Any:
-        if value == "weighted_sum" or value not in REWARD_MODELS:
+        if not is_reward_model(value):
             raise unknown(self.choices())
         return handler(value)
 
@@ -1151,7 +1157,7 @@ def named_reward_models(task_params: dict[str, Any] | None) -> tuple[str, ...]:
 def check_reward_entries(section: dict[str, RewardEntry] | None, key: str) -> None:
     """Refuse an entry of a weighted reward that names no reward model (its ``model`` defaults to its name)."""
     for entry, term in (section or {}).items():
-        if term.model is None and (entry == "weighted_sum" or entry not in REWARD_MODELS):
+        if term.model is None and not is_reward_model(entry):
             raise refuse(
                 f"{key}.{entry}.model",
                 entry,

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddmrl.config import ConfigError
+from ddmrl.config.schema import is_reward_model, reward_models
 from ddmrl.rewards import REWARD_MODELS
 from ddmrl.rewards.combine import WeightedSum
 from ddmrl.rewards.interface import ImageRewardModel
@@ -46,8 +47,8 @@ def weighted_sum(components: Mapping[str, Mapping[str, Any] | RewardComponent]) 
 def reward_class(name: Any, where: str) -> Any:
     """The reward model ``name`` names (built in, ``module:attribute`` or an entry point of ``ddmrl.rewards``),
     imported; a one-line :class:`ConfigError` naming ``where`` when there is none or it cannot be imported."""
-    if not isinstance(name, str) or name not in REWARD_MODELS or name == "weighted_sum":
-        choices = ", ".join(sorted(set(REWARD_MODELS) - {"weighted_sum"}))
+    if not is_reward_model(name):
+        choices = ", ".join(sorted(reward_models()))
         raise ConfigError(f"{where} = {name!r}: unknown reward model; choose one of {choices} (or module:attribute)")
     try:
         return REWARD_MODELS[name]
@@ -99,12 +100,12 @@ def reward_from_params(
             weight = kwargs.pop("weight", 1.0)
         else:
             raise ConfigError(f"{where} = {spec!r}: must be a mapping (model, weight and the model's options)")
-        reward_class(model, f"{where}.model")
+        cls = reward_class(model, f"{where}.model")
         if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight):
             raise ConfigError(f"{where}.weight = {weight!r}: must be a finite number")
         _check_kwargs(model, kwargs, where)
         try:
-            components[entry] = (REWARD_MODELS[model](**kwargs), float(weight))
+            components[entry] = (cls(**kwargs), float(weight))
         except ValueError as e:
             raise ConfigError(f"{where}: {e}") from None
     return WeightedSum(components)
