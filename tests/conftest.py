@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from xdist.scheduler import LoadScopeScheduling
 
-import ddmrl  # noqa: F401  (first: pins the CPU numerics before torch chooses its kernels, as every stage does)
+import ddmrl  # (first: pins the CPU numerics before torch chooses its kernels, as every stage does)
+
+ddmrl.numerics.check()  # and the rest of them (one thread, the portable mode's products), as every stage does
 
 #: test modules that share the session's smoke workspace (tests/pipeline/conftest.py): one xdist scope, built once
 SMOKE_WORKSPACE = {"tests/pipeline/test_smoke.py", "tests/pipeline/test_report.py", "tests/pipeline/test_slurm.py"}

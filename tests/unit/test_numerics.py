@@ -4,6 +4,7 @@ test_reproducible_weights.py)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -15,9 +16,12 @@ from ddmrl import numerics
 PROBE = "import torch; torch.zeros(2).sum(); print(torch.backends.cpu.get_cpu_capability())"
 
 
+PINNED = {var for env in numerics.MODES.values() for var in env}
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     """This process's environment without what ``import ddmrl`` set in it."""
-    return {k: v for k, v in os.environ.items() if k not in numerics.MODES["avx2"]} | extra
+    return {k: v for k, v in os.environ.items() if k not in PINNED} | extra
 
 
 def run(code: str, **extra: str) -> subprocess.CompletedProcess:
@@ -49,7 +53,9 @@ def test_each_mode_sets_its_variables_and_overrides_the_environments(monkeypatch
 def test_an_unknown_mode_is_refused_naming_the_variable(monkeypatch):
     monkeypatch.setenv(numerics.MODE_VAR, "fast")
     assert numerics.pin() == {}  # import ddmrl never fails on it
-    with pytest.raises(numerics.NumericsError, match="DDMRL_NUMERICS='fast': expected one of avx2, compatible"):
+    with pytest.raises(
+        numerics.NumericsError, match="DDMRL_NUMERICS='fast': expected one of portable, avx2, compatible, native"
+    ):
         numerics.check()
 
 
@@ -74,6 +80,78 @@ def test_a_stage_refuses_to_run_when_torch_chose_its_kernels_first(tmp_path):
     out = run(code)
     assert out.returncode == 2 and "ran" not in out.stdout
     assert out.stderr.strip().splitlines() == [
-        "error: torch chose its AVX512 CPU kernels before ddmrl pinned them (DDMRL_NUMERICS=avx2): import ddmrl "
+        "error: torch chose its AVX512 CPU kernels before ddmrl pinned them (DDMRL_NUMERICS=portable): import ddmrl "
         "before running torch code, or set DDMRL_NUMERICS=native"
+    ]
+
+
+NATIVE_OPENBLAS = run("import numpy, threadpoolctl; print(threadpoolctl.threadpool_info()[0]['architecture'])").stdout
+portable = pytest.mark.skipif(numerics.mode() != "portable", reason="the tests run in another numerics mode")
+
+#: a TinyDDM training step, a forward pass and a draw, for the kernel census below
+STEP = """
+import ddmrl, torch
+ddmrl.numerics.check()
+from ddmrl.models.tiny import TinyDDMConfig, TinyDDMForMaskedLM
+torch.manual_seed(0)
+m = TinyDDMForMaskedLM(TinyDDMConfig(vocab_size=35, max_position_embeddings=64, position_embedding="rope"))
+x = torch.randint(0, 35, (8, 48))
+m(x, labels=x).loss.backward()
+torch.optim.AdamW(m.parameters()).step()
+with torch.no_grad():
+    torch.multinomial(m(x).logits.softmax(-1).flatten(0, 1), 1)
+"""
+
+
+def test_the_portable_mode_runs_no_kernel_that_a_library_picks_by_vendor():
+    """What makes it portable, counted by MKL's and oneDNN's own logs: no oneDNN primitive runs, the model's products
+    do not reach MKL (only the flash attention's per-block ones, at most 48 x 48 x 48 here), and every MKL call runs
+    on its COMPATIBLE branch, the one MKL documents to agree between Intel and other processors."""
+    out = run(STEP, DDMRL_NUMERICS="portable", MKL_VERBOSE="1", ONEDNN_VERBOSE="1")
+    assert out.returncode == 0, out.stderr[-2000:]
+    log = out.stdout + out.stderr
+    assert "primitive,exec" not in log
+    calls = re.findall(r"MKL_VERBOSE SGEMM\(\w,\w,(\d+),(\d+),(\d+),.*CNR:(\S+)", log)
+    assert calls, "the flash attention's products were expected on MKL"
+    assert {branch for *_, branch in calls} == {"COMPATIBLE"}
+    assert max(int(m) * int(n) * int(k) for m, n, k, _ in calls) <= 48**3
+
+
+@portable
+def test_the_routed_products_are_openblas_haswell_kernels_with_atens_semantics():
+    """mm, addmm, bmm and baddbmm on CPU are numpy's matmul bit for bit, with ATen's beta/alpha, broadcasting, dtype
+    rules and errors; autograd's formulas take the same route."""
+    assert numerics.openblas_core() == numerics.OPENBLAS_CORE
+    g = torch.Generator().manual_seed(0)
+    a, b, c = (torch.randn(*s, generator=g) for s in ((37, 19), (19, 23), (23,)))
+    assert torch.equal(torch.mm(a, b), torch.from_numpy(a.numpy() @ b.numpy()))
+    assert torch.equal(torch.mm(a, b.T.contiguous().T), torch.mm(a, b))  # a transposed view: the same product
+    assert torch.equal(torch.addmm(c, a, b, beta=0.5, alpha=2.0), torch.mm(a, b) * 2.0 + c * 0.5)
+    assert torch.equal(torch.addmm(torch.full((23,), float("nan")), a, b, beta=0), torch.mm(a, b))
+    x, y = torch.randn(4, 5, 6, generator=g), torch.randn(4, 6, 3, generator=g)
+    assert torch.equal(torch.bmm(x, y), torch.from_numpy(x.numpy() @ y.numpy()))
+    assert torch.equal(torch.baddbmm(torch.ones(3), x, y, alpha=3.0), torch.bmm(x, y) * 3.0 + 1)
+    assert torch.equal(
+        torch.mm(a.bfloat16(), b.bfloat16()), torch.mm(a.bfloat16().float(), b.bfloat16().float()).bfloat16()
+    )
+    ints = torch.randint(-9, 9, (5, 7), generator=g)
+    assert torch.equal(ints @ ints.T, torch.from_numpy(ints.numpy() @ ints.numpy().T))
+    with pytest.raises(RuntimeError, match="same dtype"):
+        torch.mm(a, b.double())
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        torch.mm(a, a)
+    w = b.double().requires_grad_()
+    (a.double() @ w).sum().backward()  # d/dw sum(a @ w) = a^T 1: each row of the gradient is a column sum of a
+    assert torch.allclose(w.grad, a.double().sum(0)[:, None].expand(19, 23), rtol=1e-12, atol=0)
+
+
+@pytest.mark.skipif(NATIVE_OPENBLAS.strip() == numerics.OPENBLAS_CORE, reason="numpy's own OpenBLAS core is Haswell")
+def test_a_stage_refuses_to_run_when_numpy_loaded_its_openblas_first():
+    """numpy imported before ddmrl: its OpenBLAS chose this CPU's own core, so a stage stops with one line."""
+    code = "import numpy; from ddmrl.cli import run_stage; run_stage(lambda: print('ran'))"
+    out = run(code, DDMRL_NUMERICS="portable")
+    assert out.returncode == 2 and "ran" not in out.stdout
+    assert out.stderr.strip().splitlines() == [
+        f"error: numpy's OpenBLAS runs its {NATIVE_OPENBLAS.strip()} kernels, not Haswell (DDMRL_NUMERICS=portable): "
+        "import ddmrl before numpy, or set DDMRL_NUMERICS=compatible"
     ]
