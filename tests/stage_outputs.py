@@ -1,6 +1,8 @@
 """What "the same result" means when a stage runs twice (killed and resumed, or through SLURM): metrics but their
-wall-clock keys, curves but their ``time`` column, and weights exactly. Shared by tests/stages/test_kill_and_resume.py
-and tests/pipeline/test_slurm.py (``tests/`` is on ``sys.path``, see tests/conftest.py)."""
+wall-clock keys, curves but their wall-clock columns (``time``; MAR's ``*_seconds``), tables but their wall-clock
+column (``RL wall time per run (s)``), and weights exactly. Shared by tests/stages/test_kill_and_resume.py and
+tests/pipeline/test_slurm.py (``tests/`` is on ``sys.path``, see tests/conftest.py); tests/unit/test_stage_outputs.py
+checks the wall-clock names against what ddmrl writes."""
 
 from __future__ import annotations
 
@@ -13,20 +15,39 @@ from safetensors.torch import load_file
 
 from ddmrl.pipeline import dag
 
+#: metric keys and curve columns that measure wall-clock time (besides every ``*_seconds``)
 TIMING_KEYS = {"seconds", "timing", "eval_seconds", "time"}
+#: the tables' wall-clock columns (ddmrl.tables: the mean of the runs' last curve ``time``, rounded to seconds)
+WALL_CLOCK_COLUMNS = {"RL wall time per run (s)"}
+
+
+def is_wall_clock(key: str) -> bool:
+    """Whether a metric key, curve column or table column is a wall-clock figure (it differs between two runs of the
+    same stage: another machine, another load)."""
+    return key in TIMING_KEYS or key in WALL_CLOCK_COLUMNS or key.endswith("_seconds")
 
 
 def public(metrics: dict) -> dict:
     """Metrics without wall-clock keys."""
-    return {k: v for k, v in metrics.items() if k not in TIMING_KEYS}
+    return {k: v for k, v in metrics.items() if not is_wall_clock(k)}
 
 
 def read_curve(path: Path) -> list[dict[str, str]]:
-    """Curve rows as written (strings), without the wall-clock ``time`` column."""
+    """Curve rows as written (strings), without the wall-clock columns."""
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     assert rows, f"{path} is empty"
-    return [{k: v for k, v in r.items() if k != "time"} for r in rows]
+    return [{k: v for k, v in r.items() if not is_wall_clock(k)} for r in rows]
+
+
+def read_table(path: Path) -> dict[str, dict[str, str]]:
+    """A CSV table's rows as written (strings) by their first column (the row label), without the wall-clock
+    columns."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert rows, f"{path} is empty"
+    label = next(iter(rows[0]))
+    return {r[label]: {k: v for k, v in r.items() if not is_wall_clock(k)} for r in rows}
 
 
 def steps_present(root: Path) -> list[int]:

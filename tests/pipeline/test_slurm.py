@@ -17,7 +17,6 @@ The DAG is cut to two text methods and one image method (every kind of stage, 15
 
 from __future__ import annotations
 
-import csv
 import importlib.util
 import re
 import shutil
@@ -28,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers import BIN, ENV, copy_repo, edit_params, run
-from stage_outputs import assert_same_outputs
+from stage_outputs import assert_same_outputs, read_table
 
 from ddmrl.config import load
 from ddmrl.pipeline import dag, export
@@ -148,12 +147,12 @@ def requested(profile: dict, rule: str, env: dict[str, str]) -> dict:
 
 
 def table_rows(path: Path) -> dict[str, dict[str, str]]:
-    """The table's rows by their first column, without the columns that measure a row against another method (the
-    image table's "samples to UniGRPO's final reward" is empty where UniGRPO did not run, as in the cut DAG)."""
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    key = next(iter(rows[0]))
-    return {r[key]: {k: v for k, v in r.items() if not k.startswith("samples to ")} for r in rows}
+    """The table's rows by their first column, without its wall-clock column (``stage_outputs.read_table``: the RL
+    wall time per run, 0 s through SLURM where it was 1 s locally) and without the columns that measure a row against
+    another method (the image table's "samples to UniGRPO's final reward" is empty where UniGRPO did not run, as in
+    the cut DAG)."""
+    rows = read_table(path)
+    return {label: {k: v for k, v in row.items() if not k.startswith("samples to ")} for label, row in rows.items()}
 
 
 def slurm_workspace(dst: Path) -> Path:
@@ -236,7 +235,7 @@ def test_second_run_through_slurm_has_nothing_to_do(slurm_ws):
 
 def test_results_through_slurm_equal_the_local_run(slurm_ws, smoke_workspace):
     """Every stage's metrics, curves and weights, and the tables' rows, as the local smoke run (which runs every
-    method; each run's results do not depend on which others run)."""
+    method; each run's results do not depend on which others run), but for their wall-clock figures."""
     for stage in dag.build(load(slurm_ws / "params.yaml")):
         if stage.kind != "tables":
             assert_same_outputs(smoke_workspace, slurm_ws, stage)
