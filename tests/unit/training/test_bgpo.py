@@ -24,11 +24,22 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import NamedTuple
 
 import pytest
 import torch
 import torch.nn.functional as F
 from fake_rewards import varied_reward
+from float_error import (
+    EPS32,
+    Computed,
+    Condition,
+    computed,
+    condition,
+    gap,
+    in_float64,
+    loss_and_gradient_agree,
+)
 
 import ddmrl.training.grpo as grpo_module
 from ddmrl.config import ConfigError, GRPOConfig, method_config
@@ -59,7 +70,7 @@ def released_elbos(model, seq, masks, p_mask, response_length):
     """[B, m] ``loss_per_sample / response_length`` of ``_forward_micro_batch``: ``masks`` [B, m, S] bool over the
     whole sequence, ``p_mask`` [B, m]."""
     b, m, _ = masks.shape
-    out = torch.zeros(b, m)
+    out = torch.zeros(b, m, dtype=p_mask.dtype)
     for j in range(m):
         noisy = torch.where(masks[:, j], 0, seq)  # the mask id of the tests' tokenizer is 0
         logits = model(noisy).logits
@@ -260,12 +271,72 @@ def perturbed(model, seed: int, scale: float):
     return other
 
 
+class Sides(NamedTuple):
+    """In one dtype: ddmrl's loss and gradient with the views together and with one view at a time (accumulated in
+    ``.grad``), the release's (its per-copy backward passes), the views' old ELBOs [N, m] of both, and the condition
+    measures of the sums (from float64 values only)."""
+
+    together: Computed
+    one_at_a_time: Computed
+    release: Computed
+    elbos: torch.Tensor
+    elbos_release: torch.Tensor
+    clip_ratio: float
+    cond: Condition | None
+
+
+def both_sides(models, prompt, completion, completion_mask, advantages, views, mask_id, cfg) -> Sides:
+    """ddmrl (``bgpo_elbo`` weights, ``token_logps``, the bgpo objective) and the release (``_forward_micro_batch``,
+    ``update_policy``) on the same views; ``models``: the old and current policies."""
+    old_model, policy = models
+    m, n, length = views.masks.shape
+    twin = copy.deepcopy(policy)  # ddmrl's; the release accumulates its gradient in policy's .grad
+    # the release's inputs: the same masks over the whole sequence, p_mask = x / T
+    seq = torch.cat([prompt, completion], 1)
+    masks = torch.cat([torch.zeros(m, n, prompt.shape[1], dtype=torch.bool), views.masks], 2).transpose(0, 1)
+    p_mask = views.t.T  # [n, m]
+    with torch.no_grad():
+        old_rel = released_elbos(old_model, seq, masks, p_mask, length)  # [n, m]
+    loss_rel = released_update(policy, old_rel, seq, masks, p_mask, advantages, completion_mask, cfg.epsilon)
+    release = Computed(torch.tensor(loss_rel, dtype=torch.float64), tuple(p.grad for p in policy.parameters()))
+
+    weights, _ = token_weights("bgpo_elbo", views, completion_mask)
+    inputs = [apply_view(prompt, completion, views, v, mask_id) for v in range(m)]
+    with torch.no_grad():
+        old = torch.stack([token_logps(old_model, x, completion) for x in inputs])
+    targets = views.masks & completion_mask[None]
+
+    def loss_of(ids):
+        logps = torch.stack([token_logps(twin, inputs[v], completion) for v in ids])
+        x = ObjectiveInputs(logps, old[list(ids)], None, advantages, weights[list(ids)], None, views.t[list(ids)],
+                            targets[list(ids)], completion_mask, 2)  # fmt: skip
+        return OBJECTIVE(x, cfg), logps
+
+    out, logps = loss_of(tuple(range(m)))
+    params = list(twin.parameters())
+    together = computed(out.loss, params)
+    cond = condition(out.loss, logps, params, seq.shape[1]) if logps.dtype == torch.float64 else None
+    total = 0.0
+    for v in range(m):  # one view at a time, as the loop takes them
+        part = loss_of((v,))[0].loss / m
+        part.backward()
+        total += part.item()
+    one_at_a_time = Computed(torch.tensor(total, dtype=torch.float64), tuple(p.grad for p in params))
+    elbos = (weights * old).sum(-1).T
+    return Sides(together, one_at_a_time, release, elbos, old_rel, out.clip_ratio, cond)
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_loss_and_gradient_equal_the_release_on_identical_masks(make_model, tok, seed):
     """Old and current policies differ (ratios away from 1, some clipped), EOS padding present, advantages of both
     signs: ddmrl's views, bgpo_elbo weights and bgpo objective on the release's inputs give its per-view ELBOs, its
     loss (summed over its per-copy backward passes) and its accumulated gradient, whether ddmrl takes the views
-    together or one at a time."""
+    together or one at a time.
+
+    Tolerances of the loss and gradient from float32's error (tests/float_error.py): the three computations also run
+    in float64 (the models, the views' ratios and the advantages) and agree there to 1e-10 of the condition measure
+    S, the check of the formulas; in float32 each is within n eps32 S of its float64 value and ddmrl's within
+    2 n eps32 S of the release's (n = T for the loss, T (P + L) for a gradient)."""
     prompt_length, length, n, m, eps = 3, 8, 4, 3, 0.05
     g = torch.Generator().manual_seed(seed)
     prompt = torch.randint(5, 10, (n, prompt_length), generator=g)
@@ -274,45 +345,20 @@ def test_loss_and_gradient_equal_the_release_on_identical_masks(make_model, tok,
     completion_mask = torch.ones(n, length, dtype=torch.bool)
     completion_mask[1, 6:] = False  # up to and including the first EOS
     old_model = make_model(max_positions=prompt_length + length, seed=1)
-    policy = perturbed(old_model, 11 + seed, 0.1)
-    twin = copy.deepcopy(policy)
+    models = (old_model, perturbed(old_model, 11 + seed, 0.1))
     advantages = torch.tensor([1.0, -0.5, 0.8, -1.2])
-
     views = build_views("stratified", mu=1, seed=seed, completion_mask=completion_mask, prompt_ids=prompt,
                         pad_id=tok.pad_token_id, views_per_step=m)  # fmt: skip
-    # the release's inputs: the same masks over the whole sequence, p_mask = x / T
-    seq = torch.cat([prompt, completion], 1)
-    masks = torch.cat([torch.zeros(m, n, prompt_length, dtype=torch.bool), views.masks], 2).transpose(0, 1)
-    p_mask = views.t.T  # [n, m]
-    with torch.no_grad():
-        old_rel = released_elbos(old_model, seq, masks, p_mask, length)  # [n, m]
-    loss_rel = released_update(policy, old_rel, seq, masks, p_mask, advantages, completion_mask, eps)
-    grads_rel = [p.grad.clone() for p in policy.parameters()]
-
-    weights, _ = token_weights("bgpo_elbo", views, completion_mask)
-    inputs = [apply_view(prompt, completion, views, v, tok.mask_token_id) for v in range(m)]
-    with torch.no_grad():
-        old = torch.stack([token_logps(old_model, x, completion) for x in inputs])
-    assert torch.allclose((weights * old).sum(-1), old_rel.T, rtol=1e-5, atol=1e-6)
     cfg = method_config("bgpo", epsilon=eps, dual_clip=3.0)
-    targets = views.masks & completion_mask[None]
+    args = prompt, completion, completion_mask
+    f32 = both_sides(models, *args, advantages, views, tok.mask_token_id, cfg)
+    f64 = both_sides(in_float64(*models), *args, advantages.double(), views._replace(t=views.t.double()),
+                     tok.mask_token_id, cfg)  # fmt: skip
 
-    def loss_of(model, ids):
-        logps = torch.stack([token_logps(model, inputs[v], completion) for v in ids])
-        x = ObjectiveInputs(logps, old[list(ids)], None, advantages, weights[list(ids)], None, views.t[list(ids)],
-                            targets[list(ids)], completion_mask, 2)  # fmt: skip
-        return OBJECTIVE(x, cfg)
-
-    out = loss_of(twin, tuple(range(m)))
-    assert 0 < out.clip_ratio < 1
-    assert math.isclose(out.loss.item(), loss_rel, rel_tol=1e-5)
-    grads = torch.autograd.grad(out.loss, list(twin.parameters()))
-    for a, b in zip(grads, grads_rel, strict=True):
-        assert torch.allclose(a, b, rtol=1e-4, atol=1e-7)
-    for v in range(m):  # one view at a time, as the loop takes them
-        (loss_of(twin, (v,)).loss / m).backward()
-    for p, b in zip(twin.parameters(), grads_rel, strict=True):
-        assert torch.allclose(p.grad, b, rtol=1e-4, atol=1e-7)
+    assert torch.allclose(f32.elbos, f32.elbos_release, rtol=1e-5, atol=1e-6)
+    assert 0 < f32.clip_ratio < 1 and f64.clip_ratio == f32.clip_ratio
+    for ours32, ours64 in ((f32.together, f64.together), (f32.one_at_a_time, f64.one_at_a_time)):
+        loss_and_gradient_agree(ours32, f32.release, ours64, f64.release, f64.cond)
 
 
 # ------------------------------------------------------------------------------------------ the method and the loop
@@ -330,54 +376,116 @@ def test_what_bgpo_fixes_and_refuses():
     assert isinstance(GRPOConfig(), GRPOConfig)
 
 
-def one_step(monkeypatch, make_model, separable: bool):
+class LoopStep(NamedTuple):
+    """One optimiser step of the loop (:func:`one_step`): the policy after it and before, the curve, the token_logps
+    calls (rows, with gradient) and the calls made before each backward pass; the condition measures of the losses
+    backpropagated (summed over the backward passes), the gradients before clipping, after it, and their norm."""
+
+    policy: torch.nn.Module
+    before: dict[str, torch.Tensor]
+    curve: list
+    calls: list[tuple[int, bool]]
+    backward: list[int]
+    cond: Condition
+    grads: list[torch.Tensor]
+    clipped: list[torch.Tensor]
+    norm: float
+
+
+def one_step(monkeypatch, make_model, separable: bool) -> LoopStep:
     task = make_task("sudoku4")
     monkeypatch.setattr(task, "reward", varied_reward)
     tok = build_tokenizer(task.alphabet, task.special_tokens)
     policy = make_model(max_positions=task.prompt_length + 1 + task.completion_length, tokenizer=tok, seed=3)
     before = {k: p.detach().clone() for k, p in policy.named_parameters()}
-    calls, backward = [], []
+    calls, backward, logps, conds, seen = [], [], [], [], {}
     real_logps, real_backward = grpo_module.token_logps, grpo_module.dist.local_accelerator
 
     def counting(model, inputs, targets, **kw):
         calls.append((inputs.shape[0], torch.is_grad_enabled()))
-        return real_logps(model, inputs, targets, **kw)
+        out = real_logps(model, inputs, targets, **kw)
+        logps.extend([out] if out.requires_grad else [])
+        return out
 
     def accelerator(*args, **kw):
         acc = real_backward(*args, **kw)
-        original = acc.backward
+        original, clip = acc.backward, acc.clip_grad_norm_
 
         def counted(loss, **k):
             backward.append(len(calls))
+            conds.append(condition(loss, logps, policy.parameters(), task.prompt_length + 1 + task.completion_length))
+            logps.clear()
             return original(loss, **k)
 
-        acc.backward = counted
+        def clipping(params, max_norm):
+            params = list(params)
+            seen["grads"] = [p.grad.clone() for p in params]
+            seen["norm"] = float(clip(params, max_norm))
+            seen["clipped"] = [p.grad.clone() for p in params]
+            return seen["norm"]
+
+        acc.backward, acc.clip_grad_norm_ = counted, clipping
         return acc
 
-    monkeypatch.setattr(grpo_module, "token_logps", counting)
-    monkeypatch.setattr(grpo_module.dist, "local_accelerator", accelerator)
-    monkeypatch.setattr(type(METHOD), "separable_views", lambda self, cfg: separable)
     cfg = method_config("bgpo", dict(max_steps=1, num_prompts=2, num_generations=4, num_iterations=1,
-                                     learning_rate=1e-2, views_per_step=3))  # fmt: skip
-    curve, _ = train_grpo(policy, None, tok, task, lambda it: task.generate(2, seed=100 + it), cfg, 0)
-    return policy, before, curve, calls, backward
+                                     learning_rate=LR, views_per_step=3))  # fmt: skip
+    assert cfg.weight_decay == 0
+    with monkeypatch.context() as mp:  # undone on return: a second run wraps the real functions, not these
+        mp.setattr(grpo_module, "token_logps", counting)
+        mp.setattr(grpo_module.dist, "local_accelerator", accelerator)
+        mp.setattr(type(METHOD), "separable_views", lambda self, cfg: separable)
+        curve, _ = train_grpo(policy, None, tok, task, lambda it: task.generate(2, seed=100 + it), cfg, 0)
+    return LoopStep(policy, before, curve, calls, backward, sum(conds[1:], conds[0]), seen["grads"],
+                    seen["clipped"], seen["norm"])  # fmt: skip
+
+
+#: the loop's learning rate in :func:`one_step`, and AdamW's default eps (the loop's optimiser)
+LR, ADAM_EPS = 1e-2, 1e-8
+
+
+def adam_step_gap(clipped: torch.Tensor, gap: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """Elementwise bound on how far apart two float32 AdamW first steps (no weight decay) put a parameter ``p`` when
+    their (clipped) gradients are within ``gap`` of ``clipped``: the step is p - LR u(g), u(g) = g / (|g| + eps)
+    (m_hat = g, v_hat = g^2), |u'| = eps / (|g| + eps)^2 is largest where g is nearest 0, and |u| < 1; plus each
+    side's rounding of u (a few operations: < 5 eps32 LR) and of the parameter (eps32 / 2 |p|)."""
+    near = (clipped.abs() - gap).clamp_min(0)
+    spread = torch.minimum(gap * ADAM_EPS / (near + ADAM_EPS) ** 2, torch.full_like(gap, 2.0))
+    return LR * spread + 2 * EPS32 * (p.abs() + 5 * LR)
 
 
 def test_one_grpo_step_takes_each_views_gradient_on_its_own_and_moves_every_parameter(monkeypatch, make_model):
     """One rollout batch, one optimiser step over 3 views: one forward pass with gradient then one backward pass per
     view (each graph freed before the next view's forward pass), every parameter moves, no KL; the same update as
-    taking the 3 views through one backward pass."""
-    policy, before, curve, calls, backward = one_step(monkeypatch, make_model, True)
+    taking the 3 views through one backward pass.
+
+    The two runs execute the same code (the same rollouts, token_logps and objective) and differ only in how the
+    views' gradients are summed (``.grad`` over three backward passes, or autograd in one); the objective's being
+    a mean of one term per view is checked against the release above in float64. So the bounds are float32's error
+    (tests/float_error.py), with the condition measures S of the joint run's loss (float32 values: S is a size,
+    within n eps32 of its float64 value): the losses within 2 T eps32 S, each gradient tensor within 2 n eps32 S
+    (n = T (P + L)), and the parameters within the AdamW step's propagation of that gradient bound (through the
+    clipping: each clipped gradient moves by at most the bound plus |g| ||bound||_2 / ||g||; :func:`adam_step_gap`)."""
+    sep = one_step(monkeypatch, make_model, True)
+    policy, curve = sep.policy, sep.curve
     assert len(curve) == 1 and curve[0]["step"] == 1 and math.isfinite(curve[0]["loss"]) and curve[0]["kl"] == 0
-    with_grad = [i for i, (_, grad) in enumerate(calls) if grad]
-    assert len(with_grad) == 3 and backward == [i + 1 for i in with_grad]  # forward, backward, forward, ...
-    unchanged = [k for k, p in policy.named_parameters() if p.requires_grad and torch.equal(p, before[k])]
+    with_grad = [i for i, (_, grad) in enumerate(sep.calls) if grad]
+    assert len(with_grad) == 3 and sep.backward == [i + 1 for i in with_grad]  # forward, backward, forward, ...
+    unchanged = [k for k, p in policy.named_parameters() if p.requires_grad and torch.equal(p, sep.before[k])]
     assert unchanged == []
-    joint, _, curve_joint, calls_joint, backward_joint = one_step(monkeypatch, make_model, False)
-    assert len(backward_joint) == 1 and backward_joint[0] == len(calls_joint)
-    assert math.isclose(curve[0]["loss"], curve_joint[0]["loss"], rel_tol=1e-5, abs_tol=1e-8)
-    for (k, p), q in zip(policy.named_parameters(), joint.parameters(), strict=True):
-        assert torch.allclose(p, q, rtol=1e-4, atol=1e-6), k
+    joint = one_step(monkeypatch, make_model, False)
+    assert len(joint.backward) == 1 and joint.backward[0] == len(joint.calls)
+
+    s_loss, terms = joint.cond.of_loss()
+    assert abs(curve[0]["loss"] - joint.curve[0]["loss"]) <= 2 * terms * EPS32 * s_loss
+    bounds = [2 * n * EPS32 * s for s, n in joint.cond.of_grads()]  # per gradient tensor
+    for (k, _), a, b, bound in zip(policy.named_parameters(), sep.grads, joint.grads, bounds, strict=True):
+        assert gap(a, b) <= bound, f"{k}: the gradients {gap(a, b):.3g} apart (> {bound:.3g})"
+    norm_gap = math.sqrt(sum(bound**2 * g.numel() for bound, g in zip(bounds, joint.grads, strict=True)))
+    for (k, p), q, g, c, bound in zip(
+        policy.named_parameters(), joint.policy.parameters(), joint.grads, joint.clipped, bounds, strict=True
+    ):
+        clipped_gap = bound + g.abs() * norm_gap / joint.norm + EPS32 * c.abs()  # and the clipping's rounding
+        assert bool(((p - q).abs() <= adam_step_gap(c, clipped_gap, q.detach())).all()), k
 
 
 class _Saved:

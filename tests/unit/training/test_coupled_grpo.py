@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import copy
 import random
+from typing import NamedTuple
 
 import pytest
 import torch
+from float_error import Computed, Condition, computed, condition, in_float64, loss_and_gradient_agree
 
 from ddmrl.config import GRPOConfig, method_config
 from ddmrl.diagnostics import token_credit
@@ -89,7 +91,7 @@ def released_logps(model, input_ids, completion_length, mask_id, seeds):
     logits = model(torch.cat(noisy)).logits[:, -completion_length:].float()  # a LLaDA-like model: no shift
     targets = torch.cat([input_ids] * len(seeds))[:, -completion_length:]
     mask = torch.cat(masks)[:, -completion_length:]
-    pooled = released_selective_log_softmax(logits, targets, torch.tensor(weights), mask)
+    pooled = released_selective_log_softmax(logits, targets, torch.tensor(weights, dtype=logits.dtype), mask)
     return pooled.view(len(seeds), input_ids.shape[0], completion_length).permute(1, 0, 2)
 
 
@@ -159,10 +161,10 @@ def test_the_coupled_weights_give_each_token_half_the_full_view_and_half_its_pai
 # ------------------------------------------------------------------------------------------ against the release
 
 
-def views_of(full, first, second, mask_ratio, n, prompt_length) -> Views:
-    """ddmrl's views of one step from the release's completion masks."""
+def views_of(full, first, second, mask_ratio, n, prompt_length, dtype=torch.float32) -> Views:
+    """ddmrl's views of one step from the release's completion masks, their ratios in ``dtype``."""
     masks = torch.stack([full, first, second])  # [3, N, L]
-    t = torch.tensor([1.0, mask_ratio, 1 - mask_ratio])[:, None].expand(3, n).clone()
+    t = torch.tensor([1.0, mask_ratio, 1 - mask_ratio], dtype=dtype)[:, None].expand(3, n).clone()
     return Views(masks, torch.zeros(3, n, prompt_length, dtype=torch.bool), t, 0, schedule=((0, 1, 2),))
 
 
@@ -175,39 +177,41 @@ def perturbed(model, seed: int, scale: float = 0.05):
     return other
 
 
-@pytest.mark.parametrize("mask_seed", [3, 42, 4095])
-def test_pooled_log_probs_loss_and_gradient_equal_the_release_on_the_same_masks(make_model, tok, mask_seed):
-    """Old, reference and current policies differ (ratios away from 1, some clipped, KL > 0); EOS padding present.
-    ddmrl's coupled weights and coupled_clip objective, on the release's masks, give its pooled log-probs, loss and
-    gradient to float32 rounding."""
-    prompt_length, length, n = 3, 6, 4
-    g = torch.Generator().manual_seed(mask_seed)
-    prompt = torch.randint(5, 10, (n, prompt_length), generator=g)
-    completion = torch.randint(5, 10, (n, length), generator=g)
-    completion[1, 4] = tok.eos_token_id
-    completion[1, 5:] = tok.eos_token_id
-    completion_mask = torch.ones(n, length, dtype=torch.bool)
-    completion_mask[1, 5:] = False  # up to and including the first EOS
-    input_ids = torch.cat([prompt, completion], 1)
-    old_model = make_model(max_positions=prompt_length + length, seed=1)
-    ref_model, policy = perturbed(old_model, 11), perturbed(old_model, 12, scale=0.3)
-    advantages = torch.tensor([1.0, -0.5, 0.8, -1.2])
-    epsilon, beta, mask_id = 0.05, 0.04, tok.mask_token_id
+class Sides(NamedTuple):
+    """ddmrl's loss and gradient and the release's on the same masks in one dtype; ddmrl's pooled old log-probs and
+    the release's; the condition measures of the sums (from float64 values only)."""
 
+    ours: Computed
+    release: Computed
+    pooled: torch.Tensor
+    pooled_release: torch.Tensor
+    clip_ratio: float
+    kl: float
+    cond: Condition | None
+
+
+def both_sides(models, prompt, completion, completion_mask, advantages, mask_id, mask_seed, cfg) -> Sides:
+    """The release (``_get_per_token_logps`` and ``compute_loss``) and ddmrl (coupled weights, ``token_logps``, the
+    coupled_clip objective) on the release's masks of ``mask_seed``; ``models``: the old, reference and current
+    policies, in the dtype of the computation (the masks are drawn in float32 either way)."""
+    old_model, ref_model, policy = models
+    (n, length), prompt_length = completion.shape, prompt.shape[1]
+    input_ids = torch.cat([prompt, completion], 1)
+    params = list(policy.parameters())
     # the release
     with torch.no_grad():
         old_rel = released_logps(old_model, input_ids, length, mask_id, [mask_seed])[:, 0]
         ref_rel = released_logps(ref_model, input_ids, length, mask_id, [mask_seed])[:, 0]
     cur_rel = released_logps(policy, input_ids, length, mask_id, [mask_seed])[:, 0]
-    loss_rel = released_loss(cur_rel, old_rel, ref_rel, advantages, completion_mask, epsilon, beta)
-    grads_rel = torch.autograd.grad(loss_rel, list(policy.parameters()))
+    loss_rel = released_loss(cur_rel, old_rel, ref_rel, advantages, completion_mask, cfg.epsilon, cfg.beta)
+    release = Computed(loss_rel.detach(), torch.autograd.grad(loss_rel, params))
 
     # ddmrl on the same masks
     noisy, _, first, mask_ratio = released_forward_process(input_ids, prompt_length, mask_id, mask_seed)
     reverse = noisy[2] == mask_id
     views = views_of(
         torch.ones(n, length, dtype=torch.bool), first[:, prompt_length:], reverse[:, prompt_length:], mask_ratio, n,
-        prompt_length,
+        prompt_length, advantages.dtype,
     )  # fmt: skip
     assert torch.equal(views.masks[1] ^ views.masks[2], torch.ones(n, length, dtype=torch.bool))  # no tie u == t
     weights, _ = token_weights("coupled", views, completion_mask)
@@ -220,17 +224,45 @@ def test_pooled_log_probs_loss_and_gradient_equal_the_release_on_the_same_masks(
     logps = torch.stack([token_logps(policy, x, completion) for x in inputs])
     targets = views.masks & completion_mask[None]
     x = ObjectiveInputs(logps, old, ref, advantages, weights, None, views.t, targets, completion_mask, 2)
-    cfg = GRPOConfig(epsilon=epsilon, beta=beta)
     out = OBJECTIVES[METHODS["coupled_grpo"].objective](x, cfg)
-    grads = torch.autograd.grad(out.loss, list(policy.parameters()))
+    ours = computed(out.loss, params)
+    positions = prompt_length + length
+    cond = condition(out.loss, logps, params, positions) if logps.dtype == torch.float64 else None
+    return Sides(ours, release, (weights * old).sum(0), old_rel, out.clip_ratio, out.kl, cond)
 
-    pooled = (weights * old).sum(0)
+
+@pytest.mark.parametrize("mask_seed", [3, 42, 4095])
+def test_pooled_log_probs_loss_and_gradient_equal_the_release_on_the_same_masks(make_model, tok, mask_seed):
+    """Old, reference and current policies differ (ratios away from 1, some clipped, KL > 0); EOS padding present.
+    ddmrl's coupled weights and coupled_clip objective, on the release's masks, give its pooled log-probs, loss and
+    gradient.
+
+    Tolerances from float32's error (tests/float_error.py), not from one CPU's rounding (an Intel Xeon: -3.2513e-04
+    against -3.2529e-04, 5e-4 relative, for a gradient element that cancels): both sides also run in float64 (the
+    models, the mask ratio and the advantages) and agree there to 1e-10 of the condition measure S, the check of the
+    formulas; in float32 each is within n eps32 S of its float64 value and the two within 2 n eps32 S (n = T for the
+    loss, T (P + L) for a gradient)."""
+    prompt_length, length, n = 3, 6, 4
+    g = torch.Generator().manual_seed(mask_seed)
+    prompt = torch.randint(5, 10, (n, prompt_length), generator=g)
+    completion = torch.randint(5, 10, (n, length), generator=g)
+    completion[1, 4] = tok.eos_token_id
+    completion[1, 5:] = tok.eos_token_id
+    completion_mask = torch.ones(n, length, dtype=torch.bool)
+    completion_mask[1, 5:] = False  # up to and including the first EOS
+    old_model = make_model(max_positions=prompt_length + length, seed=1)
+    models = (old_model, perturbed(old_model, 11), perturbed(old_model, 12, scale=0.3))
+    advantages = torch.tensor([1.0, -0.5, 0.8, -1.2])
+    cfg = GRPOConfig(epsilon=0.05, beta=0.04)
+    args = prompt, completion, completion_mask
+    f32 = both_sides(models, *args, advantages, tok.mask_token_id, mask_seed, cfg)
+    f64 = both_sides(in_float64(*models), *args, advantages.double(), tok.mask_token_id, mask_seed, cfg)
+
     valid = completion_mask
-    assert torch.allclose(pooled[valid], old_rel[valid], rtol=1e-5, atol=1e-6)
-    assert torch.allclose(out.loss, loss_rel, rtol=1e-5, atol=1e-7)
-    assert 0 < out.clip_ratio < 1 and out.kl > 0  # the check covers the clipped branch and the KL
-    for a, b in zip(grads, grads_rel, strict=True):
-        assert torch.allclose(a, b, rtol=1e-4, atol=1e-7)
+    assert torch.allclose(f32.pooled[valid], f32.pooled_release[valid], rtol=1e-5, atol=1e-6)
+    assert 0 < f32.clip_ratio < 1 and f32.kl > 0  # the check covers the clipped branch and the KL
+    assert f64.clip_ratio == f32.clip_ratio  # the same tokens clipped in both precisions
+    loss_and_gradient_agree(f32.ours, f32.release, f64.ours, f64.release, f64.cond)
 
 
 def test_the_release_layout_of_several_iterations_pools_each_iteration_from_its_own_mask(make_model, tok):

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
-from types import SimpleNamespace
+from typing import NamedTuple
 
 import pytest
 import torch
 import torch.nn.functional as F
 from fake_rewards import varied_reward
+from float_error import Computed, Condition, computed, condition, in_float64, loss_and_gradient_agree
 
 from ddmrl.config import SamplerConfig, method_config
 from ddmrl.likelihood import token_logps
@@ -143,7 +143,7 @@ def perturbed(model, seed: int, scale: float = 0.05):
 
 def dare_token_elbos(model, prompt, completion, views, ids, mask_id, mc, nb):
     """[B, N, R] token ELBOs, -CE / p_mask at each (timestep, block) view's masked block tokens, the blocks of one
-    timestep summed into its row (DARE's layout), in the dtype of the views' t (float64 for :class:`InFloat64`)."""
+    timestep summed into its row (DARE's layout), in the dtype of the views' t (float64 for a float64 run)."""
     out = torch.zeros(completion.shape[0], mc, completion.shape[1], dtype=views.t.dtype)
     for i, v in enumerate(ids):
         logits = model(apply_view(prompt, completion, views, v, mask_id)).logits[:, prompt.shape[1] :].float()
@@ -154,46 +154,19 @@ def dare_token_elbos(model, prompt, completion, views, ids, mask_id, mc, nb):
     return out
 
 
-class KeepsFloat64(torch.Tensor):
-    """Logits whose ``.float()`` keeps float64: ``token_logps`` (and DARE's transcription) cast the logits to float32
-    before their log-softmax; a float64 model's logits of this class pass that cast unchanged, so that ddmrl's own
-    code computes in float64."""
+class Sides(NamedTuple):
+    """ddmrl's EBPO loss and gradient and the DARE transcription's, on the same views in one dtype, and the condition
+    measures of the sums they are (from float64 values only)."""
 
-    def float(self, *args, **kwargs):
-        return self if self.dtype == torch.float64 else super().float(*args, **kwargs)
-
-
-class InFloat64(torch.nn.Module):
-    """A float64 copy of ``model`` whose logits are :class:`KeepsFloat64`."""
-
-    def __init__(self, model) -> None:
-        super().__init__()
-        self.model = copy.deepcopy(model).double()
-
-    def forward(self, input_ids):
-        return SimpleNamespace(logits=self.model(input_ids).logits.as_subclass(KeepsFloat64))
-
-
-@dataclass
-class BothSides:
-    """ddmrl's EBPO loss and gradient and the DARE transcription's, on the same views in one dtype; and the sizes of
-    the sums they are. The loss depends on T (``terms``) token log-probs l_t, with coefficients c_t = d loss / d l_t;
-    its condition measure is S = sum_t |c_t l_t|, that of a weight's gradient sum_t c_t d l_t / d theta_j is
-    S_j = sum_t |c_t d l_t / d theta_j|. ``scale``: the loss's S, then each parameter tensor's max_j S_j (normwise:
-    an element whose sum cancels to 0, as the key bias's does, still carries its tensor's rounding)."""
-
-    loss: torch.Tensor
-    grads: tuple[torch.Tensor, ...]
-    loss_dare: torch.Tensor
-    grads_dare: tuple[torch.Tensor, ...]
+    ours: Computed
+    dare: Computed
     clip_ratio: float
     clip_dare: float
     kl: float
-    terms: int
-    scale: tuple[float, ...]
+    cond: Condition | None
 
 
-def both_sides(models, prompt, completion, completion_mask, views, advantages, mask_id, cfg, nb) -> BothSides:
+def both_sides(models, prompt, completion, completion_mask, views, advantages, mask_id, cfg, nb) -> Sides:
     """ddmrl's EBPO (``token_logps``, ``token_weights``, the objective) and the transcription of DARE on the second
     optimiser step's views; ``models``: the old, reference and current policies."""
     old_model, ref_model, policy = models
@@ -209,7 +182,7 @@ def both_sides(models, prompt, completion, completion_mask, views, advantages, m
     )
     out = OBJECTIVES[METHODS["ebpo"].objective](x, cfg)
     params = list(policy.parameters())
-    grads = torch.autograd.grad(out.loss, params, retain_graph=True)
+    ours = computed(out.loss, params)
 
     with torch.no_grad():
         old_elbo = dare_composite_elbo(
@@ -224,30 +197,10 @@ def both_sides(models, prompt, completion, completion_mask, views, advantages, m
     samples = completion_mask.any(-1)
     pg, clipfrac = dare_policy_loss(old_elbo, cur, advantages, samples, cfg.epsilon, cfg.epsilon_high)
     loss_dare = pg + cfg.beta * dare_kl(cur, ref_elbo)[samples].mean()
-    grads_dare = torch.autograd.grad(loss_dare, params)
-
-    (coef,) = torch.autograd.grad(out.loss, logps, retain_graph=True)
-    flat, values, coef = logps.flatten(), logps.detach().flatten(), coef.flatten()
-    terms = coef.nonzero().flatten().tolist()
-    s_grads = [torch.zeros_like(p) for p in params]
-    for t in terms:
-        for s, g in zip(s_grads, torch.autograd.grad(flat[t], params, retain_graph=True), strict=True):
-            s += (coef[t] * g).abs()
-    s_loss = float((coef * values).abs().sum())
-    return BothSides(
-        out.loss.detach(), grads, loss_dare.detach(), grads_dare, out.clip_ratio, float(clipfrac), out.kl, len(terms),
-        (s_loss, *(float(s.max()) for s in s_grads)),
-    )  # fmt: skip
-
-
-def gap(x: torch.Tensor, y: torch.Tensor) -> float:
-    """The largest difference of two tensors' elements."""
-    return float((x - y).abs().max())
-
-
-#: float64 agreement of the two sides, relative to the condition measure S: the same mathematics agrees up to float64
-#: rounding (observed: at most 3.8e-15 S, 17 eps64), a formula difference far above (a weight off by 1e-6: 1e-6 S)
-RTOL64 = 1e-10
+    dare = Computed(loss_dare.detach(), torch.autograd.grad(loss_dare, params))
+    positions = prompt.shape[1] + completion.shape[1]
+    cond = condition(out.loss, logps, params, positions) if logps.dtype == torch.float64 else None
+    return Sides(ours, dare, out.clip_ratio, float(clipfrac), out.kl, cond)
 
 
 @pytest.mark.parametrize("seed", [2, 6])
@@ -257,17 +210,12 @@ def test_the_composite_elbo_loss_and_gradient_are_dares_on_the_same_views(make_m
 
     The two sides add the same float32 terms in other orders, so they agree only up to float32 rounding, whose size
     depends on the CPU's kernels (an Intel Xeon: 9.7555e-04 against 9.7526e-04, 3e-4 relative, for a gradient
-    element that cancels). The tolerances come from the condition measures S of :class:`BothSides` (float64 values):
-
-    * in float64 (float64 copies of the models, the views' t and the advantages) the two sides agree to RTOL64 S: the
-      check that the two formulas are the same mathematics;
-    * each side's float32 loss and gradient are its float64 ones up to the float32 rounding of a sum of n terms,
-      n eps32 S (Higham's bound for recursive summation, gamma_(n-1) sum |x_i| <= n eps sum |x_i|), n = T for the
-      loss and T (P + L) for a weight's gradient (each token's log-prob reaches a weight through the P + L positions
-      of its view). Observed on an Intel Xeon (portable, avx2 and native AVX-512 kernels), seeds 0-11: at most 6 %
-      of the bound;
-    * hence the two float32 sides agree within the sum of their bounds, 2 n eps32 S (this test's old comparison, at
-      rtol=1e-4 fitted to one CPU). A weight off by 1e-4 fails it (and 1e-6 the float64 check).
+    element that cancels). Tolerances from float32's error (tests/float_error.py): both sides also run in float64
+    (float64 copies of the models, the views' t and the advantages) and agree there to 1e-10 of the condition
+    measure S (the same mathematics); in float32 each is within n eps32 S of its float64 value and the two within
+    2 n eps32 S (n = T for the loss, T (P + L) for a gradient). Observed on an Intel Xeon (portable, avx2 and native
+    AVX-512 kernels), seeds 0-11: float64 <= 3.8e-15 S, float32 <= 6 % of the bound; a weight off by 1e-4 fails the
+    float32 check, by 1e-6 the float64 one.
     """
     prompt_length, length, n, mc, size, nb = 2, 9, 4, 2, 4, 3
     g = torch.Generator().manual_seed(seed)
@@ -286,27 +234,13 @@ def test_the_composite_elbo_loss_and_gradient_are_dares_on_the_same_views(make_m
     )  # fmt: skip
     f32 = both_sides(models, prompt, completion, completion_mask, views, advantages, tok.mask_token_id, cfg, nb)
     f64 = both_sides(
-        [InFloat64(m) for m in models], prompt, completion, completion_mask, views._replace(t=views.t.double()),
+        in_float64(*models), prompt, completion, completion_mask, views._replace(t=views.t.double()),
         advantages.double(), tok.mask_token_id, cfg, nb,
     )  # fmt: skip
-    assert f32.loss.dtype == torch.float32 and f64.loss.dtype == f64.grads[0].dtype == torch.float64
+    assert f32.ours.loss.dtype == torch.float32 and f64.ours.loss.dtype == f64.ours.grads[0].dtype == torch.float64
     assert f32.clip_ratio == pytest.approx(f32.clip_dare) and 0 < f32.clip_ratio < 1 and f32.kl > 0
     assert f64.clip_ratio == f32.clip_ratio  # the same sequences clipped in both precisions
-
-    eps32, positions = torch.finfo(torch.float32).eps, prompt_length + length
-    n_sums = [f64.terms] + [f64.terms * positions] * len(f64.grads)  # the loss's n, then every gradient's
-    sides32 = [(f32.loss, f32.loss_dare), *zip(f32.grads, f32.grads_dare, strict=True)]
-    sides64 = [(f64.loss, f64.loss_dare), *zip(f64.grads, f64.grads_dare, strict=True)]
-    for i, ((a32, b32), (a64, b64), s, n_sum) in enumerate(zip(sides32, sides64, f64.scale, n_sums, strict=True)):
-        what = "the loss" if i == 0 else f"gradient {i - 1} {tuple(a32.shape)}"
-        bound = n_sum * eps32 * s
-        a32, b32 = a32.double(), b32.double()
-        assert gap(a64, b64) <= RTOL64 * s, f"{what}: in float64, ddmrl {gap(a64, b64):.3g} off DARE (S {s:.3g})"
-        assert gap(a32, a64) <= bound, f"{what}: ddmrl's float32 {gap(a32, a64):.3g} off its float64 (> {bound:.3g})"
-        assert gap(b32, b64) <= bound, f"{what}: DARE's float32 {gap(b32, b64):.3g} off its float64 (> {bound:.3g})"
-        assert gap(a32, b32) <= 2 * bound, (
-            f"{what}: ddmrl's float32 {gap(a32, b32):.3g} off DARE's (> {2 * bound:.3g})"
-        )
+    loss_and_gradient_agree(f32.ours, f32.dare, f64.ours, f64.dare, f64.cond)
 
 
 def test_the_log_domain_clip_is_the_ppo_clip():

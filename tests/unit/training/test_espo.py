@@ -22,20 +22,22 @@ from __future__ import annotations
 import copy
 import math
 import random
+from typing import NamedTuple
 
 import pytest
 import torch
 import torch.nn.functional as F
 from fake_rewards import varied_reward
+from float_error import Computed, Condition, agree, computed, condition, in_float64, loss_and_gradient_agree
 
 from ddmrl.config import SamplerConfig, method_config
 from ddmrl.diagnostics import token_credit
 from ddmrl.likelihood import sequence_elbo, token_logps
-from ddmrl.masking.views import ESPO_SEEDS, apply_view, build_views, espo_counts
+from ddmrl.masking.views import ESPO_SEEDS, Views, apply_view, build_views, espo_counts
 from ddmrl.methods import METHODS
 from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.objectives import OBJECTIVES
-from ddmrl.objectives.base import ObjectiveInputs
+from ddmrl.objectives.base import ObjectiveInputs, ObjectiveOutput
 from ddmrl.objectives.weights import token_weights
 from ddmrl.rollout import Rollouts
 from ddmrl.seeding import generator
@@ -45,9 +47,9 @@ from ddmrl.training.grpo import make_views, train_grpo
 # ------------------------------------------------------------------------------------------ the transcription
 
 
-def released_forward_process(batch: torch.Tensor, prompt_length: int, mask_id: int, seed: int):
-    """(noisy batch [b, P + L], p_mask [b, P + L]) of ``forward_process``, the global RNGs seeded as ``set_seed``
-    does (CPU)."""
+def released_forward_process(batch: torch.Tensor, prompt_length: int, mask_id: int, seed: int, dtype=torch.float32):
+    """(noisy batch [b, P + L], p_mask [b, P + L] in ``dtype``) of ``forward_process``, the global RNGs seeded as
+    ``set_seed`` does (CPU)."""
     random.seed(seed)
     torch.manual_seed(seed)
     b, length = batch.shape
@@ -61,14 +63,15 @@ def released_forward_process(batch: torch.Tensor, prompt_length: int, mask_id: i
         is_mask[i] = is_mask[i][torch.randperm(target_len)]
     is_mask = torch.cat((torch.zeros(b, prompt_length, dtype=torch.bool), is_mask), dim=1)
     noisy = torch.where(is_mask, mask_id, batch)
-    return noisy, (x / (target_len + 1)).unsqueeze(1).repeat(1, length)
+    return noisy, (x.to(dtype) / (target_len + 1)).unsqueeze(1).repeat(1, length)
 
 
-def released_elbo(model, input_ids: torch.Tensor, logits_to_keep: int, mask_id: int, seed: int) -> torch.Tensor:
-    """``_get_elbo`` (reduce_var) of one iteration: [B]."""
-    perturbed, p_mask = released_forward_process(input_ids, input_ids.shape[1] - logits_to_keep, mask_id, seed)
+def released_elbo(model, input_ids, logits_to_keep: int, mask_id: int, seed: int, dtype=torch.float32) -> torch.Tensor:
+    """``_get_elbo`` (reduce_var) of one iteration in ``dtype`` (float32: the release's): [B]."""
+    prompt_length = input_ids.shape[1] - logits_to_keep
+    perturbed, p_mask = released_forward_process(input_ids, prompt_length, mask_id, seed, dtype)
     targets, p_kept = input_ids[:, -logits_to_keep:], p_mask[:, -logits_to_keep:]
-    loss = torch.zeros(input_ids.shape[0], logits_to_keep)
+    loss = torch.zeros(input_ids.shape[0], logits_to_keep, dtype=dtype)
     masked = (perturbed == mask_id)[:, -logits_to_keep:]
     logits = model(perturbed).logits[:, -logits_to_keep:].float()
     loss[masked] = F.cross_entropy(logits[masked], targets[masked], reduction="none") / p_kept[masked]
@@ -81,9 +84,9 @@ def released_elbo(model, input_ids: torch.Tensor, logits_to_keep: int, mask_id: 
     return -(loss / 2).sum(-1)
 
 
-def released_elbo_mc(model, input_ids, logits_to_keep, mask_id, seeds: list[int]) -> torch.Tensor:
+def released_elbo_mc(model, input_ids, logits_to_keep, mask_id, seeds: list[int], dtype=torch.float32) -> torch.Tensor:
     """``_get_elbo_mc``: the mean over the num_mc seeds of one iteration. [B]."""
-    return torch.stack([released_elbo(model, input_ids, logits_to_keep, mask_id, s) for s in seeds]).mean(0)
+    return torch.stack([released_elbo(model, input_ids, logits_to_keep, mask_id, s, dtype) for s in seeds]).mean(0)
 
 
 def released_loss(elbo, old, ref, advantages, logits_to_keep, epsilon_low, epsilon_high, beta):
@@ -207,14 +210,28 @@ def perturbed(model, seed: int, scale: float = 0.05):
     return other
 
 
-def ddmrl_step(cfg, models, prompt, completion, completion_mask, advantages, mask_id, seed, step):
-    """ddmrl's ELBOs (old, ref) and loss of optimiser step ``step``, as the loop computes them; ``models``: the
-    policy, old and reference models."""
+class Step(NamedTuple):
+    """ddmrl's optimiser step: its views, the policy's token log-probs [V, N, L] and the sequence ELBOs [N] of the
+    policy (with gradient), the old and the reference models, and the objective's output."""
+
+    views: Views
+    logps: torch.Tensor
+    elbo: torch.Tensor
+    old: torch.Tensor
+    ref: torch.Tensor
+    out: ObjectiveOutput
+
+
+def ddmrl_step(cfg, models, prompt, completion, completion_mask, advantages, mask_id, seed, step) -> Step:
+    """ddmrl's optimiser step ``step`` as the loop computes it; ``models``: the policy, old and reference models.
+    In float64 (``advantages``' dtype) the views' ratios c / (T + 1) are exact, as the float64 release's are."""
     policy, old_model, ref_model = models
     views = build_views(
         "espo", mu=cfg.num_iterations, seed=seed, completion_mask=completion_mask, prompt_ids=prompt, pad_id=1,
         views_per_step=cfg.views_per_step, legacy=METHODS["espo"].legacy_views(cfg),
     )  # fmt: skip
+    if advantages.dtype == torch.float64:
+        views = views._replace(t=views.masks.sum(-1).double() / (completion_mask.sum(-1) + 1))
     weights, _ = token_weights("espo_elbo", views, completion_mask)
     ids = list(views.steps[step])
     inputs = [apply_view(prompt, completion, views, v, mask_id) for v in ids]
@@ -225,52 +242,97 @@ def ddmrl_step(cfg, models, prompt, completion, completion_mask, advantages, mas
     targets = views.masks[ids] & completion_mask[None]
     x = ObjectiveInputs(logps, old, ref, advantages, weights[ids], None, views.t[ids], targets, completion_mask, 2)
     out = OBJECTIVES[METHODS["espo"].objective](x, cfg)
-    return views, sequence_elbo(old, weights[ids]), sequence_elbo(ref, weights[ids]), out
+    w = weights[ids]
+    return Step(views, logps, sequence_elbo(logps, w), sequence_elbo(old, w), sequence_elbo(ref, w), out)
+
+
+class Sides(NamedTuple):
+    """ddmrl's ELBOs (old, reference), loss and gradient and the release's in one dtype, and the condition measures
+    of the sums (from float64 values only)."""
+
+    ours: Computed
+    release: Computed
+    elbos: tuple[torch.Tensor, torch.Tensor]
+    elbos_release: tuple[torch.Tensor, torch.Tensor]
+    clip_ratio: float
+    kl: float
+    cond: Condition | None
+
+
+def legacy_sides(cfg, models, prompt, completion, advantages, mask_id, seed) -> Sides:
+    """ddmrl's second optimiser step (legacy views) and the release's ``_get_elbo_mc`` on its seeds and
+    ``compute_loss``; ``models``: the policy, old and reference models."""
+    policy, old_model, ref_model = models
+    length = completion.shape[1]
+    everything = torch.ones_like(completion, dtype=torch.bool)
+    step = ddmrl_step(cfg, models, prompt, completion, everything, advantages, mask_id, seed, 1)
+    params = list(policy.parameters())
+    ours = computed(step.out.loss, params)
+
+    seeds = torch.randint(0, ESPO_SEEDS, (2, 2), generator=generator(seed, "espo_seeds")).tolist()[1]  # step 1
+    input_ids, dtype = torch.cat([prompt, completion], 1), advantages.dtype
+    with torch.no_grad():
+        old_rel = released_elbo_mc(old_model, input_ids, length, mask_id, seeds, dtype)
+        ref_rel = released_elbo_mc(ref_model, input_ids, length, mask_id, seeds, dtype)
+    elbo_rel = released_elbo_mc(policy, input_ids, length, mask_id, seeds, dtype)
+    loss_rel = released_loss(elbo_rel, old_rel, ref_rel, advantages, length, cfg.epsilon, cfg.epsilon_high, cfg.beta)
+    release = Computed(loss_rel.detach(), torch.autograd.grad(loss_rel, params))
+    positions = prompt.shape[1] + length
+    cond = condition(step.out.loss, step.logps, params, positions) if dtype == torch.float64 else None
+    return Sides(ours, release, (step.old, step.ref), (old_rel, ref_rel), step.out.clip_ratio, step.out.kl, cond)
 
 
 @pytest.mark.parametrize("seed", [3, 8])
 def test_legacy_elbo_loss_and_gradient_equal_the_release_on_its_masks(make_model, tok, seed):
     """``espo_legacy`` + ``loss_after_eos``: old, reference and current policies differ (ratios away from 1, some
     clipped, KL > 0), two Monte Carlo samples, the second of two optimiser steps. ddmrl's old and reference ELBOs
-    equal the release's ``_get_elbo_mc`` on its seeds, and its loss and gradient equal ``compute_loss``."""
+    equal the release's ``_get_elbo_mc`` on its seeds, and its loss and gradient equal ``compute_loss``.
+
+    Tolerances of the loss and gradient from float32's error (tests/float_error.py): both sides also run in float64
+    (the models, the views' ratios and the advantages) and agree there to 1e-10 of the condition measure S, the check
+    of the formulas; in float32 each is within n eps32 S of its float64 value and the two within 2 n eps32 S (n = T
+    for the loss, T (P + L) for a gradient)."""
     prompt_length, length, n = 3, 6, 4
     g = torch.Generator().manual_seed(seed)
     prompt = torch.randint(5, 10, (n, prompt_length), generator=g)
     completion = torch.randint(5, 10, (n, length), generator=g)
     completion[1, 4:] = tok.eos_token_id  # EOS padding: the release trains it like any other position
-    input_ids = torch.cat([prompt, completion], 1)
     old_model = make_model(max_positions=prompt_length + length, seed=1)
-    ref_model, policy = perturbed(old_model, 11), perturbed(old_model, 12, scale=0.5)
+    models = (perturbed(old_model, 12, scale=0.5), old_model, perturbed(old_model, 11))  # policy, old, reference
     advantages = torch.tensor([1.0, -0.5, 0.8, -1.2])
     cfg = method_config(
         "espo", dict(num_iterations=2, epsilon=0.02, epsilon_high=0.03, beta=0.05), views_per_step=2,
         espo_legacy=True, loss_after_eos=True,
     )  # fmt: skip
-    everything = torch.ones(n, length, dtype=torch.bool)
-    _, old, ref, out = ddmrl_step(
-        cfg, (policy, old_model, ref_model), prompt, completion, everything, advantages, tok.mask_token_id, seed, 1
-    )
-    grads = torch.autograd.grad(out.loss, list(policy.parameters()))
+    f32 = legacy_sides(cfg, models, prompt, completion, advantages, tok.mask_token_id, seed)
+    f64 = legacy_sides(cfg, in_float64(*models), prompt, completion, advantages.double(), tok.mask_token_id, seed)
 
-    seeds = torch.randint(0, ESPO_SEEDS, (2, 2), generator=generator(seed, "espo_seeds")).tolist()[1]  # step 1
-    with torch.no_grad():
-        old_rel = released_elbo_mc(old_model, input_ids, length, tok.mask_token_id, seeds)
-        ref_rel = released_elbo_mc(ref_model, input_ids, length, tok.mask_token_id, seeds)
-    elbo_rel = released_elbo_mc(policy, input_ids, length, tok.mask_token_id, seeds)
-    loss_rel = released_loss(elbo_rel, old_rel, ref_rel, advantages, length, 0.02, 0.03, 0.05)
-    grads_rel = torch.autograd.grad(loss_rel, list(policy.parameters()))
+    for ours, release in zip(f32.elbos, f32.elbos_release, strict=True):
+        assert torch.allclose(ours, release, rtol=1e-5, atol=1e-5)
+    assert 0 < f32.clip_ratio < 1 and f32.kl > 0  # the check covers the clipped branch and the KL
+    assert f64.clip_ratio == f32.clip_ratio  # the same sequences clipped in both precisions
+    loss_and_gradient_agree(f32.ours, f32.release, f64.ours, f64.release, f64.cond)
 
-    assert torch.allclose(old, old_rel, rtol=1e-5, atol=1e-5) and torch.allclose(ref, ref_rel, rtol=1e-5, atol=1e-5)
-    assert torch.allclose(out.loss, loss_rel, rtol=1e-5, atol=1e-7)
-    assert 0 < out.clip_ratio < 1 and out.kl > 0  # the check covers the clipped branch and the KL
-    for a, b in zip(grads, grads_rel, strict=True):
-        assert torch.allclose(a, b, rtol=1e-4, atol=1e-7)
+
+def default_loss(models, prompt, completion, completion_mask, advantages, mask_id, cfg):
+    """ddmrl's first optimiser step on default views and its loss restated on its ELBOs, normalised by |y|: (the
+    step, the restated loss, the condition measures of the loss from float64 values only)."""
+    step = ddmrl_step(cfg, models, prompt, completion, completion_mask, advantages, mask_id, 9, 0)
+    y = completion_mask.sum(1)
+    ratio = torch.exp((step.elbo - step.old) / y)
+    pg = -torch.min(ratio * advantages, ratio.clamp(1 - cfg.epsilon, 1 + cfg.epsilon) * advantages).mean()
+    loss = pg + cfg.beta * ((step.elbo - step.ref) ** 2 / 2 / y).mean()
+    positions = prompt.shape[1] + completion.shape[1]
+    cond = condition(loss, step.logps, (), positions) if advantages.dtype == torch.float64 else None
+    return step, loss.detach(), cond
 
 
 def test_the_default_elbo_is_dares_padding_aware_one_on_the_same_masks(make_model, tok):
     """Paper intent (no switch): only the valid completion tokens (up to and including the first EOS) are masked and
     summed, T their number; DARE's ``compute_espo_sequence_elbo`` gives the same ELBO of every row on ddmrl's masks.
-    The loss normalises the ratio's log and the KL by that T (|y|)."""
+    The loss normalises the ratio's log and the KL by that T (|y|): ddmrl's loss is the loss restated on its ELBOs,
+    to float32's error (tests/float_error.py: the float64 losses agree to 1e-10 of the condition measure S, the
+    float32 ones within 2 T eps32 S)."""
     prompt_length, length, n = 2, 7, 4
     g = torch.Generator().manual_seed(4)
     prompt = torch.randint(5, 10, (n, prompt_length), generator=g)
@@ -279,16 +341,17 @@ def test_the_default_elbo_is_dares_padding_aware_one_on_the_same_masks(make_mode
     completion_mask[0, 3:] = False
     completion_mask[2, 5:] = False
     old_model = make_model(max_positions=prompt_length + length, seed=3)
-    ref_model, policy = perturbed(old_model, 13), perturbed(old_model, 14, scale=0.5)
+    models = (perturbed(old_model, 14, scale=0.5), old_model, perturbed(old_model, 13))  # policy, old, reference
     advantages = torch.tensor([0.7, -1.0, 1.5, -0.2])
     cfg = method_config("espo", dict(num_iterations=1, epsilon=0.02, beta=0.05))
-    views, old, ref, out = ddmrl_step(
-        cfg, (policy, old_model, ref_model), prompt, completion, completion_mask, advantages, tok.mask_token_id, 9, 0
-    )
+    args = prompt, completion, completion_mask
+    step, loss, _ = default_loss(models, *args, advantages, tok.mask_token_id, cfg)
+    step64, loss64, cond = default_loss(in_float64(*models), *args, advantages.double(), tok.mask_token_id, cfg)
+    views, old_model, ref_model = step.views, models[1], models[2]
     mask, complement = views.masks[0], views.masks[1]
     p_mask = views.t[0][:, None].expand(n, length)
     with torch.no_grad():
-        for model, want in ((old_model, old), (ref_model, ref)):
+        for model, want in ((old_model, step.old), (ref_model, step.ref)):
             logits = model(apply_view(prompt, completion, views, 0, tok.mask_token_id)).logits[:, prompt_length:]
             coupled = model(apply_view(prompt, completion, views, 1, tok.mask_token_id)).logits[:, prompt_length:]
             dare = torch.stack([
@@ -297,16 +360,7 @@ def test_the_default_elbo_is_dares_padding_aware_one_on_the_same_masks(make_mode
             ])  # fmt: skip
             assert torch.allclose(want, dare, rtol=1e-5, atol=1e-5)
     assert torch.equal(mask | complement, completion_mask)
-    # the loss on these ELBOs, normalised by |y|
-    elbo = sequence_elbo(
-        torch.stack([token_logps(policy, apply_view(prompt, completion, views, v, tok.mask_token_id), completion)
-                     for v in (0, 1)]),
-        token_weights("espo_elbo", views, completion_mask)[0],
-    )  # fmt: skip
-    y = completion_mask.sum(1)
-    ratio = torch.exp((elbo - old) / y)
-    pg = -torch.min(ratio * advantages, ratio.clamp(0.98, 1.02) * advantages).mean()
-    assert torch.allclose(out.loss, pg + 0.05 * ((elbo - ref) ** 2 / 2 / y).mean(), rtol=1e-5, atol=1e-7)
+    agree("the loss", (step.out.loss, step64.out.loss), (loss, loss64), *cond.of_loss())
 
 
 def test_legacy_needs_every_completion_position_and_is_refused_elsewhere():

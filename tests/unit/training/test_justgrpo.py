@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import NamedTuple
 
 import pytest
 import torch
 import torch.nn.functional as F
 from fake_rewards import varied_reward
+from float_error import EPS32, Computed, Condition, InFloat64, computed, condition, loss_and_gradient_agree
 
 import ddmrl.training.grpo as grpo_module
 from ddmrl.config import ConfigError, SamplerConfig, method_config
@@ -202,11 +204,53 @@ def ddmrl_batch(tok, model, batch, advantages, g, mu):
 
 
 def step_loss(cfg, b, old, model, step: int):
-    """The loss of optimiser step ``step`` as the loop's :func:`update` computes it (one micro-batch)."""
+    """The objective of optimiser step ``step`` as the loop's :func:`update` computes it (one micro-batch), and the
+    token log-probs [V, N, L] of its views."""
     ids = step_views(b.views, step, 0, cfg)
     logps = torch.stack([token_logps(model, b.inputs[v], b.target_ids[v]) for v in ids])
     x = objective_inputs(b, old, None, logps, ids, slice(None), cfg.num_generations)
-    return OBJECTIVES[METHOD.objective](x, cfg), len(ids)
+    return OBJECTIVES[METHOD.objective](x, cfg), logps
+
+
+class Sides(NamedTuple):
+    """ddmrl's loss over the rollout batch's optimiser steps and its gradient, and the release's, in one dtype; each
+    token's old log-prob from its own view [N, L] and the release's; the objectives of the steps; the condition
+    measures of the sums (from float64 values only)."""
+
+    ours: Computed
+    release: Computed
+    diagonal: torch.Tensor
+    logps_release: torch.Tensor
+    steps: list
+    views: list[int]
+    cond: Condition | None
+
+
+def both_sides(tok, model, batch, advantages, mu: int) -> Sides:
+    """ddmrl (the loop's views, old pass and objective) on ``mu`` optimiser steps at a fixed policy, each step's loss
+    weighted by its share of the L views (each token counted once), and the release's ``logprob_loss``; its loss and
+    gradient times (valid + 1e-5) / valid, the one difference of the formulas (its normaliser L (valid + 1e-5),
+    ddmrl's L valid), computed in float64."""
+    n, length = batch.completion_ids.shape
+    valid = int((advantages != 0).sum())  # over the process's samples
+    release_model = copy.deepcopy(model)
+    release_model.zero_grad(set_to_none=True)
+    loss_rel, logps_rel = released_logprob_loss(release_model, batch.prompt_ids, batch.completion_ids, advantages,
+                                                valid, tok.mask_token_id)  # fmt: skip
+    scale = (valid + 1e-5) / valid
+    grads_rel = tuple(p.grad.double() * scale for p in release_model.parameters())
+    release = Computed(loss_rel.double() * scale, grads_rel)
+
+    cfg, b, old = ddmrl_batch(tok, model, batch, advantages, 8, mu)
+    diagonal = old[torch.arange(length), :, torch.arange(length)].T  # [N, L] token j from view j
+    steps = [step_loss(cfg, b, old, model, s) for s in range(mu)]
+    loss = sum(out.loss * logps.shape[0] / length for out, logps in steps)
+    params = list(model.parameters())
+    logps = [logps for _, logps in steps]
+    positions = batch.prompt_ids.shape[1] + length
+    cond = condition(loss, logps, params, positions) if advantages.dtype == torch.float64 else None
+    outs, views = [out for out, _ in steps], [x.shape[0] for x in logps]
+    return Sides(computed(loss, params), release, diagonal, logps_rel, outs, views, cond)
 
 
 GROUP_REWARDS = torch.tensor([1.0, 0.0, 0.5, 0.5, 1.0, 0.0, 0.5, 0.5])  # four samples at the group mean: A = 0
@@ -230,53 +274,43 @@ def test_the_group_advantages_are_the_releases():
 @pytest.mark.parametrize("case", sorted(ADVANTAGES))
 def test_loss_gradient_and_log_probs_equal_the_release_on_identical_inputs(tok, make_model, case):
     """mu = 1 (the release's one optimiser step per rollout batch), EOS padding in row 1: ddmrl's old log-probs are
-    the release's per-token log-probs exactly; its loss is the release's within rtol 1e-5 (the release's denominator
-    L (valid + 1e-5) against ddmrl's L valid: 1e-5 / valid < 3e-6 relative) and its gradient within rtol 1e-4,
-    atol 1e-7 elementwise and 1e-5 of the largest entry (float32; measured: about 3e-6 of it)."""
+    the release's per-token log-probs; its loss and gradient are the release's times valid / (valid + 1e-5) (the
+    release's denominator L (valid + 1e-5) against ddmrl's L valid).
+
+    Tolerances of the loss and gradient from float32's error (tests/float_error.py): both sides also run in float64
+    (the model and the advantages) and agree there to 1e-10 of the condition measure S, the check of the formulas;
+    in float32 each is within n eps32 S of its float64 value and the two within 2 n eps32 S (n = T for the loss,
+    T (P + L) for a gradient)."""
     advantages = ADVANTAGES[case]
     n, prompt_length, length = advantages.numel(), 3, 6
     model = make_model(max_positions=prompt_length + length, seed=2)
     batch = left_to_right_rollouts(tok, model, n, prompt_length, length, seed=4)
-    policy = copy.deepcopy(model)
+    f32 = both_sides(tok, model, batch, advantages, mu=1)
+    f64 = both_sides(tok, InFloat64(model), batch, advantages.double(), mu=1)
 
-    # the release: valid_samples over the process's samples
-    valid = int((advantages != 0).sum())
-    policy.zero_grad(set_to_none=True)
-    loss_rel, logps_rel = released_logprob_loss(policy, batch.prompt_ids, batch.completion_ids, advantages, valid,
-                                                tok.mask_token_id)  # fmt: skip
-    grads_rel = [p.grad.clone() for p in policy.parameters()]
-
-    # ddmrl: the loop's views, old pass and objective on the same rollouts and advantages
-    cfg, b, old = ddmrl_batch(tok, model, batch, advantages, 8, mu=1)
-    diagonal = old[torch.arange(length), :, torch.arange(length)].T  # [N, L] token j from view j
-    assert torch.allclose(diagonal, logps_rel, rtol=0, atol=1e-6)
-    out, views_in_step = step_loss(cfg, b, old, model, 0)
-    assert views_in_step == length  # mu = 1: one forward pass per completion token in the step
-    grads = torch.autograd.grad(out.loss, list(model.parameters()))
+    assert torch.allclose(f32.diagonal, f32.logps_release, rtol=0, atol=1e-6)
+    (out,) = f32.steps
+    assert f32.views == [length]  # mu = 1: one forward pass per completion token in the step
     assert out.kl == 0.0 and out.clip_ratio == 0.0  # ratio 1 at the first step: no clipping, no KL
-    assert torch.allclose(out.loss, loss_rel, rtol=1e-5, atol=1e-8)
-    if case == "unbalanced":
-        assert torch.allclose(loss_rel, -advantages.sum() / valid, rtol=1e-5)  # L tokens of ratio 1, / (L valid)
-    largest = max(r.abs().max() for r in grads_rel)
-    for a, r in zip(grads, grads_rel, strict=True):
-        assert torch.allclose(a, r, rtol=1e-4, atol=1e-7) and (a - r).abs().max() <= 1e-5 * largest
+    if case == "unbalanced":  # the release's L N terms -A_i / (L (valid + 1e-5)) of ratio 1, summed in float32
+        valid = int((advantages != 0).sum())
+        want, s = -float(advantages.double().sum()) / valid, float(advantages.abs().double().sum()) / valid
+        assert abs(float(f32.release.loss) - want) <= length * n * EPS32 * s  # (times (valid + 1e-5) / valid)
+    loss_and_gradient_agree(f32.ours, f32.release, f64.ours, f64.release, f64.cond)
 
 
 def test_the_views_spread_over_several_steps_sum_to_the_release_loss(tok, make_model):
-    """mu = 3 at a fixed policy: sum over the steps of (views in the step / L) x its loss is the release's loss, each
-    token counted once; the steps take 2 forward passes each (L = 6)."""
+    """mu = 3 at a fixed policy: sum over the steps of (views in the step / L) x its loss and gradient are the
+    release's (times valid / (valid + 1e-5)), each token counted once; the steps take 2 forward passes each (L = 6).
+    Tolerances from float32's error, as in the test above."""
     advantages = ADVANTAGES["unbalanced"]
     n, prompt_length, length = advantages.numel(), 2, 6
     model = make_model(max_positions=prompt_length + length, seed=5)
     batch = left_to_right_rollouts(tok, model, n, prompt_length, length, seed=6)
-    cfg, b, old = ddmrl_batch(tok, model, batch, advantages, 8, mu=3)
-    parts = [step_loss(cfg, b, old, model, s) for s in range(3)]
-    assert [k for _, k in parts] == [2, 2, 2]
-    total = sum(out.loss.detach() * k / length for out, k in parts)
-    release = copy.deepcopy(model)
-    loss_rel, _ = released_logprob_loss(release, batch.prompt_ids, batch.completion_ids, advantages, 6,
-                                        tok.mask_token_id)  # fmt: skip
-    assert torch.allclose(total, loss_rel, rtol=1e-5, atol=1e-8) and loss_rel != 0
+    f32 = both_sides(tok, model, batch, advantages, mu=3)
+    f64 = both_sides(tok, InFloat64(model), batch, advantages.double(), mu=3)
+    assert f32.views == [2, 2, 2] and f32.release.loss != 0
+    loss_and_gradient_agree(f32.ours, f32.release, f64.ours, f64.release, f64.cond)
 
 
 def test_samples_of_zero_advantage_leave_the_token_mean():

@@ -26,11 +26,13 @@ from __future__ import annotations
 import copy
 import math
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import torch
 import torch.nn.functional as F
 from fake_rewards import varied_reward
+from float_error import Computed, Condition, computed, condition, in_float64, loss_and_gradient_agree
 
 import ddmrl.objectives.vrpo as vrpo_module
 from ddmrl.config import SamplerConfig, load, method_config
@@ -81,10 +83,10 @@ def released_perturb(input_ids, attention_mask, prompt_len, mask_id, mc_num, see
 def released_log_probs(model, input_ids, perturbed_seq, mask_indices, p_mask, response_length):
     """``_forward_micro_batch``' log_probs [bs, response_length] (the per-sequence log-likelihood / L, repeated)."""
     bs, mc_num = perturbed_seq.shape[:2]
-    loss_per_sample = torch.zeros(bs, mc_num)
+    loss_per_sample = torch.zeros(bs, mc_num, dtype=p_mask.dtype)
     for i in range(mc_num):
         logits = model(perturbed_seq[:, i]).logits.float()  # a LLaDA-like model: no shift; no padding to pack
-        loss = torch.zeros(bs)
+        loss = torch.zeros(bs, dtype=p_mask.dtype)
         for b in range(bs):
             m = mask_indices[b, i]
             loss[b] = (F.cross_entropy(logits[b][m], input_ids[b][m], reduction="none") / p_mask[b, i][m]).sum()
@@ -200,50 +202,84 @@ def test_no_pair_gives_a_zero_loss_with_a_zero_gradient():
 # ------------------------------------------------------------------------------------------ against the release
 
 
-@pytest.mark.parametrize("seed", [0, 5])
-def test_elbos_dpo_loss_and_gradient_equal_the_release_on_the_same_masks(make_model, tok, seed):
-    """Two groups of 3 rollouts; DARE on each group's best and worst (interleaved, its layout), ddmrl on the whole
-    batch with its pairs; policy, reference differ. Same masks (DARE's draws): the ELBOs are DARE's log-likelihood
-    times L, and the loss and gradient equal DARE's with beta_DARE = beta L, to float32 rounding."""
-    prompt_length, length, n, g_size, mc_num = 3, 6, 6, 3, 4
-    gen = torch.Generator().manual_seed(seed)
-    prompt = torch.randint(5, 10, (n, prompt_length), generator=gen)
-    completion = torch.randint(5, 10, (n, length), generator=gen)
-    input_ids = torch.cat([prompt, completion], 1)
-    attention = torch.ones_like(input_ids)
-    ref_model = make_model(max_positions=prompt_length + length, seed=1)
-    policy = perturbed(ref_model, 12, scale=0.3)
-    advantages = torch.tensor([0.3, -1.0, 0.7, -0.2, 1.5, -1.3])  # pairs: (2, 1) and (4, 5)
-    beta_dare, mask_id = 0.5, tok.mask_token_id
+class Sides(NamedTuple):
+    """ddmrl's loss and gradient and DARE's on the same masks in one dtype, the ELBOs / L [N] of both,
+    and the condition measures of the sums (from float64 values only)."""
 
-    noisy, mask_indices, p_mask = released_perturb(input_ids, attention, prompt_length, mask_id, mc_num, seed)
+    ours: Computed
+    dare: Computed
+    elbos: torch.Tensor
+    elbos_dare: torch.Tensor
+    cond: Condition | None
+
+
+def both_sides(models, prompt, completion, advantages, noisy, mask_indices, p_mask, mask_id, beta_dare) -> Sides:
+    """DARE (``_forward_micro_batch``, ``compute_dpo_loss`` on each group's best and worst, interleaved) and ddmrl
+    (``vrpo_elbo`` weights, ``token_logps``, the vrpo objective on the whole batch with its pairs) on DARE's masks;
+    ``models``: the reference and the policy. ddmrl's weights are computed in the default dtype: ``advantages``'."""
+    ref_model, policy = models
+    (n, length), prompt_length, mc_num = completion.shape, prompt.shape[1], noisy.shape[1]
+    input_ids = torch.cat([prompt, completion], 1)
+    params = list(policy.parameters())
     order = torch.tensor([2, 1, 4, 5])  # DARE's interleaved (chosen, rejected) rows
     with torch.no_grad():
         ref_rel = released_log_probs(ref_model, input_ids, noisy, mask_indices, p_mask, length)
     pol_rel = released_log_probs(policy, input_ids, noisy, mask_indices, p_mask, length)
     loss_rel = released_dpo_loss(pol_rel[order], ref_rel[order], beta_dare)
-    grads_rel = torch.autograd.grad(loss_rel, list(policy.parameters()))
+    dare = Computed(loss_rel.detach(), torch.autograd.grad(loss_rel, params))
 
     views = views_from_release(mask_indices, p_mask, prompt_length)
     valid = torch.ones(n, length, dtype=torch.bool)
-    weights, _ = token_weights("vrpo_elbo", views, valid)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(advantages.dtype)  # the ratios c / l of the weights, exact in float64 as DARE's p_mask
+    try:
+        weights, _ = token_weights("vrpo_elbo", views, valid)
+    finally:
+        torch.set_default_dtype(default)
     inputs = [apply_view(prompt, completion, views, v, mask_id) for v in range(mc_num)]
     for v in range(mc_num):
         assert torch.equal(inputs[v], noisy[:, v])  # the same model inputs
     with torch.no_grad():
         ref = torch.stack([token_logps(ref_model, x, completion) for x in inputs])
     logps = torch.stack([token_logps(policy, x, completion) for x in inputs])
-    x = ObjectiveInputs(logps, ref, ref, advantages, weights, None, views.t, views.masks, valid, g_size)
+    x = ObjectiveInputs(logps, ref, ref, advantages, weights, None, views.t, views.masks, valid, 3)  # groups of 3
     cfg = method_config("vrpo", dict(beta=beta_dare / length))
     out = OBJECTIVES[METHODS["vrpo"].objective](x, cfg)
-    grads = torch.autograd.grad(out.loss, list(policy.parameters()))
-
-    elbo = (weights * logps).sum((0, 2)).detach()
-    assert torch.allclose(elbo / length, pol_rel[:, 0].detach(), rtol=1e-5, atol=1e-6)
-    assert torch.allclose(out.loss, loss_rel, rtol=1e-5, atol=1e-7)
+    ours = computed(out.loss, params)
     assert abs(out.loss.item() - math.log(2)) > 1e-3  # away from the policy = reference point
-    for a, b in zip(grads, grads_rel, strict=True):
-        assert torch.allclose(a, b, rtol=1e-4, atol=1e-8)
+    cond = condition(out.loss, logps, params, prompt_length + length) if logps.dtype == torch.float64 else None
+    return Sides(ours, dare, (weights * logps).sum((0, 2)).detach() / length, pol_rel[:, 0].detach(), cond)
+
+
+@pytest.mark.parametrize("seed", [0, 5])
+def test_elbos_dpo_loss_and_gradient_equal_the_release_on_the_same_masks(make_model, tok, seed):
+    """Two groups of 3 rollouts; DARE on each group's best and worst (interleaved, its layout), ddmrl on the whole
+    batch with its pairs; policy, reference differ. Same masks (DARE's draws): the ELBOs are DARE's log-likelihood
+    times L, and the loss and gradient equal DARE's with beta_DARE = beta L.
+
+    Tolerances of the loss and gradient from float32's error (tests/float_error.py): both sides also run in float64
+    (the models, the ratios and the advantages) and agree there to 1e-10 of the condition measure S, the check of
+    the formulas; in float32 each is within n eps32 S of its float64 value and the two within 2 n eps32 S (n = T for
+    the loss, T (P + L) for a gradient)."""
+    prompt_length, length, n, mc_num = 3, 6, 6, 4
+    gen = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(5, 10, (n, prompt_length), generator=gen)
+    completion = torch.randint(5, 10, (n, length), generator=gen)
+    input_ids = torch.cat([prompt, completion], 1)
+    ref_model = make_model(max_positions=prompt_length + length, seed=1)
+    models = (ref_model, perturbed(ref_model, 12, scale=0.3))
+    advantages = torch.tensor([0.3, -1.0, 0.7, -0.2, 1.5, -1.3])  # pairs: (2, 1) and (4, 5)
+    beta_dare, mask_id = 0.5, tok.mask_token_id
+    noisy, mask_indices, p_mask = released_perturb(input_ids, torch.ones_like(input_ids), prompt_length, mask_id,
+                                                   mc_num, seed)  # fmt: skip
+    exact = (mask_indices.sum(-1, keepdim=True).double() / length).expand(p_mask.shape)  # x / l in float64
+    assert torch.equal(exact.float(), p_mask)
+    f32 = both_sides(models, prompt, completion, advantages, noisy, mask_indices, p_mask, mask_id, beta_dare)
+    f64 = both_sides(in_float64(*models), prompt, completion, advantages.double(), noisy, mask_indices, exact,
+                     mask_id, beta_dare)  # fmt: skip
+
+    assert torch.allclose(f32.elbos, f32.elbos_dare, rtol=1e-5, atol=1e-6)
+    loss_and_gradient_agree(f32.ours, f32.dare, f64.ours, f64.dare, f64.cond)
 
 
 def test_shared_noise_cancels_in_the_log_ratio_and_cuts_its_variance(make_model, tok):
