@@ -22,7 +22,23 @@ The condition measure S (:func:`condition`, from the float64 values): the loss d
 the policy (ddmrl's ``logps``) with coefficients c_t = d loss / d l_t, S = sum_t |c_t l_t| and n = T; a weight's
 gradient is sum_t c_t dl_t / d theta_j, S_j = sum_t |c_t dl_t / d theta_j| and n = T (P + L) (each log-prob reaches
 a weight through the P + L positions of its view's forward pass); per parameter tensor its max_j S_j (normwise: an
-element whose sum cancels to 0 still carries its tensor's rounding).
+element whose sum cancels to 0 still carries its tensor's rounding). A loss of the old and reference log-probs too
+counts them among the l_t (leaves with gradient, for :func:`condition` only).
+
+A positive quantity computed in float32 two ways (a diagnostic's credit and its closed form), each from sums of
+positive terms and products and quotients of them, n roundings on the way in all: each is within n eps32 of the
+exact value relative to it (no cancellation: the bound of a sum of positive terms is relative to the sum itself), so
+the two within :func:`rtol_positive` (first order). Used where the float64 rerun cannot take the same inputs (views
+drawn in float32: float64 draws are other numbers).
+
+Values of forward passes (logits, log-probs, ELBOs; two batchings, paddings, caches or codes of one network on the
+same inputs): :func:`agree` with S the largest |value| in float64 (normwise, :func:`scale`; for a weighted sum of
+log-probs sum_t |w_t| times the largest |log-prob|) and n the longest chain of float32 sums from the weights to a
+value, :func:`forward_terms` (each matrix product's inner dimension, each attention's head and positions, the
+log-softmax's vocabulary; plus the weighted sum's T). A normwise first-order bound, loose (the float32 sides observed
+within 1.1 % of 2 n eps32 S); the float64 check, RTOL64 S, is what tells two formulas apart. The same inequality
+with the observed float32 errors, |a - b| <= |a - a64| + |b - b64| + |a64 - b64|, holds for any a, b (the triangle
+inequality) and so checks nothing by itself.
 """
 
 from __future__ import annotations
@@ -102,7 +118,7 @@ def condition(loss: torch.Tensor, logps, params, positions: int) -> Condition:
     """The condition measures of ``loss``, a function of the token log-probs ``logps`` (a tensor or a list of them,
     in its graph), and of its gradient with respect to ``params`` (none: the loss's alone); ``positions``: P + L."""
     logps, params = [logps] if torch.is_tensor(logps) else list(logps), list(params)
-    coefs = torch.autograd.grad(loss, logps, retain_graph=True)
+    coefs = torch.autograd.grad(loss, logps, retain_graph=True, materialize_grads=True)  # 0 for the unused
     flat = torch.cat([x.flatten() for x in logps])
     coef = torch.cat([c.flatten() for c in coefs])
     terms = coef.nonzero().flatten().tolist()
@@ -112,6 +128,34 @@ def condition(loss: torch.Tensor, logps, params, positions: int) -> Condition:
             s += (coef[t] * g).abs()
     s_loss = float((coef * flat.detach()).abs().sum())
     return Condition(s_loss, tuple(float(s.max()) for s in s_grads), len(terms), positions)
+
+
+def forward_terms(model, positions: int) -> int:
+    """The longest chain of float32 sums in a forward pass of ``model`` over ``positions`` positions: the inner
+    dimensions of its weight matrices (every matrix product on the way counted, as if in series), per layer an
+    attention's scores (at most the hidden size) and its sum over the positions, and the log-softmax's vocabulary."""
+    cfg = getattr(model, "config", None) or model.model.config  # InFloat64 holds the model
+    layers = getattr(cfg, "num_layers", None) or cfg.n_layers
+    hidden = getattr(cfg, "hidden_size", None) or cfg.d_model
+    inner = sum(p.shape[-1] for p in model.parameters() if p.dim() == 2)
+    return inner + layers * (hidden + positions) + cfg.vocab_size
+
+
+def scale(x64: torch.Tensor) -> float:
+    """The normwise condition measure S of a forward pass's values: their largest magnitude (in float64)."""
+    return float(x64.detach().abs().max())
+
+
+def weighted_scale(weights: torch.Tensor, logps64: torch.Tensor, dims) -> float:
+    """S of weighted sums sum_t w_t l_t (over ``dims``) of forward passes' log-probs: the largest sum_t |w_t| times
+    the largest |l_t| (normwise, as :func:`scale`)."""
+    return float(weights.detach().abs().sum(dims).max()) * scale(logps64)
+
+
+def rtol_positive(roundings: int) -> float:
+    """The relative tolerance between two float32 computations of one positive quantity, each with at most
+    ``roundings`` roundings of positive values (the terms of its sums, its products and quotients): 2 n eps32."""
+    return 2 * roundings * EPS32
 
 
 def gap(x: torch.Tensor, y: torch.Tensor) -> float:
@@ -128,6 +172,13 @@ def agree(what: str, ours, theirs, s: float, n: int) -> None:
     assert gap(a32, a64) <= bound, f"{what}: ours in float32 {gap(a32, a64):.3g} off float64 (> {bound:.3g})"
     assert gap(b32, b64) <= bound, f"{what}: the reference's float32 {gap(b32, b64):.3g} off float64 (> {bound:.3g})"
     assert gap(a32, b32) <= 2 * bound, f"{what}: float32 {gap(a32, b32):.3g} off the reference (> {2 * bound:.3g})"
+
+
+def forward_passes_agree(what: str, run, model, positions: int) -> None:
+    """:func:`agree` on two forward computations of the same values, ``run(model) -> (ours, theirs)``, run on
+    ``model`` and on a float64 copy of it (S: :func:`scale`, n: :func:`forward_terms`)."""
+    (a32, b32), (a64, b64) = run(model), run(copy.deepcopy(model).double())
+    agree(what, (a32, a64), (b32, b64), scale(a64), forward_terms(model, positions))
 
 
 def loss_and_gradient_agree(

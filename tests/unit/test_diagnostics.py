@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from float_error import rtol_positive
 
 from ddmrl.config import GRPOConfig, method_config
 from ddmrl.diagnostics import credit_by_reveal_step, token_credit
@@ -41,6 +42,14 @@ from ddmrl.training.grpo import make_views
 
 N, L, P, MU, C = 4, 8, 3, 4, 2
 ADV = torch.tensor([1.0, -0.5, 2.0, -1.5])
+
+# Tolerances from float32's error (tests/float_error.py, rtol_positive), not from one CPU's rounding: a credit and its
+# closed form are positive, each from sums of positive terms (at most the weights of the MU views' N L tokens, here
+# MU views in every method) and at most 16 products and quotients; a relative credit adds a row's mean (L terms), a
+# quotient and a mean over a reveal step's tokens (at most N L). The float64 rerun of the other tests cannot apply:
+# the views are drawn in float32, and float64 draws are other masks.
+CREDIT_RTOL = rtol_positive(MU * N * L + 16)
+RELATIVE_RTOL = rtol_positive(MU * N * L + 16 + L + 1 + N * L)
 
 
 def rollouts(valid: torch.Tensor | None = None) -> Rollouts:
@@ -73,11 +82,11 @@ def test_rebrl_token_mode_gives_every_token_of_a_rollout_the_same_credit(tok, ma
     views, _, z, _ = make_views(cfg, batch, 7, tok.pad_token_id, tok.mask_token_id)
     assert bool(((views.masks & batch.completion_mask[None]).sum(0) > 0).all()), "a token with F = 0: vacuous"
     credit = credit_for(tok, make_model, cfg, batch)
-    assert torch.allclose(credit, (1 / (N * z))[:, None].expand(N, L), rtol=1e-5)  # C_i(k) = 1 / (N Z_i)
+    assert torch.allclose(credit, (1 / (N * z))[:, None].expand(N, L), rtol=CREDIT_RTOL, atol=0)  # 1 / (N Z_i)
     frame = credit_by_reveal_step(credit, batch, ADV)
     assert frame["reveal_step"].tolist() == [0, 1, 2, 3]
     assert frame["count"].tolist() == [N * C] * MU
-    assert frame["relative_credit"].tolist() == pytest.approx([1.0] * MU, abs=1e-5)
+    assert frame["relative_credit"].tolist() == pytest.approx([1.0] * MU, rel=RELATIVE_RTOL)
 
 
 def test_rebrl_none_mode_trajectory_credit_grows_with_the_reveal_step(tok, make_model):
@@ -91,16 +100,16 @@ def test_rebrl_none_mode_trajectory_credit_grows_with_the_reveal_step(tok, make_
     rel = frame["relative_credit"].tolist()
     want = [sum(1 / j for j in range(MU - s, MU + 1)) for s in range(MU)]
     assert want == pytest.approx([1 / 4, 7 / 12, 13 / 12, 25 / 12])
-    assert rel == pytest.approx(want, abs=1e-4)
+    assert rel == pytest.approx(want, rel=RELATIVE_RTOL)
     assert all(a < b for a, b in zip(rel, rel[1:], strict=False))
 
 
 def test_diffu_grpo_credit_is_flat(tok, make_model):
     batch = rollouts()
     credit = credit_for(tok, make_model, config("diffu_grpo"), batch)
-    assert torch.allclose(credit, torch.full((N, L), MU / (N * L)), rtol=1e-5)
+    assert torch.allclose(credit, torch.full((N, L), MU / (N * L)), rtol=CREDIT_RTOL, atol=0)
     frame = credit_by_reveal_step(credit, batch, ADV)
-    assert frame["relative_credit"].tolist() == pytest.approx([1.0] * MU, abs=1e-5)
+    assert frame["relative_credit"].tolist() == pytest.approx([1.0] * MU, rel=RELATIVE_RTOL)
 
 
 def test_zero_advantage_rows_and_post_eos_tokens_get_no_credit(tok, make_model):
@@ -120,9 +129,9 @@ def test_cj_grpo_credit_is_flat_each_token_a_target_once(tok, make_model):
     """Module docstring: C_i(k) = mu / (S N c), the views rebuilt from the reveal steps (no stored trajectory)."""
     batch = rollouts()
     credit = credit_for(tok, make_model, config("cj_grpo"), batch)
-    assert torch.allclose(credit, torch.full((N, L), MU / (MU * N * C)), rtol=1e-5)
+    assert torch.allclose(credit, torch.full((N, L), MU / (MU * N * C)), rtol=CREDIT_RTOL, atol=0)
     frame = credit_by_reveal_step(credit, batch, ADV)
-    assert frame["relative_credit"].tolist() == pytest.approx([1.0] * MU, abs=1e-5)
+    assert frame["relative_credit"].tolist() == pytest.approx([1.0] * MU, rel=RELATIVE_RTOL)
 
 
 def test_mdpo_credit_is_the_confidence_over_the_squared_masked_count(tok, make_model):
@@ -141,4 +150,4 @@ def test_mdpo_credit_is_the_confidence_over_the_squared_masked_count(tok, make_m
         for s in top_steps(step_adv, 2)[i].tolist():
             m = masked[s, i]
             want[i] += 2 * torch.where(m, confidence[s, i], 0.0) * L / (m.sum() ** 2 * N)
-    assert torch.allclose(credit, want, rtol=1e-5)
+    assert torch.allclose(credit, want, rtol=CREDIT_RTOL, atol=0)

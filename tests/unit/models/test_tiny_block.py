@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from float_error import forward_passes_agree
 
 from ddmrl import config
 from ddmrl.config import ConfigError
@@ -35,10 +36,17 @@ def test_cache_grows_by_appending_and_saves_round_trip(tmp_path, tok):
     model = TinyBlockDDMForMaskedLM(TinyBlockDDMConfig(**{**ARCH, "vocab_size": len(tok)}, block_size=2)).eval()
     x = torch.randint(0, len(tok), (2, 6))
     causal = torch.ones(6, 6).tril().bool().expand(2, 6, 6)
+
+    def run(m):  # the tail with the cache of the head, and the whole sequence at once
+        out = m(x[:, :4], attention_mask=causal[:, :4, :4], use_cache=True)
+        tail = m(x[:, 4:], attention_mask=causal[:, 4:], past_key_values=out.past_key_values).logits
+        return tail, m(x, attention_mask=causal).logits[:, 4:]
+
+    # two forward passes in other shapes: tolerance from float32's error (tests/float_error.py), the float64 copy's
+    # logits agree to 1e-10 of the largest |logit| S, each float32 pass within n eps32 S of its float64 logits
+    forward_passes_agree("the tail's logits", run, model, x.shape[1])
     full = model(x, attention_mask=causal).logits
     out = model(x[:, :4], attention_mask=causal[:, :4, :4], use_cache=True)
-    tail = model(x[:, 4:], attention_mask=causal[:, 4:], past_key_values=out.past_key_values).logits
-    torch.testing.assert_close(tail, full[:, 4:], rtol=1e-5, atol=1e-5)
     assert out.past_key_values[0][0].shape[2] == 4
     save_checkpoint(model, tok, tmp_path / "m")
     loaded, _ = load_checkpoint(tmp_path / "m")

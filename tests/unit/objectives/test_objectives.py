@@ -10,6 +10,7 @@ import math
 
 import pytest
 import torch
+from float_error import agree, condition
 
 from ddmrl.config import GRPOConfig
 from ddmrl.likelihood import sequence_elbo
@@ -69,6 +70,42 @@ def grad_of(fn, x: ObjectiveInputs, cfg: GRPOConfig) -> tuple[torch.Tensor, torc
     return out.loss.detach(), grad
 
 
+# Two float32 computations of one quantity by different formulas (the objective, and its definition restated or a
+# closed form of float32 inputs that are not all exactly representable, like 0.7 or |y_i| / sum |y|) differ by
+# rounding that depends on the CPU's kernels. Tolerances from float32's error (tests/float_error.py): both also run
+# on the inputs cast to float64 (their float32 values, exactly) and agree there to 1e-10 of the condition measure
+# S = sum_t |c_t l_t| over the T log-probs l_t (current, old, reference; c_t = d loss / d l_t), the check of the
+# formulas; in float32 each is within T eps32 S of its float64 value and the two within 2 T eps32 S. A gradient
+# w.r.t. the current log-probs the same way, S = max_t |c_t| (normwise) and n = T.
+
+
+def in_dtype(x: ObjectiveInputs, dtype: torch.dtype) -> ObjectiveInputs:
+    """``x``'s float tensors in ``dtype``, the current, old and reference log-probs fresh leaves with gradient."""
+    x = x._replace(
+        **{k: v.detach().to(dtype) for k, v in x._asdict().items() if torch.is_tensor(v) and v.is_floating_point()}
+    )
+    return x._replace(
+        **{k: getattr(x, k).requires_grad_() for k in ("logps", "old", "ref") if getattr(x, k) is not None}
+    )
+
+
+def formulas_agree(what: str, fn, x: ObjectiveInputs, cfg: GRPOConfig, want, grad: bool = False) -> None:
+    """``fn``'s loss (``grad``: its gradient w.r.t. the current log-probs) against ``want(x)``, the same quantity by
+    another formula, in float32 and float64 (:func:`in_dtype`), by float_error.agree."""
+    values = []
+    for dtype in (torch.float32, torch.float64):
+        xd = in_dtype(x, dtype)
+        loss = fn(xd, cfg).loss
+        ours = torch.autograd.grad(loss, xd.logps, retain_graph=True)[0] if grad else loss
+        values.append((ours.detach(), torch.as_tensor(want(xd)).detach(), loss, xd))
+    (ours32, want32, _, _), (ours64, want64, loss64, x64) = values
+    if grad:  # S_j = |c_j|: the log-probs' own gradient
+        s, n = condition(loss64, x64.logps, [x64.logps], 1).of_grads()[0]
+    else:
+        s, n = condition(loss64, [v for v in (x64.logps, x64.old, x64.ref) if v is not None], [], 0).of_loss()
+    agree(what, (ours32, ours64), (want32, want64), s, n)
+
+
 def test_registry_names_the_objectives():
     assert OBJECTIVES == {
         "token_clip": token_clip,
@@ -103,9 +140,15 @@ def test_token_clip_on_one_view_is_the_aggregated_clipped_token_loss(loss_type, 
     w[:, :, 0] = 1.0  # every row has a weighted token
     z = torch.tensor([2.0, 3.0, 1.5, 4.0]) if use_z else None
     cfg = GRPOConfig(epsilon=0.2, beta=0.04, loss_type=loss_type)
-    out = token_clip(make(logps, old, ref, adv, weights=w, z=z), cfg)
+    x = make(logps, old, ref, adv, weights=w, z=z)
+    out = token_clip(x, cfg)
     tl = clipped_token_loss(logps[0], old[0], ref[0], adv, 0.2, 0.04)
-    assert torch.allclose(out.loss, aggregate(tl.loss, w[0], loss_type, z), atol=1e-7)
+
+    def want(x):
+        tl = clipped_token_loss(x.logps[0], x.old[0], x.ref[0], x.advantages, 0.2, 0.04)
+        return aggregate(tl.loss, x.weights[0], loss_type, x.z)
+
+    formulas_agree("the loss", token_clip, x, cfg, want)
     assert out.kl == pytest.approx(aggregate(tl.kl, w[0], "token_mean").item(), abs=1e-7)
     assert out.clip_ratio == pytest.approx(aggregate(tl.clipped, w[0], "token_mean").item(), abs=1e-7)
     assert 0 < out.clip_ratio < 1 and out.kl > 0  # both diagnostics are exercised
@@ -149,9 +192,9 @@ def test_sequence_clip_at_ratio_one_is_minus_mean_length_normalised_advantage(be
     out = sequence_clip(x, cfg)
     assert out.loss.item() == pytest.approx(0.75, abs=1e-6)
     assert out.clip_ratio == 0.0 and out.kl == pytest.approx(0.0, abs=1e-7)
-    _, grad = grad_of(sequence_clip, x, cfg)
-    want = -adv[None, :, None] * w / (cm.sum(1).float()[None, :, None] * 2)
-    assert torch.allclose(grad, want, atol=1e-6)
+    ys = cm.sum(1)[None, :, None]
+    want = lambda x: -x.advantages[None, :, None] * x.weights / (ys * 2)  # noqa: E731
+    formulas_agree("the gradient", sequence_clip, x, cfg, want, grad=True)
 
 
 def test_sequence_clip_hand_example_engages_the_clip():
@@ -211,6 +254,15 @@ def spg_case(adv: torch.Tensor):
     return make(logps, None, None, adv, t=t, targets=targets, cm=cm), targets, cm, t
 
 
+def spg_elbo_gradient(x: ObjectiveInputs) -> torch.Tensor:
+    """dL/dlogp_v(i, k) through the ELBO proxy: -A_i |y_i| / (sum |y| V |T_v,i|) on targets, 0 elsewhere."""
+    dtype = x.logps.dtype
+    lengths = x.completion_mask.sum(1).to(dtype)
+    share = (lengths / lengths.sum())[None, :, None]  # |y_i| / sum |y|, in x's dtype
+    targets = x.targets.to(dtype)
+    return -x.advantages[None, :, None] * share * targets / (x.logps.shape[0] * targets.sum(-1, keepdim=True))
+
+
 def test_spg_positive_advantage_flows_only_through_the_elbo_proxy():
     """A_i > 0: proxy_i = ELBO_i = (1/V) sum_v (1/|T_v,i|) sum_{k in T_v,i} logp_v(i, k);
     loss = -sum_i |y_i| A_i proxy_i / sum_i |y_i| (length-weighted, lengths 4, 4, 3), so
@@ -218,11 +270,9 @@ def test_spg_positive_advantage_flows_only_through_the_elbo_proxy():
     matter."""
     adv = torch.tensor([1.0, 2.0, 0.5])
     x, targets, cm, _ = spg_case(adv)
-    share = (cm.sum(1) / cm.sum()).float()[None, :, None]  # |y_i| / sum |y|
-    want = -adv[None, :, None] * share * targets.float() / (2 * targets.float().sum(-1, keepdim=True))
     for beta, mix in [(1.0, 0.5), (2.0, 1.0), (1.5, 0.0)]:
-        _, grad = grad_of(spg, x, GRPOConfig(beta=0.0, eubo_beta=beta, eubo_mix=mix))
-        assert torch.allclose(grad, want, atol=1e-6), (beta, mix)
+        cfg = GRPOConfig(beta=0.0, eubo_beta=beta, eubo_mix=mix)
+        formulas_agree(f"the gradient {beta, mix}", spg, x, cfg, spg_elbo_gradient, grad=True)
 
 
 def test_spg_negative_advantage_with_mix_one_flows_only_through_the_eubo_proxy():
@@ -232,22 +282,25 @@ def test_spg_negative_advantage_with_mix_one_flows_only_through_the_eubo_proxy()
     and dL/dl_v(i, k) = -A_i (|y_i| / sum |y|) dEUBO_i/dl_v(k). With mix = 0.5 the gradient is half this plus half
     the ELBO one."""
     adv = torch.tensor([-1.0, -2.0, -0.5])
-    x, targets, cm, t = spg_case(adv)
+    x, targets, cm, _ = spg_case(adv)
     beta = 1.5
-    lp, d = x.logps.double(), targets.double()
-    e = torch.exp(beta * lp) * d / t.double()[..., None]  # [V, N, L]
-    pi = torch.where(e.sum(0, keepdim=True) > 0, e / e.sum(0, keepdim=True).clamp_min(1e-300), 0.0)
-    seen = (targets.any(0) & cm).double()
-    d_eubo = pi * seen[None] / seen.sum(-1)[None, :, None]
-    share = (cm.sum(1) / cm.sum()).double()[None, :, None]  # |y_i| / sum |y|
-    want_eubo = (-adv.double()[None, :, None] * share * d_eubo).float()
-    _, grad = grad_of(spg, x, GRPOConfig(beta=0.0, eubo_beta=beta, eubo_mix=1.0))
-    assert torch.allclose(grad, want_eubo, atol=1e-6)
-    want_elbo = -adv[None, :, None] * share.float() * targets.float() / (2 * targets.float().sum(-1, keepdim=True))
-    _, grad_mix = grad_of(spg, x, GRPOConfig(beta=0.0, eubo_beta=beta, eubo_mix=0.5))
-    assert torch.allclose(grad_mix, 0.5 * want_eubo + 0.5 * want_elbo, atol=1e-6)
-    _, grad_elbo = grad_of(spg, x, GRPOConfig(beta=0.0, eubo_beta=beta, eubo_mix=0.0))
-    assert torch.allclose(grad_elbo, want_elbo, atol=1e-6)
+
+    def want_eubo(x):
+        e = torch.exp(beta * x.logps) * x.targets / x.t[..., None]  # [V, N, L]
+        pi = torch.where(e.sum(0, keepdim=True) > 0, e / e.sum(0, keepdim=True).clamp_min(1e-30), 0.0)
+        seen = (x.targets.any(0) & cm).to(e.dtype)
+        d_eubo = pi * seen[None] / seen.sum(-1)[None, :, None]
+        lengths = cm.sum(1).to(e.dtype)
+        share = (lengths / lengths.sum())[None, :, None]  # |y_i| / sum |y|, in x's dtype
+        return -x.advantages[None, :, None] * share * d_eubo
+
+    def cfg(mix):
+        return GRPOConfig(beta=0.0, eubo_beta=beta, eubo_mix=mix)
+
+    formulas_agree("the EUBO gradient", spg, x, cfg(1.0), want_eubo, grad=True)
+    mixed = lambda x: 0.5 * want_eubo(x) + 0.5 * spg_elbo_gradient(x)  # noqa: E731
+    formulas_agree("the mixed gradient", spg, x, cfg(0.5), mixed, grad=True)
+    formulas_agree("the ELBO gradient", spg, x, cfg(0.0), spg_elbo_gradient, grad=True)
 
 
 def test_spg_loss_weights_sequences_by_completion_length():
@@ -331,16 +384,22 @@ def test_wd1_weights_are_group_softmaxes():
     adv = torch.tensor([1.0, -0.5, 0.2, 2.0, 0.0, -3.0])
     g, b, v = 3, 2, 2
     x, w = wd1_case(adv, g)
-    loss, grad = grad_of(weighted_likelihood, x, GRPOConfig())
-    a = adv.view(b, g).double()
-    w_pos = torch.exp(a) / torch.exp(a).sum(1, keepdim=True)
-    w_neg = torch.exp(-a) / torch.exp(-a).sum(1, keepdim=True)
-    assert torch.allclose(w_pos.sum(1), torch.ones(b, dtype=torch.float64))
-    c = (-w_pos + w_neg).flatten().float()  # [N]
-    assert torch.allclose(c.view(b, g).sum(1), torch.zeros(b), atol=1e-6)
-    assert torch.allclose(grad, c[None, :, None] * w / (v * b * g), atol=1e-6)
-    logpi = (w * x.logps).sum((0, 2)) / v
-    assert loss.item() == pytest.approx((c * logpi).sum().item() / (b * g), abs=1e-6)
+
+    def c_of(x):  # [N] in x's dtype
+        a = x.advantages.view(b, g)
+        w_pos = torch.exp(a) / torch.exp(a).sum(1, keepdim=True)
+        w_neg = torch.exp(-a) / torch.exp(-a).sum(1, keepdim=True)
+        return (-w_pos + w_neg).flatten()
+
+    # c sums to 0 per group: in float64 each w+- is within (g + 2) eps64 of its exact value (exp, the sum of g
+    # terms, the division), and c's sum over the group adds g roundings, all relative to sum |w+| + |w-| = 2
+    c64 = c_of(x._replace(advantages=adv.double()))
+    assert c64.view(b, g).sum(1).abs().max() <= (2 * g + 3) * 2 * torch.finfo(torch.float64).eps
+    cfg = GRPOConfig()
+    want = lambda x: c_of(x)[None, :, None] * x.weights / (v * b * g)  # noqa: E731
+    formulas_agree("the gradient", weighted_likelihood, x, cfg, want, grad=True)
+    logpi = lambda x: (x.weights * x.logps).sum((0, 2)) / v  # noqa: E731
+    formulas_agree("the loss", weighted_likelihood, x, cfg, lambda x: (c_of(x) * logpi(x)).sum() / (b * g))
 
 
 def test_wd1_gradient_raises_the_best_sample_and_lowers_the_worst():

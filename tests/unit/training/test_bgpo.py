@@ -34,11 +34,14 @@ from float_error import (
     EPS32,
     Computed,
     Condition,
+    agree,
     computed,
     condition,
+    forward_terms,
     gap,
     in_float64,
     loss_and_gradient_agree,
+    weighted_scale,
 )
 
 import ddmrl.training.grpo as grpo_module
@@ -281,6 +284,7 @@ class Sides(NamedTuple):
     release: Computed
     elbos: torch.Tensor
     elbos_release: torch.Tensor
+    elbo_scale: float  # S of the old ELBOs (float_error.weighted_scale)
     clip_ratio: float
     cond: Condition | None
 
@@ -322,8 +326,8 @@ def both_sides(models, prompt, completion, completion_mask, advantages, views, m
         part.backward()
         total += part.item()
     one_at_a_time = Computed(torch.tensor(total, dtype=torch.float64), tuple(p.grad for p in params))
-    elbos = (weights * old).sum(-1).T
-    return Sides(together, one_at_a_time, release, elbos, old_rel, out.clip_ratio, cond)
+    elbos, elbo_scale = (weights * old).sum(-1).T, weighted_scale(weights, old, -1)
+    return Sides(together, one_at_a_time, release, elbos, old_rel, elbo_scale, out.clip_ratio, cond)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -336,7 +340,9 @@ def test_loss_and_gradient_equal_the_release_on_identical_masks(make_model, tok,
     Tolerances of the loss and gradient from float32's error (tests/float_error.py): the three computations also run
     in float64 (the models, the views' ratios and the advantages) and agree there to 1e-10 of the condition measure
     S, the check of the formulas; in float32 each is within n eps32 S of its float64 value and ddmrl's within
-    2 n eps32 S of the release's (n = T for the loss, T (P + L) for a gradient)."""
+    2 n eps32 S of the release's (n = T for the loss, T (P + L) for a gradient). The old ELBOs (forward passes,
+    weighted sums of their log-probs) the same way, S the largest sum_t |w_t| times the largest |log-prob| and n
+    the pass's longest chain of sums (float_error.forward_terms) plus the L tokens."""
     prompt_length, length, n, m, eps = 3, 8, 4, 3, 0.05
     g = torch.Generator().manual_seed(seed)
     prompt = torch.randint(5, 10, (n, prompt_length), generator=g)
@@ -355,7 +361,8 @@ def test_loss_and_gradient_equal_the_release_on_identical_masks(make_model, tok,
     f64 = both_sides(in_float64(*models), *args, advantages.double(), views._replace(t=views.t.double()),
                      tok.mask_token_id, cfg)  # fmt: skip
 
-    assert torch.allclose(f32.elbos, f32.elbos_release, rtol=1e-5, atol=1e-6)
+    terms = forward_terms(old_model, prompt_length + length) + length
+    agree("the old ELBOs", (f32.elbos, f64.elbos), (f32.elbos_release, f64.elbos_release), f64.elbo_scale, terms)
     assert 0 < f32.clip_ratio < 1 and f64.clip_ratio == f32.clip_ratio
     for ours32, ours64 in ((f32.together, f64.together), (f32.one_at_a_time, f64.one_at_a_time)):
         loss_and_gradient_agree(ours32, f32.release, ours64, f64.release, f64.cond)

@@ -22,9 +22,10 @@ import copy
 import random
 from typing import NamedTuple
 
+import float_error
 import pytest
 import torch
-from float_error import Computed, Condition, computed, condition, in_float64, loss_and_gradient_agree
+from float_error import Computed, Condition, agree, computed, condition, in_float64, loss_and_gradient_agree
 
 from ddmrl.config import GRPOConfig, method_config
 from ddmrl.diagnostics import token_credit
@@ -185,6 +186,7 @@ class Sides(NamedTuple):
     release: Computed
     pooled: torch.Tensor
     pooled_release: torch.Tensor
+    pooled_scale: float  # S of the pooled log-probs (float_error.weighted_scale)
     clip_ratio: float
     kl: float
     cond: Condition | None
@@ -228,7 +230,8 @@ def both_sides(models, prompt, completion, completion_mask, advantages, mask_id,
     ours = computed(out.loss, params)
     positions = prompt_length + length
     cond = condition(out.loss, logps, params, positions) if logps.dtype == torch.float64 else None
-    return Sides(ours, release, (weights * old).sum(0), old_rel, out.clip_ratio, out.kl, cond)
+    pooled_scale = float_error.weighted_scale(weights, old, 0)
+    return Sides(ours, release, (weights * old).sum(0), old_rel, pooled_scale, out.clip_ratio, out.kl, cond)
 
 
 @pytest.mark.parametrize("mask_seed", [3, 42, 4095])
@@ -241,7 +244,9 @@ def test_pooled_log_probs_loss_and_gradient_equal_the_release_on_the_same_masks(
     against -3.2529e-04, 5e-4 relative, for a gradient element that cancels): both sides also run in float64 (the
     models, the mask ratio and the advantages) and agree there to 1e-10 of the condition measure S, the check of the
     formulas; in float32 each is within n eps32 S of its float64 value and the two within 2 n eps32 S (n = T for the
-    loss, T (P + L) for a gradient)."""
+    loss, T (P + L) for a gradient). The pooled log-probs (two forward passes of the old policy, weighted) the same
+    way, S the largest sum_v |w_v| times the largest |log-prob| and n the pass's longest chain of sums
+    (float_error.forward_terms) plus the three views."""
     prompt_length, length, n = 3, 6, 4
     g = torch.Generator().manual_seed(mask_seed)
     prompt = torch.randint(5, 10, (n, prompt_length), generator=g)
@@ -259,7 +264,9 @@ def test_pooled_log_probs_loss_and_gradient_equal_the_release_on_the_same_masks(
     f64 = both_sides(in_float64(*models), *args, advantages.double(), tok.mask_token_id, mask_seed, cfg)
 
     valid = completion_mask
-    assert torch.allclose(f32.pooled[valid], f32.pooled_release[valid], rtol=1e-5, atol=1e-6)
+    terms = float_error.forward_terms(old_model, prompt_length + length) + 3
+    pooled = ((f32.pooled[valid], f64.pooled[valid]), (f32.pooled_release[valid], f64.pooled_release[valid]))
+    agree("the pooled old log-probs", *pooled, f64.pooled_scale, terms)
     assert 0 < f32.clip_ratio < 1 and f32.kl > 0  # the check covers the clipped branch and the KL
     assert f64.clip_ratio == f32.clip_ratio  # the same tokens clipped in both precisions
     loss_and_gradient_agree(f32.ours, f32.release, f64.ours, f64.release, f64.cond)
@@ -319,5 +326,9 @@ def test_credit_of_a_token_is_its_pooled_weight_summed_over_the_steps(tok, make_
     for _full, first, second in views.steps:
         t_pair = torch.where(views.masks[first], views.t[first][:, None], views.t[second][:, None])
         want += 0.5 + 0.5 / t_pair
-    assert torch.allclose(weights.sum(0), want, rtol=1e-6)
-    assert torch.allclose(credit, want / (n * length), rtol=1e-5)
+    # tolerances from float32's error (tests/float_error.py, rtol_positive): positive sums (the 3 mu views' weights;
+    # for the credit the token_mean's normaliser over the N L tokens of each view too) and at most 16 products and
+    # quotients on either side
+    rtol = float_error.rtol_positive
+    assert torch.allclose(weights.sum(0), want, rtol=rtol(3 * mu + 16), atol=0)
+    assert torch.allclose(credit, want / (n * length), rtol=rtol(3 * mu * n * length + 16), atol=0)

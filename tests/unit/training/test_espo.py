@@ -24,6 +24,7 @@ import math
 import random
 from typing import NamedTuple
 
+import float_error
 import pytest
 import torch
 import torch.nn.functional as F
@@ -103,7 +104,7 @@ def dare_sequence_elbo(logits, targets, mask_indices, p_mask, valid, coupled_log
     masked = mask_indices & valid
     elbo = -(F.cross_entropy(logits[masked], targets[masked], reduction="none") / p_mask[masked]).sum()
     complementary = valid & ~mask_indices
-    target_length = valid.sum().float()
+    target_length = valid.sum().to(p_mask.dtype)  # float32 in the release; p_mask's dtype, for float64 runs
     denominator = target_length / (target_length + 1.0) - p_mask[complementary]
     elbo = elbo - (F.cross_entropy(coupled_logits[complementary], targets[complementary], reduction="none")
                    / denominator).sum()  # fmt: skip
@@ -212,7 +213,8 @@ def perturbed(model, seed: int, scale: float = 0.05):
 
 class Step(NamedTuple):
     """ddmrl's optimiser step: its views, the policy's token log-probs [V, N, L] and the sequence ELBOs [N] of the
-    policy (with gradient), the old and the reference models, and the objective's output."""
+    policy (with gradient), the old and the reference models, and the objective's output; the condition measures S
+    of the old and reference ELBOs (float_error.weighted_scale)."""
 
     views: Views
     logps: torch.Tensor
@@ -220,6 +222,7 @@ class Step(NamedTuple):
     old: torch.Tensor
     ref: torch.Tensor
     out: ObjectiveOutput
+    scales: tuple[float, float]
 
 
 def ddmrl_step(cfg, models, prompt, completion, completion_mask, advantages, mask_id, seed, step) -> Step:
@@ -243,7 +246,8 @@ def ddmrl_step(cfg, models, prompt, completion, completion_mask, advantages, mas
     x = ObjectiveInputs(logps, old, ref, advantages, weights[ids], None, views.t[ids], targets, completion_mask, 2)
     out = OBJECTIVES[METHODS["espo"].objective](x, cfg)
     w = weights[ids]
-    return Step(views, logps, sequence_elbo(logps, w), sequence_elbo(old, w), sequence_elbo(ref, w), out)
+    scales = float_error.weighted_scale(w, old, (0, 2)), float_error.weighted_scale(w, ref, (0, 2))
+    return Step(views, logps, sequence_elbo(logps, w), sequence_elbo(old, w), sequence_elbo(ref, w), out, scales)
 
 
 class Sides(NamedTuple):
@@ -254,6 +258,7 @@ class Sides(NamedTuple):
     release: Computed
     elbos: tuple[torch.Tensor, torch.Tensor]
     elbos_release: tuple[torch.Tensor, torch.Tensor]
+    elbo_scales: tuple[float, float]
     clip_ratio: float
     kl: float
     cond: Condition | None
@@ -279,7 +284,8 @@ def legacy_sides(cfg, models, prompt, completion, advantages, mask_id, seed) -> 
     release = Computed(loss_rel.detach(), torch.autograd.grad(loss_rel, params))
     positions = prompt.shape[1] + length
     cond = condition(step.out.loss, step.logps, params, positions) if dtype == torch.float64 else None
-    return Sides(ours, release, (step.old, step.ref), (old_rel, ref_rel), step.out.clip_ratio, step.out.kl, cond)
+    elbos, kl = (step.old, step.ref), step.out.kl
+    return Sides(ours, release, elbos, (old_rel, ref_rel), step.scales, step.out.clip_ratio, kl, cond)
 
 
 @pytest.mark.parametrize("seed", [3, 8])
@@ -307,8 +313,10 @@ def test_legacy_elbo_loss_and_gradient_equal_the_release_on_its_masks(make_model
     f32 = legacy_sides(cfg, models, prompt, completion, advantages, tok.mask_token_id, seed)
     f64 = legacy_sides(cfg, in_float64(*models), prompt, completion, advantages.double(), tok.mask_token_id, seed)
 
-    for ours, release in zip(f32.elbos, f32.elbos_release, strict=True):
-        assert torch.allclose(ours, release, rtol=1e-5, atol=1e-5)
+    terms = float_error.forward_terms(old_model, prompt_length + length) + 2 * length
+    for i, what in enumerate(("old", "reference")):
+        ours, release = (f32.elbos[i], f64.elbos[i]), (f32.elbos_release[i], f64.elbos_release[i])
+        agree(f"the {what} ELBOs", ours, release, f64.elbo_scales[i], terms)
     assert 0 < f32.clip_ratio < 1 and f32.kl > 0  # the check covers the clipped branch and the KL
     assert f64.clip_ratio == f32.clip_ratio  # the same sequences clipped in both precisions
     loss_and_gradient_agree(f32.ours, f32.release, f64.ours, f64.release, f64.cond)
@@ -347,18 +355,26 @@ def test_the_default_elbo_is_dares_padding_aware_one_on_the_same_masks(make_mode
     args = prompt, completion, completion_mask
     step, loss, _ = default_loss(models, *args, advantages, tok.mask_token_id, cfg)
     step64, loss64, cond = default_loss(in_float64(*models), *args, advantages.double(), tok.mask_token_id, cfg)
-    views, old_model, ref_model = step.views, models[1], models[2]
+    views = step.views
     mask, complement = views.masks[0], views.masks[1]
-    p_mask = views.t[0][:, None].expand(n, length)
-    with torch.no_grad():
-        for model, want in ((old_model, step.old), (ref_model, step.ref)):
+
+    def dare_elbos(model, p_mask):
+        with torch.no_grad():
             logits = model(apply_view(prompt, completion, views, 0, tok.mask_token_id)).logits[:, prompt_length:]
             coupled = model(apply_view(prompt, completion, views, 1, tok.mask_token_id)).logits[:, prompt_length:]
-            dare = torch.stack([
-                dare_sequence_elbo(logits[i], completion[i], mask[i], p_mask[i], completion_mask[i], coupled[i])
-                for i in range(n)
-            ])  # fmt: skip
-            assert torch.allclose(want, dare, rtol=1e-5, atol=1e-5)
+        return torch.stack([
+            dare_sequence_elbo(logits[i], completion[i], mask[i], p_mask[i], completion_mask[i], coupled[i])
+            for i in range(n)
+        ])  # fmt: skip
+
+    # the ELBOs (forward passes, weighted sums of their log-probs): tolerances as the loss's, S the largest
+    # sum_t |w_t| times the largest |log-prob| and n the pass's longest chain of sums plus the views' tokens
+    terms = float_error.forward_terms(old_model, prompt_length + length) + 2 * length
+    p_mask, p_mask64 = (x.t[0][:, None].expand(n, length) for x in (views, step64.views))
+    for i, (model, model64) in enumerate(zip(models[1:], in_float64(*models[1:]), strict=True)):  # old, reference
+        ours, ours64 = (step.old, step64.old) if i == 0 else (step.ref, step64.ref)
+        dare = (dare_elbos(model, p_mask), dare_elbos(model64, p_mask64))
+        agree(("the old ELBOs", "the reference ELBOs")[i], (ours, ours64), dare, step64.scales[i], terms)
     assert torch.equal(mask | complement, completion_mask)
     agree("the loss", (step.out.loss, step64.out.loss), (loss, loss64), *cond.of_loss())
 
@@ -387,9 +403,13 @@ def test_credit_of_a_token_is_its_elbo_weight_over_the_batch_and_its_length(tok,
     advantages = torch.tensor([1.0, -0.5, 2.0, -1.5])
     credit = token_credit(model, cfg, batch, advantages, 7, tok.pad_token_id, tok.mask_token_id)
     views, weights, _, _ = make_views(cfg, batch, 7, tok.pad_token_id, tok.mask_token_id)
-    assert views.masks.shape[0] == 2 * 2 * mu
+    v = views.masks.shape[0]
+    assert v == 2 * 2 * mu
     want = weights.sum(0) / (n * completion_mask.sum(1, keepdim=True))
-    assert torch.allclose(credit, want * completion_mask, rtol=1e-5)
+    # tolerance from float32's error (tests/float_error.py, rtol_positive): positive sums (at most the V views' N L
+    # weights) and at most 16 products and quotients on either side
+    rtol = float_error.rtol_positive(v * n * length + 16)
+    assert torch.allclose(credit, want * completion_mask, rtol=rtol, atol=0)
 
 
 @pytest.mark.parametrize("legacy", [False, True])

@@ -25,7 +25,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 from fake_rewards import varied_reward
-from float_error import EPS32, Computed, Condition, InFloat64, computed, condition, loss_and_gradient_agree
+from float_error import (
+    EPS32,
+    Computed,
+    Condition,
+    InFloat64,
+    agree,
+    computed,
+    condition,
+    forward_terms,
+    loss_and_gradient_agree,
+    scale,
+)
 
 import ddmrl.training.grpo as grpo_module
 from ddmrl.config import ConfigError, SamplerConfig, method_config
@@ -288,7 +299,10 @@ def test_loss_gradient_and_log_probs_equal_the_release_on_identical_inputs(tok, 
     f32 = both_sides(tok, model, batch, advantages, mu=1)
     f64 = both_sides(tok, InFloat64(model), batch, advantages.double(), mu=1)
 
-    assert torch.allclose(f32.diagonal, f32.logps_release, rtol=0, atol=1e-6)
+    # the old log-probs, forward passes of two codes: tolerances as the loss's, S the largest |log-prob| and n the
+    # pass's longest chain of sums (float_error.forward_terms)
+    diagonal = (f32.diagonal, f64.diagonal), (f32.logps_release, f64.logps_release)
+    agree("the old log-probs", *diagonal, scale(f64.diagonal), forward_terms(model, prompt_length + length))
     (out,) = f32.steps
     assert f32.views == [length]  # mu = 1: one forward pass per completion token in the step
     assert out.kl == 0.0 and out.clip_ratio == 0.0  # ratio 1 at the first step: no clipping, no KL

@@ -21,6 +21,7 @@ import copy
 import pytest
 import torch
 from fake_rewards import varied_reward
+from float_error import InFloat64, agree, condition, forward_terms, scale
 
 import ddmrl.objectives.token_clip as token_clip_module
 import ddmrl.training.grpo as grpo_module
@@ -30,7 +31,7 @@ from ddmrl.masking.views import apply_view, legacy_mask_seeds
 from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.rollout import Rollouts
 from ddmrl.tasks import make_task
-from ddmrl.training.grpo import make_views, step_views, train_grpo
+from ddmrl.training.grpo import make_views, step_views, train_grpo, view_logps
 
 # ------------------------------------------------------------------------------------------ the transcription
 
@@ -165,7 +166,7 @@ def test_the_loop_computes_the_released_loss(make_model, monkeypatch, ga):
 
     def spy_objective(x, cfg):
         out = real_objective(x, cfg)
-        seen.setdefault("steps", []).append((x, out.loss.item()))
+        seen.setdefault("steps", []).append((x, out.loss.detach()))
         return out
 
     monkeypatch.setattr(grpo_module, "make_views", spy_views)
@@ -190,16 +191,39 @@ def test_the_loop_computes_the_released_loss(make_model, monkeypatch, ga):
     advantages = released_advantages(seen["rewards"], g)
     rows_per_micro = prompts * g // ga
     assert len(seen["steps"]) == mu * ga
+    inputs, before64 = seen["views"][3], InFloat64(before)
+    with torch.no_grad():
+        old64 = view_logps(before64, inputs, b.completion_ids)  # ddmrl's old pass in float64, every view
     for m, (x, loss) in enumerate(seen["steps"]):
         j, rows = released_view_index(m, mu), slice((m % ga) * rows_per_micro, (m % ga + 1) * rows_per_micro)
         assert torch.equal(x.advantages, advantages[rows])
         want = released_loss(x.logps[0], x.old[0], x.ref[0], advantages[rows], stacked[:, rows], 0.2, 0.04)
-        assert loss == pytest.approx(want.item(), rel=1e-5, abs=1e-7)
-        # the old log-probs are the rollout-time policy's on the released perturbed sequence of view j = m % mu
+        # both losses of the same float32 log-probs, again in float64 (tests/float_error.py): agree there to 1e-10
+        # of S = sum_t |c_t l_t| over the T current, old and reference log-probs, each float32 loss within
+        # T eps32 S of its float64 value
+        x64 = x._replace(**{k: v.detach().double() for k, v in x._asdict().items() if torch.is_tensor(v)})
+        x64 = x64._replace(logps=x64.logps.requires_grad_(), old=x64.old.requires_grad_(),
+                           ref=x64.ref.requires_grad_())  # fmt: skip
+        loss64 = real_objective(x64, cfg).loss
+        want64 = released_loss(x64.logps[0], x64.old[0], x64.ref[0], advantages[rows].double(), stacked[:, rows],
+                               0.2, 0.04)  # fmt: skip
+        cond = condition(loss64, [x64.logps, x64.old, x64.ref], [], 0)
+        agree(f"the loss of micro-step {m}", (loss, loss64), (want, want64), *cond.of_loss())
+        # the old log-probs are the rollout-time policy's on the released perturbed sequence of view j = m % mu: two
+        # forward passes (ddmrl's batched old pass, the released sequence alone), each against float64 (S the
+        # largest |log-prob|, n the pass's longest chain of sums)
         old = token_logps(before, released[j][0][rows], b.completion_ids[rows])
-        assert torch.allclose(x.old[0], old, atol=1e-6)
+        with torch.no_grad():
+            want_old64 = token_logps(before64, released[j][0][rows], b.completion_ids[rows])
+        ours64 = old64[j][rows]
+        agree(
+            "the old log-probs",
+            (x.old[0], ours64),
+            (old, want_old64),
+            scale(ours64),
+            forward_terms(before, full.shape[1]),
+        )
     # every log-prob of view j (old, reference, current) is taken on the released perturbed sequence of view j
-    inputs = seen["views"][3]
     assert all(torch.equal(inputs[j], released[j][0]) for j in range(mu))
 
 

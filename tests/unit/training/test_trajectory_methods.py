@@ -14,6 +14,7 @@ import math
 import pytest
 import torch
 from fake_rewards import varied_reward
+from float_error import agree, condition, in_float64
 
 from ddmrl.config import SamplerConfig, method_config
 from ddmrl.masking.views import top_steps
@@ -80,7 +81,7 @@ def released_cj_loss(model, old_model, ref_model, prompt_ids, reversed_traj, adv
         return out
 
     cur, old, ref = logps_of(model), logps_of(old_model), logps_of(ref_model)
-    loss = torch.tensor(0.0)
+    loss = torch.zeros((), dtype=cur[0].dtype)  # float64 with float64 models (tests/float_error.py)
     for i in range(steps):
         per_token_logps = cur[i]
         per_token_kl = torch.exp(ref[i] - per_token_logps) - (ref[i] - per_token_logps) - 1
@@ -92,27 +93,45 @@ def released_cj_loss(model, old_model, ref_model, prompt_ids, reversed_traj, adv
     return loss
 
 
-@pytest.mark.parametrize("sampler", [{}, {"schedule": "ass", "eoser": True, "eos_id": EOS, "steps": 0}])
-def test_cj_grpo_loss_is_the_released_trajectory_loss(make_model, sampler):
-    """Three policies (old, reference, current) and real rollouts: the loop's loss at an optimiser step (every
-    stored step, token_clip averaging the steps' token means) equals the released loss, up to float error."""
-    old_model = make_model(max_positions=P + L)
-    batch = recorded(old_model, **sampler)
-    cfg = cj_config()
+def cj_losses(models, batch, cfg, adv):
+    """ddmrl's loss (the loop's functions) and the released one on ``batch``'s trajectory; ``models``: the old,
+    reference and current policies, in the dtype of the computation (``adv``'s); the condition measures of ddmrl's
+    loss (from float64 values only), a function of the current, old and reference log-probs."""
+    old_model, ref, model = models
     views, weights, z, inputs = make_views(cfg, batch, 0, PAD, MASK)
     targets = view_targets(views, batch.completion_ids)
-    adv = torch.tensor([0.7, -0.7, 1.2, -1.2])
-    b = Batch(batch, torch.zeros(N), adv, torch.zeros(2), views, weights, z, inputs, targets)
-    model, ref = perturbed(old_model, 0.05, 1), perturbed(old_model, 0.05, 2)
+    b = Batch(batch, torch.zeros(N), adv, torch.zeros(2), views, weights.to(adv.dtype), z, inputs, targets)
     with torch.no_grad():
         old, ref_l = view_logps(old_model, inputs, targets), view_logps(ref, inputs, targets)
+    old, ref_l = old.requires_grad_(), ref_l.requires_grad_()  # leaves, for the condition measures
     ids = views.steps[0]
     assert ids == tuple(range(batch.trajectory.states.shape[0])), "every stored step in every optimiser step"
     logps = torch.stack([view_logps(model, inputs[v : v + 1], targets[v : v + 1])[0] for v in ids])
     got = token_clip(objective_inputs(b, old, ref_l, logps, ids, slice(0, N), 2), cfg).loss
     traj = [*batch.trajectory.states, batch.completion_ids]
     want = released_cj_loss(model, old_model, ref, batch.prompt_ids, traj, adv, 0.5, 0.04)
-    assert torch.allclose(got, want, rtol=1e-5, atol=1e-6)
+    cond = condition(got, [logps, old, ref_l], [], P + L) if adv.dtype == torch.float64 else None
+    return got.detach(), want.detach(), cond
+
+
+@pytest.mark.parametrize("sampler", [{}, {"schedule": "ass", "eoser": True, "eos_id": EOS, "steps": 0}])
+def test_cj_grpo_loss_is_the_released_trajectory_loss(make_model, sampler):
+    """Three policies (old, reference, current) and real rollouts: the loop's loss at an optimiser step (every
+    stored step, token_clip averaging the steps' token means) equals the released loss.
+
+    Tolerance from float32's error (tests/float_error.py), not from one CPU's rounding: both sides also run in
+    float64 (the three models, the weights and the advantages; the rollouts and views are the float32 ones) and
+    agree there to 1e-10 of the condition measure S = sum_t |c_t l_t| over the T current, old and reference
+    log-probs l_t (c_t = d loss / d l_t), the check of the formulas; in float32 each is within T eps32 S of its
+    float64 value and the two within 2 T eps32 S."""
+    old_model = make_model(max_positions=P + L)
+    batch = recorded(old_model, **sampler)
+    cfg = cj_config()
+    models = (old_model, perturbed(old_model, 0.05, 2), perturbed(old_model, 0.05, 1))  # old, reference, current
+    adv = torch.tensor([0.7, -0.7, 1.2, -1.2])
+    got, want, _ = cj_losses(models, batch, cfg, adv)
+    got64, want64, cond = cj_losses(in_float64(*models), batch, cfg, adv.double())
+    agree("the loss", (got, got64), (want, want64), *cond.of_loss())
 
 
 def test_cj_grpo_loss_by_hand():

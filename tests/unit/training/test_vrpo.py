@@ -28,11 +28,12 @@ import math
 from pathlib import Path
 from typing import NamedTuple
 
+import float_error
 import pytest
 import torch
 import torch.nn.functional as F
 from fake_rewards import varied_reward
-from float_error import Computed, Condition, computed, condition, in_float64, loss_and_gradient_agree
+from float_error import Computed, Condition, agree, computed, condition, in_float64, loss_and_gradient_agree
 
 import ddmrl.objectives.vrpo as vrpo_module
 from ddmrl.config import SamplerConfig, load, method_config
@@ -210,6 +211,7 @@ class Sides(NamedTuple):
     dare: Computed
     elbos: torch.Tensor
     elbos_dare: torch.Tensor
+    elbo_scale: float  # S of the ELBOs / L (float_error.weighted_scale)
     cond: Condition | None
 
 
@@ -248,7 +250,11 @@ def both_sides(models, prompt, completion, advantages, noisy, mask_indices, p_ma
     ours = computed(out.loss, params)
     assert abs(out.loss.item() - math.log(2)) > 1e-3  # away from the policy = reference point
     cond = condition(out.loss, logps, params, prompt_length + length) if logps.dtype == torch.float64 else None
-    return Sides(ours, dare, (weights * logps).sum((0, 2)).detach() / length, pol_rel[:, 0].detach(), cond)
+    elbos, elbo_scale = (
+        (weights * logps).sum((0, 2)).detach() / length,
+        float_error.weighted_scale(weights, logps, (0, 2)) / length,
+    )
+    return Sides(ours, dare, elbos, pol_rel[:, 0].detach(), elbo_scale, cond)
 
 
 @pytest.mark.parametrize("seed", [0, 5])
@@ -260,7 +266,9 @@ def test_elbos_dpo_loss_and_gradient_equal_the_release_on_the_same_masks(make_mo
     Tolerances of the loss and gradient from float32's error (tests/float_error.py): both sides also run in float64
     (the models, the ratios and the advantages) and agree there to 1e-10 of the condition measure S, the check of
     the formulas; in float32 each is within n eps32 S of its float64 value and the two within 2 n eps32 S (n = T for
-    the loss, T (P + L) for a gradient)."""
+    the loss, T (P + L) for a gradient). The policy's ELBOs (forward passes, weighted sums of their log-probs) the
+    same way, S the largest sum_t |w_t| times the largest |log-prob| and n the pass's longest chain of sums
+    (float_error.forward_terms) plus the views' tokens."""
     prompt_length, length, n, mc_num = 3, 6, 6, 4
     gen = torch.Generator().manual_seed(seed)
     prompt = torch.randint(5, 10, (n, prompt_length), generator=gen)
@@ -278,7 +286,8 @@ def test_elbos_dpo_loss_and_gradient_equal_the_release_on_the_same_masks(make_mo
     f64 = both_sides(in_float64(*models), prompt, completion, advantages.double(), noisy, mask_indices, exact,
                      mask_id, beta_dare)  # fmt: skip
 
-    assert torch.allclose(f32.elbos, f32.elbos_dare, rtol=1e-5, atol=1e-6)
+    terms = float_error.forward_terms(ref_model, prompt_length + length) + mc_num * length
+    agree("the ELBOs", (f32.elbos, f64.elbos), (f32.elbos_dare, f64.elbos_dare), f64.elbo_scale, terms)
     loss_and_gradient_agree(f32.ours, f32.dare, f64.ours, f64.dare, f64.cond)
 
 
