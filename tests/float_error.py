@@ -35,20 +35,23 @@ Values of forward passes (logits, log-probs, ELBOs; two batchings, paddings, cac
 same inputs): :func:`agree` with S the largest |value| in float64 (normwise, :func:`scale`; for a weighted sum of
 log-probs sum_t |w_t| times the largest |log-prob|) and n the longest chain of float32 sums from the weights to a
 value, :func:`forward_terms` (each matrix product's inner dimension, each attention's head and positions, the
-log-softmax's vocabulary; plus the weighted sum's T). A normwise first-order bound, loose (the float32 sides observed
-within 1.1 % of 2 n eps32 S); the float64 check, RTOL64 S, is what tells two formulas apart. The same inequality
-with the observed float32 errors, |a - b| <= |a - a64| + |b - b64| + |a64 - b64|, holds for any a, b (the triangle
-inequality) and so checks nothing by itself.
+log-softmax's vocabulary; plus the weighted sum's T). The float64 copy (:func:`float64_copy`) runs under
+:class:`Float64Kept`, so that no cast to float32 inside the released classes rounds it. A normwise first-order bound,
+loose (the float32 sides observed within 1.1 % of 2 n eps32 S); the float64 check, RTOL64 S, is what tells two
+formulas apart. The same inequality with the observed float32 errors, |a - b| <= |a - a64| + |b - b64| + |a64 - b64|,
+holds for any a, b (the triangle inequality) and so checks nothing by itself.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import NamedTuple
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 EPS32 = torch.finfo(torch.float32).eps
 
@@ -130,15 +133,53 @@ def condition(loss: torch.Tensor, logps, params, positions: int) -> Condition:
     return Condition(s_loss, tuple(float(s.max()) for s in s_grads), len(terms), positions)
 
 
+def in_dtype(x, dtype: torch.dtype):
+    """``x``'s (an ``ObjectiveInputs``) float tensors in ``dtype``, the current, old and reference log-probs fresh
+    leaves with gradient."""
+    x = x._replace(
+        **{k: v.detach().to(dtype) for k, v in x._asdict().items() if torch.is_tensor(v) and v.is_floating_point()}
+    )
+    return x._replace(
+        **{k: getattr(x, k).requires_grad_() for k in ("logps", "old", "ref") if getattr(x, k) is not None}
+    )
+
+
+def formulas_agree(what: str, fn, x, cfg, want, grad: bool = False, constant: float = 0.0) -> None:
+    """An objective's loss ``fn(x, cfg).loss`` (``grad``: its gradient w.r.t. the current log-probs) against
+    ``want(x)``, the same quantity by another formula, in float32 and float64 (:func:`in_dtype`), by :func:`agree`
+    with S and n from :func:`condition`. ``constant``: the size of a term of the loss not of the log-probs (added to
+    S, with 3 more roundings: its own, a product and a sum)."""
+    values = []
+    for dtype in (torch.float32, torch.float64):
+        xd = in_dtype(x, dtype)
+        loss = fn(xd, cfg).loss
+        ours = torch.autograd.grad(loss, xd.logps, retain_graph=True)[0] if grad else loss
+        values.append((ours.detach(), torch.as_tensor(want(xd)).detach(), loss, xd))
+    (ours32, want32, _, _), (ours64, want64, loss64, x64) = values
+    if grad:  # S_j = |c_j|: the log-probs' own gradient
+        s, n = condition(loss64, x64.logps, [x64.logps], 1).of_grads()[0]
+    else:
+        s, n = condition(loss64, [v for v in (x64.logps, x64.old, x64.ref) if v is not None], [], 0).of_loss()
+    agree(what, (ours32, ours64), (want32, want64), s + constant, n + (3 if constant else 0))
+
+
 def forward_terms(model, positions: int) -> int:
     """The longest chain of float32 sums in a forward pass of ``model`` over ``positions`` positions: the inner
-    dimensions of its weight matrices (every matrix product on the way counted, as if in series), per layer an
-    attention's scores (at most the hidden size) and its sum over the positions, and the log-softmax's vocabulary."""
-    cfg = getattr(model, "config", None) or model.model.config  # InFloat64 holds the model
-    layers = getattr(cfg, "num_layers", None) or cfg.n_layers
-    hidden = getattr(cfg, "hidden_size", None) or cfg.d_model
+    dimensions of its weight matrices (every matrix product on the way counted, as if in series: a mixture of experts'
+    every expert, its router and shared experts, an upper bound of the k experts a token is routed to and their sum),
+    per layer an attention's scores (at most the hidden size) and its sum over the positions, and the log-softmax's
+    vocabulary. The configs name these sizes differently (TinyDDM, LLaDA / MMaDA, the Hugging Face classes: Dream,
+    SDAR, LLaDA 2.x); ``model`` a network or a wrapper of one (``.model``)."""
+    cfg = getattr(model, "config", None) or model.model.config  # InFloat64 and the block models hold the network
+    layers = _size(cfg, "num_layers", "n_layers", "num_hidden_layers")
+    hidden = _size(cfg, "hidden_size", "d_model")
     inner = sum(p.shape[-1] for p in model.parameters() if p.dim() == 2)
-    return inner + layers * (hidden + positions) + cfg.vocab_size
+    return inner + layers * (hidden + positions) + _size(cfg, "embedding_size", "vocab_size")
+
+
+def _size(cfg, *names: str) -> int:
+    """The first of ``names`` that ``cfg`` sets."""
+    return next(getattr(cfg, n) for n in names if getattr(cfg, n, None) is not None)
 
 
 def scale(x64: torch.Tensor) -> float:
@@ -158,6 +199,15 @@ def rtol_positive(roundings: int) -> float:
     return 2 * roundings * EPS32
 
 
+def sums_to_one(total: torch.Tensor, vocabulary: int) -> None:
+    """``total``: float32 sums of the probabilities exp(l_v) of a float32 log-softmax over ``vocabulary`` (V) logits.
+    To first order each l_v is off by eps32 (|y_v| + |l_v| + V + sum_u p_u |y_u| + log S) (y = x - max x, S the sum
+    of exp y; the exps' and sums' roundings, relative to the sum of positive terms), so the sum of the p_v by
+    eps32 (2 V + 2 sum p |y| + sum p |l| + log S) <= eps32 (2 V + 4 H) <= eps32 (2 V + 4 log V), H the entropy."""
+    bound, off = (2 * vocabulary + 4 * math.log(vocabulary)) * EPS32, gap(total, torch.ones_like(total))
+    assert off <= bound, f"the probabilities sum to 1 within {off:.3g} (> {bound:.3g})"
+
+
 def gap(x: torch.Tensor, y: torch.Tensor) -> float:
     """The largest difference of two tensors' elements."""
     return float((x.detach().double() - y.detach().double()).abs().max())
@@ -174,11 +224,57 @@ def agree(what: str, ours, theirs, s: float, n: int) -> None:
     assert gap(a32, b32) <= 2 * bound, f"{what}: float32 {gap(a32, b32):.3g} off the reference (> {2 * bound:.3g})"
 
 
-def forward_passes_agree(what: str, run, model, positions: int) -> None:
-    """:func:`agree` on two forward computations of the same values, ``run(model) -> (ours, theirs)``, run on
-    ``model`` and on a float64 copy of it (S: :func:`scale`, n: :func:`forward_terms`)."""
-    (a32, b32), (a64, b64) = run(model), run(copy.deepcopy(model).double())
-    agree(what, (a32, a64), (b32, b64), scale(a64), forward_terms(model, positions))
+class Float64Kept(TorchFunctionMode):
+    """Within it every torch function asked for float32 gives float64 (``Tensor.float``, ``dtype=torch.float32`` of
+    a cast, a factory or a softmax), and the default dtype is float64, so that a float64 copy of a model computes in
+    float64 throughout: the released classes compute their RMSNorms, rotary tables, routers and eager attention's
+    softmax in float32, ddmrl's log-softmax and several adapters cast the logits with ``.float()``, transcriptions
+    fill ``torch.zeros`` of the default dtype."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        func = torch.Tensor.double if func is torch.Tensor.float else func
+        args, kwargs = [_f64(a) for a in args], {k: _f64(v) for k, v in (kwargs or {}).items()}
+        return func(*args, **kwargs)
+
+    def __enter__(self):
+        self.default = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        torch.set_default_dtype(self.default)
+        return super().__exit__(*exc)
+
+
+def _f64(arg):
+    return torch.float64 if arg is torch.float32 else arg
+
+
+def float64_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A float64 copy of ``model``, float32 tensors cached outside its parameters and buffers dropped (LLaDA's rotary
+    tables, a ``dict`` on its modules, warmed up in float32 when it is built): recomputed in its first pass, in
+    float64 under :class:`Float64Kept`."""
+    model = copy.deepcopy(model).double()
+    for module in model.modules():
+        for cache in vars(module).values():
+            if isinstance(cache, dict) and any(
+                torch.is_tensor(t) and t.dtype == torch.float32 for t in cache.values()
+            ):
+                cache.clear()
+    return model
+
+
+def forward_passes_agree(what: str, run, model, positions: int, gain: float = 0.0) -> None:
+    """:func:`agree` on two forward computations of the same values, ``run(model) -> (ours, theirs[, logits])``, run
+    on ``model`` and on a float64 copy of it (:class:`Float64Kept`; S: :func:`scale`, n: :func:`forward_terms`).
+    With ``gain``, values computed from ``logits`` whose error they amplify ``gain`` times add ``gain`` times the
+    logits' scale to S: classifier-free guidance's log-probs, log_softmax(u + (w + 1)(c - u)), 2 (2 w + 1) (the
+    guided logits carry |w + 1| + |w| times the logits' error, a log-softmax twice its inputs')."""
+    a32, b32, *_ = run(model)
+    with Float64Kept():
+        a64, b64, *logits64 = run(float64_copy(model))
+    s = scale(a64) + (gain * scale(logits64[0]) if gain else 0.0)
+    agree(what, (a32, a64), (b32, b64), s, forward_terms(model, positions))
 
 
 def loss_and_gradient_agree(

@@ -7,6 +7,7 @@ import copy
 
 import pytest
 import torch
+from float_error import forward_passes_agree
 from real_dream import EOS, MASK, dream_checkpoint, needs_dream, tokenizer
 
 from ddmrl.config import ConfigError
@@ -90,16 +91,21 @@ def test_token_logps_read_position_i_from_logits_at_i_minus_1(dream):
     prompt, completion = ids(2, 6, seed=1), ids(2, 5, seed=2)
     view = torch.cat([prompt, completion], 1)
     view[:, [6, 8, 9]] = MASK  # completion positions 0, 2, 3 masked
-    with torch.no_grad():
-        got = token_logps(model, view, completion)
-        logits = model(view).logits
-    want = torch.stack(
-        [
-            torch.stack([torch.log_softmax(logits[n, 6 + k - 1], -1)[completion[n, k]] for k in range(5)])
-            for n in range(2)
-        ]
-    )
-    assert got.shape == (2, 5) and torch.allclose(got, want, atol=1e-6)
+
+    def run(network):  # other shapes of one log-softmax: tolerance from float32's error (tests/float_error.py)
+        with torch.no_grad():
+            got = token_logps(network, view, completion)
+            logits = network(view).logits.float()
+        want = torch.stack(
+            [
+                torch.stack([torch.log_softmax(logits[n, 6 + k - 1], -1)[completion[n, k]] for k in range(5)])
+                for n in range(2)
+            ]
+        )
+        assert got.shape == (2, 5)
+        return got, want
+
+    forward_passes_agree("the token log-probs", run, model, view.shape[1])
     with pytest.raises(ValueError, match="at least one prompt token"):
         token_logps(model, completion, completion)
 
@@ -114,15 +120,19 @@ def test_padded_rows_give_the_unpadded_rows_logits(dream):
     x = torch.cat([long, torch.cat([torch.full((1, 4), EOS), short], 1)])
     mask = torch.tensor([[1] * 9, [0] * 4 + [1] * 5])
     adapter = DreamAdapter(tokenizer(), MASK)
+
+    def run(network):  # the padded rows' logits and the rows' alone, in other shapes: tolerance from float32's error
+        with torch.no_grad():  # (tests/float_error.py; the float64 copy's agree to 1e-10 of the largest |logit|)
+            both = adapter.logits(network, x, mask)
+            alone = [adapter.logits(network, long), adapter.logits(network, short)]
+            raw_both, raw_short = raw_logits(network, x, mask), network(short).logits
+        ours = torch.cat([both[0], raw_both[1, 4:], both[1, 5:]])
+        return ours, torch.cat([alone[0][0], raw_short[0], alone[1][0, 1:]])
+
+    forward_passes_agree("the padded rows' logits", run, model, x.shape[1])
     with torch.no_grad():
-        both = adapter.logits(model, x, mask)
-        alone = [adapter.logits(model, long), adapter.logits(model, short)]
-        unmasked = adapter.logits(model, x)
-        raw_both, raw_short = raw_logits(model, x, mask), model(short).logits
-    assert torch.allclose(both[0], alone[0][0], atol=1e-5)
-    assert torch.allclose(raw_both[1, 4:], raw_short[0], atol=1e-5)
-    assert torch.allclose(both[1, 5:], alone[1][0, 1:], atol=1e-5)
-    assert not torch.allclose(unmasked[1, 5:], alone[1][0, 1:], atol=1e-3), "the pads matter without the mask"
+        both, alone, unmasked = adapter.logits(model, x, mask), adapter.logits(model, short), adapter.logits(model, x)
+    assert not torch.allclose(unmasked[1, 5:], alone[0, 1:], atol=1e-3), "the pads matter without the mask"
     assert torch.isfinite(both).all()
 
 

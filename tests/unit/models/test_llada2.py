@@ -8,6 +8,7 @@ import copy
 
 import pytest
 import torch
+from float_error import forward_passes_agree
 from real_llada2 import EOS, MASK, VERSIONS, llada2_checkpoint, needs_llada2, tokenizer
 
 from ddmrl.config import ConfigError
@@ -84,18 +85,29 @@ def test_block_causal_mask_and_no_shift(llada2):
     with torch.no_grad():
         a, b = block_logits(model, x, block_length=4), block_logits(model, y, block_length=4)
         full_a, full_b = block_logits(model, x, block_length=None), block_logits(model, y, block_length=None)
-    # to rounding: the MoE runs each expert on the tokens routed to it, a batch that position 9's token changes
-    assert torch.allclose(a[:, :8], b[:, :8], atol=1e-6, rtol=0), "blocks 0 and 1 do not see block 2"
+    # to rounding: the MoE runs each expert on the tokens routed to it, a batch that position 9's token changes.
+    # Tolerance from float32's error (tests/float_error.py): the float64 copy's logits agree to 1e-10 of the largest
+    # |logit| S, each float32 pass within n eps32 S of its float64 logits (n: the pass's longest chain of sums)
+
+    def unseen(network):  # blocks 0 and 1 do not see block 2
+        with torch.no_grad():
+            return block_logits(network, x, block_length=4)[:, :8], block_logits(network, y, block_length=4)[:, :8]
+
+    forward_passes_agree("blocks 0 and 1's logits", unseen, model, x.shape[1])
     assert not torch.allclose(a[:, 8:], b[:, 8:]), "block 2 sees itself (bidirectionally: position 8 sees 9)"
     assert not torch.allclose(a[0, 8], b[0, 8])
     assert not torch.allclose(full_a[0, 0], full_b[0, 0]), "bidirectional without a block length"
+
     # the explicit mask means the same under eager attention, whose mask-less forward is causal
-    eager = copy.deepcopy(model)
-    eager.config._attn_implementation = "eager"
-    for layer in eager.model.layers:
-        layer.attention.__class__ = type(layer.attention).__mro__[1]  # LLaDA2MoeAttention, the eager class
-    with torch.no_grad():
-        assert torch.allclose(block_logits(eager, x, block_length=4), a, atol=1e-5)
+    def eager_and_sdpa(network):
+        eager = copy.deepcopy(network)
+        eager.config._attn_implementation = "eager"
+        for layer in eager.model.layers:
+            layer.attention.__class__ = type(layer.attention).__mro__[1]  # LLaDA2MoeAttention, the eager class
+        with torch.no_grad():
+            return block_logits(eager, x, block_length=4), block_logits(network, x, block_length=4)
+
+    forward_passes_agree("the eager attention's logits", eager_and_sdpa, model, x.shape[1])
 
 
 def test_padded_rows_give_the_unpadded_rows_logits(llada2):
@@ -106,14 +118,18 @@ def test_padded_rows_give_the_unpadded_rows_logits(llada2):
     x = torch.cat([long, torch.cat([torch.full((1, 4), EOS), short], 1)])
     mask = torch.tensor([[1] * 9, [0] * 4 + [1] * 5])
     for block_length in (None, 2, 4):
-        with torch.no_grad():
-            both = block_logits(model, x, mask, block_length)
-            alone = [block_logits(model, long, None, block_length), block_logits(model, short, None, block_length)]
-        assert torch.allclose(both[0], alone[0][0], atol=1e-5)
-        assert torch.allclose(both[1, 4:], alone[1][0], atol=1e-5)
-        assert torch.isfinite(both).all()
+        # other shapes of one network: tolerance from float32's error (tests/float_error.py)
+        def run(network, block_length=block_length):
+            with torch.no_grad():
+                both = block_logits(network, x, mask, block_length)
+                alone = [block_logits(network, r, None, block_length)[0] for r in (long, short)]
+            assert torch.isfinite(both).all()
+            return torch.cat([both[0], both[1, 4:]]), torch.cat(alone)
+
+        forward_passes_agree(f"the padded rows' logits (blocks of {block_length})", run, model, x.shape[1])
     with torch.no_grad():
-        assert not torch.allclose(block_logits(model, x)[1, 4:], alone[1][0], atol=1e-3), "pads matter unmasked"
+        alone = block_logits(model, short, None, 4)[0]
+        assert not torch.allclose(block_logits(model, x)[1, 4:], alone, atol=1e-3), "pads matter unmasked"
     bias, positions = attention_inputs(mask, 2, torch.float32)
     assert positions[1].tolist() == [0, 0, 0, 0, 0, 1, 2, 3, 4]
     assert bias.shape == (2, 1, 9, 9) and bool((bias[1, 0, 4:, :4] < 0).all()), "real queries never see pads"
@@ -124,10 +140,13 @@ def test_train_mode_moe_equals_eval_mode_and_has_gradients(llada2):
     experts that were routed to."""
     model = copy.deepcopy(llada2[2])
     x = ids()
-    with torch.no_grad():
-        evaluated = block_logits(model.eval(), x)
+
+    def run(network):  # two codes of the MoE: tolerance from float32's error (tests/float_error.py)
+        with torch.no_grad():
+            return block_logits(network.train(), x), block_logits(network.eval(), x)
+
+    forward_passes_agree("the train mode's logits", run, model, x.shape[1])
     trained = block_logits(model.train(), x)
-    assert torch.allclose(trained, evaluated, atol=1e-5)
     trained.logsumexp(-1).sum().backward()
     experts = model.model.layers[1].mlp.experts
     assert any(e.up_proj.weight.grad is not None and e.up_proj.weight.grad.abs().sum() > 0 for e in experts)
@@ -187,19 +206,23 @@ def test_lora_merge_leaves_head_embeddings_and_router_bit_identical(llada2):
 def test_block_forward_with_a_kv_cache_equals_recomputing(llada2):
     """The block-diffusion protocol over the real class: a block read against the cached earlier blocks gives the
     logits of the whole prefix recomputed; a pass with ``store=False`` leaves the cache as it was."""
-    model = LLaDA2BlockModel(llada2[2])
     x = ids(2, 12)
     pos = torch.arange(12)[None].expand(2, -1)
     blocks = torch.arange(12) // 4
     att = (blocks[None, :] <= blocks[:, None])[None].expand(2, -1, -1)  # [2, 12, 12]
-    with torch.no_grad():
-        full, none = model.block_forward(x, pos, att)
-        _, cache = model.block_forward(x[:, :8], pos[:, :8], att[:, :8, :8], None, True)
-        step, same = model.block_forward(x[:, 8:], pos[:, 8:], att[:, 8:], cache, False)
-        again, _ = model.block_forward(x[:, 8:], pos[:, 8:], att[:, 8:], cache, False)
-    assert none is None and same is cache and cache.get_seq_length() == 8
-    assert torch.allclose(step, full[:, 8:], atol=1e-5) and torch.equal(step, again)
-    with torch.no_grad():
-        assert torch.allclose(full, block_logits(llada2[2], x, block_length=4), atol=1e-6)
+
+    def run(network):  # the cached block and the block model's full pass against the recomputed logits, in other
+        model = LLaDA2BlockModel(network)  # shapes and codes: tolerance from float32's error (tests/float_error.py)
+        with torch.no_grad():
+            full, none = model.block_forward(x, pos, att)
+            _, cache = model.block_forward(x[:, :8], pos[:, :8], att[:, :8, :8], None, True)
+            step, same = model.block_forward(x[:, 8:], pos[:, 8:], att[:, 8:], cache, False)
+            again, _ = model.block_forward(x[:, 8:], pos[:, 8:], att[:, 8:], cache, False)
+            recomputed = block_logits(network, x, block_length=4)
+        assert none is None and same is cache and cache.get_seq_length() == 8
+        assert torch.equal(step, again), "the same code on the same inputs and cache: bit-identical"
+        return torch.cat([step, full], 1), torch.cat([full[:, 8:], recomputed], 1)
+
+    forward_passes_agree("the cached block's logits", run, llada2[2], x.shape[1])
     with pytest.raises(ValueError, match="kv_cache: false"):
         LLaDA2BlockModel(llada2[2], released_21_mask=True).block_forward(x, pos, att, None, True)

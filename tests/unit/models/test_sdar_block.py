@@ -20,6 +20,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from float_error import forward_passes_agree
 from real_sdar import EOS, MASK, needs_sdar, sdar_checkpoint, sharpen, tokenizer
 
 from ddmrl.likelihood.block import block_token_logps
@@ -446,14 +447,20 @@ def test_block_logps_equal_tracerls(sdar, block, length):
     completion = torch.randint(10, 100, (3, length), generator=g)
     completion[1, -2:] = EOS  # EOS in the completion is a token, not a pad
     noised = completion.masked_fill(torch.rand(3, length, generator=g) < 0.5, MASK)
+
+    def run(network):  # two codes of the same log-probs: tolerance from float32's error (tests/float_error.py)
+        with torch.no_grad():
+            want = tracerl_token_logps(network, torch.cat([prompt, completion], 1), noised, p, block, EOS)[:, p:]
+            got = block_token_logps(
+                SDARBlockModel(network), torch.cat([prompt, noised], 1), completion, block_length=block,
+                align="completion", prompt_mask=prompt_mask,
+            )  # fmt: skip
+        assert got.shape == (3, length)
+        return got, want.float()
+
+    forward_passes_agree("the completion's log-probs", run, sdar, p + 2 * length)  # [prompt | clean | noised]
     with torch.no_grad():
         want = tracerl_token_logps(sdar, torch.cat([prompt, completion], 1), noised, p, block, EOS)[:, p:]
-        got = block_token_logps(
-            SDARBlockModel(sdar), torch.cat([prompt, noised], 1), completion, block_length=block,
-            align="completion", prompt_mask=prompt_mask,
-        )  # fmt: skip
-    assert got.shape == (3, length)
-    assert torch.allclose(got, want.float(), atol=1e-5), (got - want).abs().max()
     if p % block:  # SDAR's sampling grid (align sequence) is another input: TraceRL trains on the completion's
         with torch.no_grad():
             other = block_token_logps(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from float_error import Float64Kept, agree, forward_passes_agree
 from transformers import AutoConfig, AutoModelForMaskedLM
 
 from ddmrl.models.tiny import TinyDDMConfig, TinyDDMForMaskedLM
@@ -28,7 +29,8 @@ def test_rows_are_independent_and_the_forward_is_deterministic_in_eval(make_mode
     model = make_model(max_positions=6)
     x = torch.randint(0, 10, (3, 6), generator=torch.Generator().manual_seed(0))
     full = model(x).logits
-    assert torch.allclose(full[1:2], model(x[1:2]).logits, atol=1e-6)
+    # a row alone and in the batch: other shapes of the products, tolerance from float32's error (tests/float_error.py)
+    forward_passes_agree("a row's logits", lambda m: (m(x).logits[1:2], m(x[1:2]).logits), model, x.shape[1])
     assert torch.equal(full, model(x).logits)
 
 
@@ -93,13 +95,23 @@ def test_rotary_attention_depends_only_on_relative_positions():
 
     torch.manual_seed(0)
     q, k = torch.randn(1, 1, 1, 8), torch.randn(1, 1, 1, 8)
-    cos, sin = rotary_angles(12, 8, 10000.0)
-    qs, ks = rotate(q.expand(1, 1, 12, 8), cos, sin), rotate(k.expand(1, 1, 12, 8), cos, sin)
-    dots = qs[0, 0] @ ks[0, 0].T  # [12, 12]
-    for offset in (0, 1, 3):
-        diag = torch.diagonal(dots, offset)
-        assert torch.allclose(diag, diag[0].expand_as(diag), atol=1e-5)
-    assert torch.allclose(qs[0, 0].norm(dim=-1), q.norm().expand(12), atol=1e-5)  # rotations keep norms
+
+    def run(q, k):  # [the dots at each offset and the rotated norms], [what they equal]
+        cos, sin = rotary_angles(12, 8, 10000.0)
+        qs, ks = rotate(q.expand(1, 1, 12, 8), cos, sin), rotate(k.expand(1, 1, 12, 8), cos, sin)
+        dots = qs[0, 0] @ ks[0, 0].T  # [12, 12]
+        diags = [torch.diagonal(dots, offset) for offset in (0, 1, 3)]
+        ours = torch.cat([*diags, qs[0, 0].norm(dim=-1)])
+        return ours, torch.cat([*(d[0].expand_as(d) for d in diags), q.norm().expand(12)])  # rotations keep norms
+
+    a32, b32 = run(q, k)
+    with Float64Kept():  # the angles too in float64
+        a64, b64 = run(q.double(), k.double())
+    # tolerance from float32's error (tests/float_error.py): S = |q| |k| + |q| bounds every dot and norm; n: the
+    # 8 products of a dot, the rotation's product and sum, the angle m theta_i rounded twice relative to itself (an
+    # absolute error up to 2 * 11 eps32 at position 11: 22 roundings of size S) and its cos / sin
+    s = float(q.norm() * k.norm() + q.norm())
+    agree("the rotated dots and norms", (a32, a64), (b32, b64), s, 8 + 2 + 2 * 11 + 1)
 
 
 def test_rope_model_has_no_position_table(tok):
@@ -138,7 +150,8 @@ def test_without_a_cache_the_forward_is_the_plain_transformer(make_model):
     x = torch.randint(0, 10, (2, 10), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         out, cached = model(x), model(x, use_cache=True)
-        torch.testing.assert_close(out.logits, manual_forward(model, x), rtol=1e-5, atol=1e-5)
+        # two codes of one network: tolerance from float32's error (tests/float_error.py)
+        forward_passes_agree("the logits", lambda m: (m(x).logits, manual_forward(m, x)), model, x.shape[1])
     assert out.past_key_values is None and torch.equal(cached.logits, out.logits)
     ((k, v),) = cached.past_key_values
     assert k.shape == v.shape == (2, 2, 10, 8)
@@ -147,11 +160,17 @@ def test_without_a_cache_the_forward_is_the_plain_transformer(make_model):
 def test_a_window_against_its_own_cache_is_the_full_forward_and_bad_windows_are_refused(make_model):
     model = make_model(max_positions=12)
     x = torch.randint(0, 10, (2, 12), generator=torch.Generator().manual_seed(1))
+    windows = ((0, 12), (4, 12), (4, 8), (11, 12))
+
+    def run(m):  # the windows against the cache and the full pass, in other shapes: tolerance from float32's error
+        with torch.no_grad():  # (tests/float_error.py)
+            full = m(x, use_cache=True)
+            ws = [m(x[:, lo:hi], past_key_values=full.past_key_values, window_start=lo).logits for lo, hi in windows]
+        return torch.cat(ws, 1), torch.cat([full.logits[:, lo:hi] for lo, hi in windows], 1)
+
+    forward_passes_agree("the windows' logits", run, model, x.shape[1])
     with torch.no_grad():
         full = model(x, use_cache=True)
-        for lo, hi in ((0, 12), (4, 12), (4, 8), (11, 12)):
-            w = model(x[:, lo:hi], past_key_values=full.past_key_values, window_start=lo)
-            torch.testing.assert_close(w.logits, full.logits[:, lo:hi], rtol=0, atol=1e-5)
     with pytest.raises(ValueError, match="outside the 12 positions"):
         model(x[:, :4], past_key_values=full.past_key_values, window_start=10)
     with pytest.raises(ValueError, match="max_position_embeddings"):

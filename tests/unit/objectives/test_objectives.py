@@ -10,7 +10,7 @@ import math
 
 import pytest
 import torch
-from float_error import agree, condition
+from float_error import agree, formulas_agree, in_dtype
 
 from ddmrl.config import GRPOConfig
 from ddmrl.likelihood import sequence_elbo
@@ -76,34 +76,7 @@ def grad_of(fn, x: ObjectiveInputs, cfg: GRPOConfig) -> tuple[torch.Tensor, torc
 # on the inputs cast to float64 (their float32 values, exactly) and agree there to 1e-10 of the condition measure
 # S = sum_t |c_t l_t| over the T log-probs l_t (current, old, reference; c_t = d loss / d l_t), the check of the
 # formulas; in float32 each is within T eps32 S of its float64 value and the two within 2 T eps32 S. A gradient
-# w.r.t. the current log-probs the same way, S = max_t |c_t| (normwise) and n = T.
-
-
-def in_dtype(x: ObjectiveInputs, dtype: torch.dtype) -> ObjectiveInputs:
-    """``x``'s float tensors in ``dtype``, the current, old and reference log-probs fresh leaves with gradient."""
-    x = x._replace(
-        **{k: v.detach().to(dtype) for k, v in x._asdict().items() if torch.is_tensor(v) and v.is_floating_point()}
-    )
-    return x._replace(
-        **{k: getattr(x, k).requires_grad_() for k in ("logps", "old", "ref") if getattr(x, k) is not None}
-    )
-
-
-def formulas_agree(what: str, fn, x: ObjectiveInputs, cfg: GRPOConfig, want, grad: bool = False) -> None:
-    """``fn``'s loss (``grad``: its gradient w.r.t. the current log-probs) against ``want(x)``, the same quantity by
-    another formula, in float32 and float64 (:func:`in_dtype`), by float_error.agree."""
-    values = []
-    for dtype in (torch.float32, torch.float64):
-        xd = in_dtype(x, dtype)
-        loss = fn(xd, cfg).loss
-        ours = torch.autograd.grad(loss, xd.logps, retain_graph=True)[0] if grad else loss
-        values.append((ours.detach(), torch.as_tensor(want(xd)).detach(), loss, xd))
-    (ours32, want32, _, _), (ours64, want64, loss64, x64) = values
-    if grad:  # S_j = |c_j|: the log-probs' own gradient
-        s, n = condition(loss64, x64.logps, [x64.logps], 1).of_grads()[0]
-    else:
-        s, n = condition(loss64, [v for v in (x64.logps, x64.old, x64.ref) if v is not None], [], 0).of_loss()
-    agree(what, (ours32, ours64), (want32, want64), s, n)
+# w.r.t. the current log-probs the same way, S = max_t |c_t| (normwise) and n = T (float_error.formulas_agree).
 
 
 def test_registry_names_the_objectives():
@@ -149,8 +122,9 @@ def test_token_clip_on_one_view_is_the_aggregated_clipped_token_loss(loss_type, 
         return aggregate(tl.loss, x.weights[0], loss_type, x.z)
 
     formulas_agree("the loss", token_clip, x, cfg, want)
-    assert out.kl == pytest.approx(aggregate(tl.kl, w[0], "token_mean").item(), abs=1e-7)
-    assert out.clip_ratio == pytest.approx(aggregate(tl.clipped, w[0], "token_mean").item(), abs=1e-7)
+    # the diagnostics: token_clip's own code (clipped_token_loss, aggregate) on the same inputs, bit for bit
+    assert out.kl == aggregate(tl.kl, w[0], "token_mean").item()
+    assert out.clip_ratio == aggregate(tl.clipped, w[0], "token_mean").item()
     assert 0 < out.clip_ratio < 1 and out.kl > 0  # both diagnostics are exercised
 
 
@@ -164,7 +138,8 @@ def test_token_clip_averages_the_views_of_a_step():
     cfg = GRPOConfig(epsilon=0.2, beta=0.0)
     out = token_clip(make(logps, old, None, adv, weights=w), cfg)
     per_view = [aggregate(clipped_token_loss(logps[v], old[v], None, adv, 0.2, 0.0).loss, w[v]) for v in range(2)]
-    assert out.loss.item() == pytest.approx(((per_view[0] + per_view[1]) / 2).item(), abs=1e-7)
+    # the same per-view aggregates; the mean of two, (a + b) / 2 (one rounding, then an exact halving), bit for bit
+    assert out.loss.item() == ((per_view[0] + per_view[1]) / 2).item()
     assert out.kl == 0.0
 
 
@@ -190,8 +165,10 @@ def test_sequence_clip_at_ratio_one_is_minus_mean_length_normalised_advantage(be
     x = make(logps, logps.clone(), logps.clone(), adv, weights=w, cm=cm)
     cfg = GRPOConfig(epsilon=0.2, beta=beta)
     out = sequence_clip(x, cfg)
-    assert out.loss.item() == pytest.approx(0.75, abs=1e-6)
-    assert out.clip_ratio == 0.0 and out.kl == pytest.approx(0.0, abs=1e-7)
+    # exact: old and ref are copies of logps, so the ELBO differences and the k3 KL are 0 and r = e^0 = 1 exactly;
+    # -(1.5 / 3 + (-2) / 1) / 2 = 0.75 has exactly representable steps
+    assert out.loss.item() == 0.75
+    assert out.clip_ratio == 0.0 and out.kl == 0.0
     ys = cm.sum(1)[None, :, None]
     want = lambda x: -x.advantages[None, :, None] * x.weights / (ys * 2)  # noqa: E731
     formulas_agree("the gradient", sequence_clip, x, cfg, want, grad=True)
@@ -207,7 +184,12 @@ def test_sequence_clip_hand_example_engages_the_clip():
     x = make(logps, old, None, torch.tensor([2.0, -1.0]), weights=cm[None].float(), cm=cm)
     cfg = GRPOConfig(epsilon=0.2, beta=0.0)
     out = sequence_clip(x, cfg)
-    assert out.loss.item() == pytest.approx(-0.2, abs=1e-6)
+    # every term clipped: the loss is of the constants alone, -((1 + eps) 2 / 2 + (1 - eps)(-1) / 1) / 2, not of the
+    # log-probs (formulas_agree's S would be 0). Tolerance from float32's error (tests/float_error.py): in float64 it
+    # is -0.2 to 1e-10 S, S = (2.4 / 2 + 0.8 / 1) / 2 = 1 the sum of its terms' sizes, and in float32 within n eps32 S
+    # of that, n = 5 roundings (1 +- eps, the products, the quotients, the sum, the mean)
+    out64 = sequence_clip(in_dtype(x, torch.float64), cfg)
+    agree("the loss", (out.loss, out64.loss), (torch.tensor(-0.2), torch.tensor(-0.2, dtype=torch.float64)), 1.0, 5)
     assert out.clip_ratio == 1.0
     _, grad = grad_of(sequence_clip, x, cfg)
     assert torch.equal(grad, torch.zeros_like(grad))
@@ -218,9 +200,11 @@ def test_sequence_clip_inside_the_trust_region_has_the_ratio_gradient():
     old = torch.tensor([[[-1.0, -2.0]]])
     logps = old + torch.tensor([[[math.log(1.1), 0.0]]])
     x = make(logps, old, None, torch.tensor([1.0]), weights=torch.ones(1, 1, 2))
-    loss, grad = grad_of(sequence_clip, x, GRPOConfig(epsilon=0.2, beta=0.0))
-    assert loss.item() == pytest.approx(-1.1 / 2, abs=1e-6)
-    assert torch.allclose(grad, torch.full((1, 1, 2), -1.1 / 2), atol=1e-6)
+    cfg = GRPOConfig(epsilon=0.2, beta=0.0)
+    # r = 1.1 of the float32 log-probs: the closed form of the inputs as they are, r = e^(sum (logps - old))
+    ratio = lambda x: (x.logps - x.old).sum().exp()  # noqa: E731
+    formulas_agree("the loss", sequence_clip, x, cfg, lambda x: -ratio(x) / 2)
+    formulas_agree("the gradient", sequence_clip, x, cfg, lambda x: (-ratio(x) / 2).expand(1, 1, 2), grad=True)
 
 
 def test_sequence_clip_zero_advantage_and_no_kl_gives_zero_gradient():
@@ -313,8 +297,8 @@ def test_spg_loss_weights_sequences_by_completion_length():
     cm = torch.tensor([[True] * 4, [True, False, False, False]])
     targets = cm[None].clone()
     x = make(logps, adv=torch.tensor([1.0, 1.0]), t=torch.ones(1, 2), targets=targets, cm=cm)
-    out = spg(x, GRPOConfig(beta=0.0))
-    assert out.loss.item() == pytest.approx(1.4, abs=1e-6)
+    # exact inputs, but 7 / 5 is not a float: its float32 rounding (formulas_agree, tests/float_error.py)
+    formulas_agree("the loss", spg, x, GRPOConfig(beta=0.0), lambda x: torch.tensor(1.4, dtype=x.logps.dtype))
 
 
 def proxies(logps: torch.Tensor, targets: torch.Tensor, t: torch.Tensor, beta: float) -> tuple[float, float]:
@@ -338,12 +322,21 @@ def test_spg_sandwich_single_view_eubo_above_elbo(beta):
     logps = torch.tensor([[[-0.3, -2.0, -1.1, -0.7]]])
     targets = torch.tensor([[[True, False, True, False]]])
     elbo, eubo = proxies(logps, targets, torch.tensor([[0.5]]), beta)
-    assert elbo == pytest.approx((-0.3 - 1.1) / 2, abs=1e-6)
-    assert eubo == pytest.approx(elbo + math.log(2) / beta, abs=1e-5)
     assert eubo > elbo
-    # fully masked view, t = 1: the sandwich closes
-    elbo1, eubo1 = proxies(logps, torch.ones(1, 1, 4, dtype=torch.bool), torch.tensor([[1.0]]), beta)
-    assert eubo1 == pytest.approx(elbo1, abs=1e-5)
+    # the closed forms of the float32 log-probs (-0.3, -1.1 are not floats): tolerances from float32's error
+    # (formulas_agree, tests/float_error.py); the loss is -ELBO with A = +1, +EUBO with A = -1 and mix 1, and with
+    # every token masked (t = 1) the sandwich closes, EUBO = ELBO
+    cm = torch.ones(1, 4, dtype=torch.bool)
+    for t, tg in ((0.5, targets), (1.0, torch.ones(1, 1, 4, dtype=torch.bool))):
+        for adv, mix in ((1.0, 0.0), (-1.0, 1.0)):
+
+            def want(x, tg=tg, sign=-adv, mix=mix):  # -ELBO; EUBO = ELBO - log(t) / beta (ELBO: the targets' mean)
+                return sign * x.logps[tg].mean() - (x.t.log()[0, 0] / beta if mix else 0.0)
+
+            x = make(logps, adv=torch.tensor([adv]), t=torch.tensor([[t]]), targets=tg, cm=cm)
+            cfg = GRPOConfig(beta=0.0, eubo_beta=beta, eubo_mix=mix)
+            constant = abs(math.log(t) / beta) if mix else 0.0  # not of the log-probs: its size and roundings
+            formulas_agree(f"the {'EUBO' if mix else 'ELBO'} at t = {t}", spg, x, cfg, want, constant=constant)
 
 
 def test_spg_has_no_kl_and_zero_advantage_gives_zero_gradient():

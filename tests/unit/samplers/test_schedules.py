@@ -17,6 +17,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from float_error import Float64Kept, agree, float64_copy, forward_terms, scale
 
 import ddmrl.samplers.schedules as schedules
 import ddmrl.samplers.trajectory as trajectory
@@ -328,18 +329,32 @@ def test_recording_changes_nothing_and_keeps_every_step(sharp_model, kw):
     after = next_states(traj.states, out.completion_ids)
     committed = (traj.states == MASK) & (after != MASK)
     assert torch.equal(after[committed], traj.predictions[committed]), "a step commits its own predictions"
+
     # the confidence is the model's probability of the prediction, from the state's own forward pass
-    for s in (0, steps - 1):
-        x = torch.cat([prompts(), traj.states[s]], 1)
+    def probability(model, x, predictions):  # [N, L] and the logits
         logits = model(x).logits.float()
         if kw.get("cfg_scale"):
             uncond = x.clone()
             uncond[:, :4] = MASK
             logits = model(uncond).logits.float() + (1 + kw["cfg_scale"]) * (logits - model(uncond).logits.float())
         logits[..., MASK] = -torch.inf
-        prob = torch.softmax(logits, -1)[:, 4:].gather(-1, traj.predictions[s][..., None]).squeeze(-1)
+        return torch.softmax(logits, -1)[:, 4:].gather(-1, predictions[..., None]).squeeze(-1), logits
+
+    with Float64Kept():
+        model64 = float64_copy(model)
+    for s in (0, steps - 1):
+        x = torch.cat([prompts(), traj.states[s]], 1)
         masked = traj.states[s] == MASK
-        assert torch.allclose(traj.confidence[s][masked], prob[masked], atol=1e-6)
+        prob, _ = probability(model, x, traj.predictions[s])
+        with Float64Kept():
+            prob64, logits64 = probability(model64, x, traj.predictions[s])
+        # tolerance from float32's error (tests/float_error.py): the sampler draws the states in float32, so only
+        # the recomputation reruns in float64, and each float32 side is checked against it (checks 2 and 3). p moves
+        # by p times its log-prob's error, at most twice the (guided: 2 w + 1 times the) logits' n eps32 S_logits
+        w = kw.get("cfg_scale", 0.0)
+        s_prob = scale(prob64[masked]) * (1 + 2 * (2 * w + 1) * scale(logits64[logits64.isfinite()]))
+        ours, theirs = (traj.confidence[s][masked], prob64[masked]), (prob[masked], prob64[masked])
+        agree("the confidences", ours, theirs, s_prob, forward_terms(model, x.shape[1]))
         assert bool((traj.confidence[s][~masked] == 1).all())
 
 

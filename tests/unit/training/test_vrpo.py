@@ -345,8 +345,11 @@ def test_one_rollout_batch_starts_at_log_2_and_trains_the_pairs(make_model, monk
     curve, _ = train_grpo(policy, ref, tok, task, lambda it: task.generate(2, seed=100 + it), cfg, 0)
     assert len(curve) == 1 and curve[0]["step"] == 2 and math.isfinite(curve[0]["loss"])
     assert len(seen) == 2 and seen[0].numel() > 0
-    assert torch.allclose(seen[0], torch.full_like(seen[0], math.log(2)), atol=1e-6)
-    assert not torch.allclose(seen[1], torch.full_like(seen[1], math.log(2)), atol=1e-6)
+    # -log sigmoid(0) = log(1 + e^0) = log 2 of the exact 0: e^0 and 1 + 1 exact, the log rounded once (faithful:
+    # within an ulp, eps32 log 2), as math.log(2) cast to float32 (half an ulp); then the policy moves past that
+    tol = 2 * float_error.EPS32 * math.log(2)
+    assert float_error.gap(seen[0], torch.full_like(seen[0], math.log(2))) <= tol
+    assert float_error.gap(seen[1], torch.full_like(seen[1], math.log(2))) > tol
     assert all(torch.equal(p, ref_before[k]) for k, p in ref.named_parameters())
 
 
