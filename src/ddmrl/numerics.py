@@ -143,20 +143,15 @@ def route_products_to_openblas() -> None:
         arrays = (t.detach().resolve_conj().resolve_neg().numpy() for t in (a, b))
         return torch.from_numpy(np.matmul(*arrays))
 
-    def accumulate(c: torch.Tensor, p: torch.Tensor, beta, alpha) -> torch.Tensor:  # beta * c + alpha * p
+    def addmm(c, a, b, *, beta=1, alpha=1):  # addmm and baddbmm: beta * c + alpha * (a @ b)
+        p = product(a, b)
         if alpha != 1:
             p.mul_(alpha)
         return p.add_(c, alpha=beta) if beta != 0 else p
 
-    def addmm(c, a, b, *, beta=1, alpha=1):
-        return accumulate(c, product(a, b), beta, alpha)
-
-    def baddbmm(c, a, b, *, beta=1, alpha=1):
-        return accumulate(c, product(a, b), beta, alpha)
-
     lib = torch.library.Library("aten", "IMPL")
     with warnings.catch_warnings():  # "Overriding a previously registered kernel": what this is for
         warnings.simplefilter("ignore", UserWarning)
-        for name, fn in (("mm", product), ("bmm", product), ("addmm", addmm), ("baddbmm", baddbmm)):
+        for name, fn in (("mm", product), ("bmm", product), ("addmm", addmm), ("baddbmm", addmm)):
             lib.impl(name, fn, "CPU")
     _ROUTED.append(lib)
