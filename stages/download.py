@@ -33,7 +33,7 @@ import time
 
 import yaml
 
-from ddmrl import config
+from ddmrl import config, embedded
 from ddmrl.cli import run_stage, write_csv
 from ddmrl.io import atomic_path, write_json, write_text
 from ddmrl.models.checkpoint import save_checkpoint, write_pointer
@@ -47,14 +47,14 @@ from ddmrl.tasks.store import training_draw, write_task
 from ddmrl.training import distributed as dist
 from ddmrl.training.data import drop_prompts, encode_examples, prompt_length
 from ddmrl.training.mdm import train_mdm
-from ddmrl.training.resume import Checkpointer, file_digest, fingerprint
-from ddmrl.training.tracking import RunLog, plain, start_trackers, trackers, without_trackers
+from ddmrl.training.resume import Checkpointer, file_digest
+from ddmrl.training.tracking import RunLog, plain, start_trackers, trackers
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--params", required=True)
-    ap.add_argument("--tasks-out", required=True)
+    ap.add_argument("--tasks-out", help="where the held-out sets go (default: not written; another stage writes them)")
     ap.add_argument("--model-out", required=True)
     ap.add_argument("--metrics", required=True)
     ap.add_argument("--curve", required=True)
@@ -63,10 +63,12 @@ def main() -> None:
     ap.add_argument("--log-dir", help="directory for the experiment trackers' files (not an output)")
     ap.add_argument("--modality", choices=("text", "image"), default="text")
     ap.add_argument("--manifests", help="paper profiles: directory for the checksum manifests of the downloads")
+    ap.add_argument("--seed", type=int, help="the pre-training's seed (download.base_per_seed: the GRPO seed's)")
     args = ap.parse_args()
     cfg = config.load(args.params)
     branch = cfg.image if args.modality == "image" else cfg  # both have tasks, task_params, model, download
     seed = cfg.seed if branch.download.seed is None else branch.download.seed  # the pre-training's; held-out: cfg's
+    seed = seed if args.seed is None else args.seed
     seed_everything(seed)
     start = time.time()
 
@@ -84,7 +86,8 @@ def main() -> None:
         params = branch.task_params.get(name, {})
         task = make_task(name, **params)
         held_out = task.held_out(branch.download.num_eval, derive_seed(cfg.seed, "eval", name))
-        write_task(args.tasks_out, task, params, held_out)
+        if args.tasks_out:  # download.base_per_seed: the first seed's stage writes them, the others draw them only
+            write_task(args.tasks_out, task, params, held_out)
         tasks.append(task)
         draws.append(training_draw(task, held_out, seed, "pretrain", branch.download.pretrain.batch_size))
     for name in cfg.image.eval_tasks if args.modality == "image" else ():  # benchmarks: every prompt, held out
@@ -124,7 +127,8 @@ def main() -> None:
         )
 
     pre = branch.download.pretrain
-    download, dropout = dataclasses.asdict(branch.download), cfg.image.cond_dropout_prob
+    download = dataclasses.asdict(branch.download) | {"seed": seed}  # the pre-training's seed, whoever set it
+    dropout = cfg.image.cond_dropout_prob
     resolved = plain(
         {
             "modality": args.modality,
@@ -139,16 +143,16 @@ def main() -> None:
     )
     if args.config_out:
         write_text(args.config_out, yaml.safe_dump(resolved, sort_keys=False))
-    run_id = fingerprint(
-        "download",
-        args.modality,
-        cfg.seed,
-        branch.tasks,
-        branch.task_params,
-        dataclasses.asdict(branch.model),
-        without_trackers(download),
-        dropout if args.modality == "image" else None,
-    )
+    run_id = embedded.recipe_id(cfg, args.modality, seed)  # also the resumable checkpoints' fingerprint
+    packaged = embedded.packaged_base(run_id) if branch.download.packaged and args.modality == "text" else None
+    if packaged is not None:  # the package's base model of this recipe, its sha256 checked: no pre-training
+        embedded.load_weights(model, packaged.weights)
+        save_checkpoint(model, tok, args.model_out)
+        embedded.check_saved(args.model_out, packaged.entry)
+        write_text(args.curve, packaged.curve.read_text())
+        origin = {"recipe": run_id, "packaged": packaged.entry["file"], "seconds": time.time() - start}
+        write_json(args.metrics, {**packaged.entry["metrics"], **origin})
+        return
     objective = "sft" if args.modality == "image" else "pretrain"  # MMaDA never masks the caption
     ckpt = Checkpointer(args.checkpoints, run_id, pre.save_total_limit)
     name, key = (
@@ -169,6 +173,7 @@ def main() -> None:
             "pretrain_loss": curve[-1]["loss"] if curve else None,
             "num_parameters": sum(p.numel() for p in model.parameters()),
             "vocab_size": len(tok),
+            "recipe": run_id,
             "seconds": time.time() - start,
         },
     )

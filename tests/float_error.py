@@ -264,6 +264,15 @@ def float64_copy(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
+def rebatched_agree(what: str, a: torch.Tensor, b: torch.Tensor, model, positions: int) -> None:
+    """Two float32 computations of one forward pass's values (log-probs) on the same inputs in other batches: the
+    GEMM kernels block a product's rows by its size (OpenBLAS's edge kernels add in another order than its main
+    one), so a row's value depends on the batch in its last bits. Within 2 n eps32 S (check 3 of :func:`agree`, S
+    the values' largest magnitude, n :func:`forward_terms`): no float64 side, the two are one formula."""
+    bound = 2 * forward_terms(model, positions) * EPS32 * scale(a)
+    assert gap(a, b) <= bound, f"{what}: {gap(a, b):.3g} apart (> {bound:.3g})"
+
+
 def forward_passes_agree(what: str, run, model, positions: int, gain: float = 0.0) -> None:
     """:func:`agree` on two forward computations of the same values, ``run(model) -> (ours, theirs[, logits])``, run
     on ``model`` and on a float64 copy of it (:class:`Float64Kept`; S: :func:`scale`, n: :func:`forward_terms`).

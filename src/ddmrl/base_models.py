@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from ddmrl import stats
@@ -20,8 +19,8 @@ from ddmrl.tables import (
     Scores,
     _fill,
     _records,
-    aligned,
     cell,
+    difference,
     display,
     gain_interval,
     row_interval,
@@ -73,12 +72,3 @@ def base_model_table(
     frame = pd.DataFrame(md)
     columns = [f"{t}: {c}" for t in cfg.tasks for c in COLUMNS]
     return _fill(frame[["model", *(c for c in columns if c in frame), "base models"]]), records
-
-
-def difference(scores: Scores, start: Scores) -> Scores:
-    """Per-item ``scores`` minus ``start`` on the same items (``start``'s order). Its accuracy, sum(numer) /
-    sum(denom), is the gain, since both share the items' denominators (d1's pooled Sudoku cell accuracy too)."""
-    (mine,) = aligned([scores], [start])
-    if not np.array_equal(mine.denom, start.denom):
-        raise ValueError("a paired difference needs the same denominators on both sides")
-    return Scores(start.ids, mine.numer - start.numer, start.denom, start.strata)

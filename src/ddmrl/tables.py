@@ -32,6 +32,7 @@ from ddmrl import stats  # noqa: E402
 from ddmrl.config import MAR_TASK, Config, mar_run_name, run_name  # noqa: E402
 from ddmrl.io import read_json, read_jsonl  # noqa: E402
 from ddmrl.methods import METHODS  # noqa: E402
+from ddmrl.pipeline.layout import per_seed_bases  # noqa: E402
 from ddmrl.tasks import TASKS  # noqa: E402
 
 #: row labels that are not a method's own (a method's is its ``display``, ``ddmrl.methods``)
@@ -68,6 +69,19 @@ def labelled_runs(cfg: Config) -> list[tuple[str, str, int, str]]:
 def run_of(cfg: Config, model: str) -> tuple[str, str, int] | None:
     """(row label, task, seed) of a GRPO run name, or None for base / sft / mar_base."""
     return next(((label, t, s) for label, t, s, name in labelled_runs(cfg) if name == model), None)
+
+
+_PER_SEED = re.compile(r"^(base|sft)_s(\d+)$")
+
+
+def row_and_seed(cfg: Config, model: str) -> tuple[str, int]:
+    """(row label, seed) of an evaluated model: a GRPO run's, a base or SFT model of one GRPO seed
+    (``download.base_per_seed``: ``sft_s1`` is row ``sft``, seed 1), or base / sft / mar_base (seed 0)."""
+    run = run_of(cfg, model)
+    if run is not None:
+        return run[0], run[2]
+    match = _PER_SEED.match(model)
+    return (match[1], int(match[2])) if match else (model, 0)
 
 
 def start_of(cfg: Config, label: str, image: bool = False) -> str | None:
@@ -160,6 +174,23 @@ def gain_interval(scores: list[Scores], start: list[Scores], seed: int = 0) -> s
     return stats.paired_gain(numer, base, denom, strata, seed=seed)
 
 
+def seedwise_gain(scores: list[Scores], starts: list[Scores], seed: int = 0) -> stats.Interval:
+    """A row's accuracy minus its starting models', seed s paired with start model s (each GRPO seed from its own
+    base model, ``download.base_per_seed``): the per-item differences bootstrapped over seeds and items, so that
+    the interval covers the base model as a level of the bootstrap (Davison & Hinkley 1997, section 3.8)."""
+    numer, denom, strata = stacked([difference(m, s) for m, s in zip(scores, starts, strict=True)])  # [S, N], [N]
+    return stats.interval(numer, denom, strata, seed=seed)
+
+
+def difference(scores: Scores, start: Scores) -> Scores:
+    """Per-item ``scores`` minus ``start`` on the same items (``start``'s order). Its accuracy, sum(numer) /
+    sum(denom), is the gain, since both share the items' denominators (d1's pooled Sudoku cell accuracy too)."""
+    (mine,) = aligned([scores], [start])
+    if not np.array_equal(mine.denom, start.denom):
+        raise ValueError("a paired difference needs the same denominators on both sides")
+    return Scores(start.ids, mine.numer - start.numer, start.denom, start.strata)
+
+
 def _only(scores: list[Scores], stratum: str | None) -> list[Scores]:
     if stratum is None:
         return scores
@@ -187,8 +218,7 @@ def results_frame(cfg: Config, evals: list[dict[str, Any]], curves: dict[str, pd
     """One row per (row label, task, seed): accuracy, mean reward, and the run's budget and time."""
     rows = []
     for e in evals:
-        run = run_of(cfg, e["model"])
-        label, seed = (run[0], run[2]) if run else (e["model"], 0)
+        label, seed = row_and_seed(cfg, e["model"])
         rows.append({"row": label, "model": e["model"], "task": e["task"], "seed": seed, "accuracy": e["accuracy"],
                      "mean_reward": e["mean_reward"], **budget(curves.get(e["model"]))})  # fmt: skip
     return pd.DataFrame(rows)
@@ -233,11 +263,7 @@ def main_table(
             if not models:
                 continue
             acc = row_interval([scores[m, t] for m in models])
-            gain = None
-            if start is not None:
-                start_models = list(frame[(frame["row"] == start) & (frame["task"] == t)]["model"])
-                if start_models:
-                    gain = gain_interval([scores[m, t] for m in models], [scores[m, t] for m in start_models])
+            gain = None if start is None else start_gain(cfg, frame, sub[sub["task"] == t], start, scores)
             reward = sub[sub["task"] == t]["mean_reward"].mean()
             row_md |= {f"{t} acc (%)": cell(acc), f"{t} Δ vs start": cell(gain, signed=True),
                        f"{t} reward": f"{reward:.3f}"}  # fmt: skip
@@ -249,6 +275,22 @@ def main_table(
         md.append(row_md)
         csv.append(row_csv)
     return _fill(pd.DataFrame(md)), pd.DataFrame(csv), records
+
+
+def start_gain(
+    cfg: Config, frame: pd.DataFrame, rows: pd.DataFrame, start: str, scores: dict[tuple[str, str], Scores]
+) -> stats.Interval | None:
+    """The gain of a row's models on one task (``rows``: model, task, seed) over its start row's: paired on the
+    items, and with ``download.base_per_seed`` each seed with the start model of its own base model."""
+    task = rows["task"].iloc[0]
+    starts = frame[(frame["row"] == start) & (frame["task"] == task)]
+    if starts.empty:
+        return None
+    mine = [scores[m, task] for m in rows["model"]]
+    if not per_seed_bases(cfg):
+        return gain_interval(mine, [scores[m, task] for m in starts["model"]])
+    start_of_seed = dict(zip(starts["seed"], starts["model"], strict=True))
+    return seedwise_gain(mine, [scores[start_of_seed[s], task] for s in rows["seed"]])
 
 
 def pass_at_k_table(cfg: Config, frame: pd.DataFrame, evals: list[dict[str, Any]]) -> tuple[pd.DataFrame, list]:

@@ -68,8 +68,8 @@ def test_dag_is_acyclic_and_every_artifact_dep_comes_from_an_earlier_stage(stage
             if dep.startswith("data/"):
                 assert dep in produced_by, f"{s.name}: {dep} is not an output of an earlier stage"
                 graph[s.name].add(produced_by[dep])
-            else:  # a tracked input, e.g. the profile overlay
-                assert dep.startswith("profiles/"), f"{s.name}: unexpected dep {dep}"
+            else:  # a tracked input: the profile overlay, the packaged base models' index
+                assert dep.startswith("profiles/") or dep == dag.PACKAGED_BASES, f"{s.name}: unexpected dep {dep}"
         for out in s.outputs:
             produced_by[out] = s.name
     order = list(graphlib.TopologicalSorter(graph).static_order())  # raises CycleError on a cycle
@@ -161,20 +161,29 @@ def test_build_expands_runs_and_tasks(cfg, stages):
     assert len(runs) == len(cfg.grpo.methods) * len(tasks) * len(cfg.grpo.seeds) + len(cfg.image.methods) * len(
         images
     ) * len(image_seeds)
-    assert names[:2] == ["download", "sft"] and names[-1] == "tables"
+    bases = layout.base_seeds(cfg)  # the main job: one base model (and SFT model) per GRPO seed
+    assert bases == tuple(cfg.grpo.seeds)
+    per_base = [f"download_s{b}" for b in bases] + [f"sft_s{b}" for b in bases]
+    assert names[: 2 * len(bases)] == per_base and names[-1] == "tables"
     assert ("download_image" in names) == bool(images)
     assert [n for n in names if n.startswith("grpo_")] == [f"grpo_{r}" for r in runs]
-    assert sorted(n for n in names if n.startswith("rollout_")) == sorted(f"rollout_sft_{t}" for t in tasks)
-    assert sorted(n for n in names if n.startswith("reward_")) == sorted(f"reward_sft_{t}" for t in tasks)
-    evals = {f"evaluate_{m}_{t}" for m in ("base", "sft") for t in tasks} | {f"evaluate_{r}" for r in runs}
-    evals |= {f"evaluate_base_{t}" for t in images}  # image runs start from the image base model: no SFT row
+    first = f"sft_s{bases[0]}"  # rollouts, rewards and credit: on the first seed's start model
+    assert sorted(n for n in names if n.startswith("rollout_")) == sorted(f"rollout_{first}_{t}" for t in tasks)
+    assert sorted(n for n in names if n.startswith("reward_")) == sorted(f"reward_{first}_{t}" for t in tasks)
+    evals = {f"evaluate_{m}_s{b}_{t}" for m in ("base", "sft") for b in bases for t in tasks}
+    evals |= {f"evaluate_{r}" for r in runs} | {f"evaluate_base_{t}" for t in images}  # image: no SFT row
     assert {n for n in names if n.startswith("evaluate_")} == evals
     credit = len(cfg.grpo.methods) * len(tasks)
-    assert len(stages) == 3 + 4 * len(tasks) + 2 * len(runs) + credit + bool(images) + len(images)
+    text = 2 * len(bases) + 2 * len(tasks) * len(bases) + 2 * len(tasks) + 2 * len(runs) + credit + 1
+    assert len(stages) == text + bool(images) + len(images)
     by_name = {s.name: s for s in stages}
-    for r in runs:  # each run is evaluated on its own task
-        _, task, _ = cfg.run(r)
+    for r in runs:  # each run is evaluated on its own task; a text run of seed s starts from SFT model s
+        _, task, seed = cfg.run(r)
         assert dict(by_name[f"evaluate_{r}"].args)["--task"] == task
+        if task in tasks:
+            assert dict(by_name[f"grpo_{r}"].args)["--model"] == layout.sft_dir(seed) == f"data/sft/s{seed}/model"
+            assert dict(by_name[f"sft_s{seed}"].args)["--model"] == layout.base_dir(seed)
+    assert [dict(by_name[f"download_s{b}"].args)["--seed"] for b in bases] == [str(b) for b in bases]
     reads = layout.tables_inputs(cfg)  # what the tables stage reads: every evaluation, curve, score and credit
     image_evals = {e for e in evals if any(f"_{t}" in e for t in images)}
     assert len(reads["evals"]) == len(evals - image_evals)
@@ -341,7 +350,8 @@ def test_touching_library_code_reruns_only_the_stages_that_run_it(cfg, stages):
     }
     assert users(stages, "src/ddmrl/methods/rebrl.py") == rebrl | {"tables"}  # a method's module: its runs, the rows
     task = cfg.tasks[-1]  # a task's module: the stages that build or train on every task, and its own stages
-    assert users(stages, f"src/ddmrl/tasks/{task}.py") == {"download", "sft", "tables"} | {
+    every_task = {s.name for s in stages if s.kind in ("download", "sft")} | {"tables"}  # one per base model
+    assert users(stages, f"src/ddmrl/tasks/{task}.py") == every_task | {
         s.name for s in stages if dict(s.wildcards).get("task") == task
     }
     for s in stages:  # what every stage runs, and what no stage but the tables does
@@ -423,14 +433,15 @@ def test_training_stages_launch_with_python_unless_params_say_accelerate(tmp_pat
 
     after = {s.name: s for s in dag.build(edited_config(tmp_path, edit))}
     before = {s.name: s for s in stages}
-    assert after["sft"].cmd == (
+    assert after["sft_s0"].cmd == (
         "accelerate launch --config_file configs/accelerate/ddp.yaml --num_processes 4 "
-        + before["sft"].cmd.removeprefix("python ")
+        + before["sft_s0"].cmd.removeprefix("python ")
     )
-    assert after["sft"].resources == (("gpu", 4),)
+    sft = {n for n in before if n.startswith("sft_s")}  # one SFT stage per base model
+    assert all(after[n].resources == (("gpu", 4),) for n in sft)
     changed = {n for n in before if before[n].cmd != after[n].cmd}
     rebrl = {n for n in before if n.startswith("grpo_rebrl_")}
-    assert rebrl and changed == {"sft", *rebrl}
+    assert rebrl and changed == sft | rebrl
     for n in rebrl:
         assert after[n].cmd.startswith(
             "accelerate launch --config_file configs/accelerate/zero2.yaml --num_processes 8 stages/grpo.py --params"

@@ -125,7 +125,7 @@ def test_dvc_yaml_has_one_entry_per_kind_and_method_and_interpolates_the_sweep(t
     assert "methods.rebrl" in entries["grpo_rebrl"]["params"] and "grpo.seeds" not in entries["grpo_rebrl"]["params"]
     assert entries["tables"]["metrics"] == ["data/tables/metrics.json"]  # the headline numbers, nothing else
     assert not any("metrics" in e for n, e in entries.items() if n != "tables")
-    assert entries["tables"]["deps"][:4] == ["data/evaluate", "data/grpo", "data/reward/sft", "data/credit"]
+    assert entries["tables"]["deps"][:4] == ["data/evaluate", "data/grpo", "data/reward/sft_s0", "data/credit"]
 
 
 def test_a_profile_that_sets_the_sweep_is_exported_with_its_lists(tmp_path):

@@ -318,6 +318,7 @@ sft: {gradient_checkpointing: true, launch: {launcher: accelerate, num_processes
 # params.yaml keys whose value differs from the code default on purpose; a comment at the key (or at a section
 # holding it) says so with the word "default"
 DELIBERATE = {
+    "download.base_per_seed",
     "rebrl_ablation.methods",
     "grpo.sampler.kv_cache",
     "model.position_embedding",

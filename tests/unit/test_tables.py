@@ -183,3 +183,35 @@ def test_credit_summary_reads_the_imbalance():
                           "relative_credit": [0.25, 7 / 12, 13 / 12, 25 / 12], "count": 4})  # fmt: skip
     row = credit_summary(frame).iloc[0]
     assert row["last / first"] == pytest.approx(25 / 3, abs=0.01) and row["max / min"] == pytest.approx(8.33, abs=0.01)
+
+
+def test_with_a_base_model_per_seed_each_gain_is_paired_with_its_own_start_model(tmp_path):
+    """``download.base_per_seed``: base and SFT rows hold one model per seed (``sft_s1``: row SFT, seed 1), and a
+    run's gain is paired with its own seed's start model. Seeds whose start models differ a lot but whose gains
+    agree give a narrow interval over seeds; pooling the start models instead (no pairing by seed) would not."""
+    (tmp_path / "params.yaml").write_text(
+        "tasks: [sudoku4]\ndownload: {base_per_seed: true}\ngrpo: {methods: [unigrpo], seeds: [0, 1, 2]}\n"
+    )
+    cfg = load(tmp_path / "params.yaml")
+    rng = np.random.default_rng(3)
+    evals, scores, sft_acc = [], {}, (0.25, 0.55, 0.85)  # three base models far apart, RL +5 points on each
+    for seed, p in enumerate(sft_acc):
+        for model, q in ((f"base_s{seed}", p - 0.05), (f"sft_s{seed}", p), (f"unigrpo_sudoku4_s{seed}", p + 0.05)):
+            rows = [
+                {"id": f"p{i}", "cells_correct": int(c), "cells_empty": 8, "reward": 0.0}
+                for i, c in enumerate(np.minimum(8, np.round(8 * q + rng.normal(0, 0.5, 400))))
+            ]
+            scores[model, "sudoku4"] = text_scores(write_jsonl(tmp_path / model / "sudoku4.jsonl", rows), "sudoku4")
+            evals.append({"model": model, "task": "sudoku4", "accuracy": 0.0, "mean_reward": 0.0})
+    frame = results_frame(cfg, evals, {})
+    assert list(frame["row"]) == ["base", "sft", "unigrpo"] * 3 and list(frame["seed"]) == [0] * 3 + [1] * 3 + [2] * 3
+    _, csv, _ = main_table(cfg, frame, scores)
+    row = csv.set_index("model").loc["UniGRPO"]
+    assert row["seeds"] == 3
+    assert row["sudoku4 gain"] == pytest.approx(5.0, abs=0.5) and row["sudoku4 gain low"] > 3.5
+    assert csv.set_index("model").loc["SFT", "sudoku4 gain low"] > 3.5  # SFT s against base s
+    unpaired = gain_interval(
+        [scores[f"unigrpo_sudoku4_s{s}", "sudoku4"] for s in range(3)],
+        [scores[f"sft_s{s}", "sudoku4"] for s in range(3)],
+    )
+    assert unpaired.low < 0 < unpaired.high  # the spread of the base models swamps the gain

@@ -7,6 +7,7 @@ rule download:
     input: inputs("download")
     output: outputs("download")
     params: **params("download")
+    wildcard_constraints: **constraints("download")
     log: log_of("download")
     benchmark: benchmark_of("download")
     conda: CONDA
@@ -18,6 +19,7 @@ rule sft:
     input: inputs("sft")
     output: outputs("sft")
     params: **params("sft")
+    wildcard_constraints: **constraints("sft")
     resources: **resources("sft")
     log: log_of("sft")
     benchmark: benchmark_of("sft")

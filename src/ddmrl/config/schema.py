@@ -359,6 +359,18 @@ class DownloadConfig(Section):
         "held-out sets follow the global seed whatever it is, so base models of other seeds are scored on the same "
         "items (how much the tables move with the base model: docs/results.md).",
     )
+    base_per_seed: bool = Field(
+        False,
+        description="Embedded: one base model per GRPO seed, pre-trained with that seed (and its own SFT model): "
+        "seed s's runs start from base model s, so that the tables' intervals over seeds cover the pre-training "
+        "seed too (each run's gain is paired with its own start model). false: one base model for every run.",
+    )
+    packaged: bool = Field(
+        True,
+        description="Embedded: take the base model from the package when it ships one pre-trained with exactly "
+        "this recipe (tasks, model, pre-training, seed; ddmrl/embedded/README.md), checked by its sha256 as a hub "
+        "download is; false pre-trains it here (profiles/pretrain.yaml regenerates the packaged ones).",
+    )
     hub: tuple[HubItem, ...] = Field((), description="What to fetch (paper profiles), each into hub_dir/<name>.")
     hub_dir: Str = Field(
         "data/hub", description="Where large downloads live, outside the DAG's outputs (like data/checkpoints)."

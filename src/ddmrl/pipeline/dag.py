@@ -14,6 +14,7 @@ path reaches its script only as a CLI flag.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import itertools
 import re
@@ -33,15 +34,12 @@ from ddmrl.models import FAMILIES
 from ddmrl.objectives import OBJECTIVES
 from ddmrl.pipeline import layout
 from ddmrl.pipeline.layout import (
-    BASE_DIR,
     IMAGE_BASE_DIR,
     IMAGE_TASKS_DIR,
     MAR_BASE,
     MAR_BASE_DIR,
     MAR_DIR,
     MAR_TASKS_DIR,
-    SFT_DIR,
-    TASKS_DIR,
     start_model,
 )
 from ddmrl.rewards import REWARD_MODELS
@@ -50,6 +48,9 @@ from ddmrl.tasks import TASKS
 
 # grpo keys that choose which runs exist rather than how one run trains (only the tables stage reads them).
 _GRPO_SWEEP_KEYS = ("methods", "seeds")
+
+#: the packaged base models' index (:mod:`ddmrl.embedded`), a dep of the text download stage
+PACKAGED_BASES = "src/ddmrl/embedded/bases.json"
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -162,17 +163,18 @@ def all_kinds(cfg: Config) -> list[Kind]:
     # one task; a dvc.yaml entry per section (its params key mar.sections.<section>), DVC expanding the seeds
     mar_run = (Dim("method", "mar.methods", code=True), Dim("seed", "mar.seeds"))
     bench = Dim("bench", "image.eval_tasks")
+    per_base = (Dim("seed", "grpo.seeds"),) if layout.per_seed_bases(cfg) else ()  # one base model per GRPO seed
     return [
-        Kind("download", (), download),
-        Kind("sft", (), sft),
+        Kind("download", per_base, download),
+        Kind("sft", per_base, sft),
         Kind("download_image", (), download_image),
         Kind("rollout", (task,), rollout),
         Kind("reward", (task,), reward),
         Kind("credit", run[:2], credit),
         Kind("grpo", run, grpo),
         Kind("grpo_image", image_run, grpo_image),
-        Kind("evaluate_base", (task,), evaluate_base),
-        Kind("evaluate_sft", (task,), evaluate_sft),
+        Kind("evaluate_base", (task, *per_base), evaluate_base),
+        Kind("evaluate_sft", (task, *per_base), evaluate_sft),
         Kind("evaluate", run, evaluate),
         Kind("evaluate_image_base", (image_task,), evaluate_image_base),
         Kind("evaluate_image", image_run, evaluate_image),
@@ -229,6 +231,8 @@ class StageFactory:
 
     def __init__(self, cfg: Config, params_file: str) -> None:
         self.cfg, self.params_file = cfg, params_file
+        #: the held-out sets every text stage reads: the (first) download stage's
+        self.tasks = layout.tasks_dir(layout.base_seeds(cfg)[0])
         self.overlay = (f"profiles/{cfg.profile}.yaml",) if cfg.profile != DEFAULT_PROFILE else ()
 
     def __call__(
@@ -312,9 +316,16 @@ def checkpoints(stage_name: str) -> str:
     return f"data/checkpoints/{stage_name}"
 
 
-def download(new: StageFactory) -> Stage:
-    """The text base model and tasks: embedded profiles pre-train it, paper profiles fetch it."""
-    return _download(new, "download", "data/download", TASKS_DIR, BASE_DIR)
+def download(new: StageFactory, seed: str | None = None) -> Stage:
+    """The text base model and tasks: embedded profiles pre-train it (or take the package's, ``download.packaged``),
+    paper profiles fetch it. With ``download.base_per_seed`` one per GRPO ``seed``, pre-trained with that seed, each
+    with its own copy of the held-out sets (the same items: they follow the global seed)."""
+    name = "download" if seed is None else f"download_s{seed}"
+    root = layout.download_root(seed)
+    stage = _download(new, name, root, layout.tasks_dir(seed), layout.base_dir(seed), kind="download")
+    if seed is None:
+        return stage
+    return dataclasses.replace(stage, args=(*stage.args, ("--seed", seed)), wildcards=(("seed", seed),))
 
 
 def download_image(new: StageFactory) -> Stage:
@@ -323,7 +334,7 @@ def download_image(new: StageFactory) -> Stage:
     return _download(new, "download_image", "data/download/image", IMAGE_TASKS_DIR, IMAGE_BASE_DIR)
 
 
-def _download(new: StageFactory, name: str, root: str, tasks: str, base: str) -> Stage:
+def _download(new: StageFactory, name: str, root: str, tasks: str, base: str, kind: str = "") -> Stage:
     image = name == "download_image"
     branch, prefix = (new.cfg.image, "image.") if image else (new.cfg, "")
     params = tuple(f"{prefix}{k}" for k in ("tasks", "task_params", "model", "download"))
@@ -335,13 +346,15 @@ def _download(new: StageFactory, name: str, root: str, tasks: str, base: str) ->
     if manifests:
         extra["--manifests"] = manifests[0]
     configs = () if branch.model.pretrained else (f"{root}/config.yaml",)  # the pre-training's resolved config
+    # the packaged base models' index (their sha256): the text base model may come from it (ddmrl.embedded)
+    packaged = () if image or branch.model.pretrained or not branch.download.packaged else (PACKAGED_BASES,)
     if configs:
         extra["--config-out"] = configs[0]
     return new(
-        name, name,
+        kind or name, name,
         {"--tasks-out": tasks, "--model-out": base, "--metrics": metrics, "--curve": curve,
          "--checkpoints": checkpoints(name), "--log-dir": log_dir(name), **extra},
-        deps=(), params=("profile", "seed", *params), script="stages/download.py",
+        deps=packaged, params=("profile", "seed", *params), script="stages/download.py",
         outs=(curve, *configs), dir_outs=(tasks, base, *manifests), metrics=(metrics,),
         uses=new.uses(task_names, image=image),
     )  # fmt: skip
@@ -356,55 +369,59 @@ def launch(cfg: LaunchConfig) -> dict[str, Any]:
     return {"launcher": words, "resources": (("gpu", cfg.num_processes),)}
 
 
-def sft(new: StageFactory) -> Stage:
-    """One thread: the embedded SFT is 30 short steps, and runs beside the image branch's pre-training."""
-    metrics, curve, resolved = "data/sft/metrics.json", "data/sft/curve.csv", "data/sft/config.yaml"
+def sft(new: StageFactory, seed: str | None = None) -> Stage:
+    """One thread: the embedded SFT is 30 short steps, and runs beside the image branch's pre-training. With
+    ``download.base_per_seed`` one per GRPO ``seed``, from that seed's base model."""
+    name = "sft" if seed is None else f"sft_s{seed}"
+    model, base = layout.sft_dir(seed), layout.base_dir(seed)
+    root = model.removesuffix("/model")
+    metrics, curve, resolved = f"{root}/metrics.json", f"{root}/curve.csv", f"{root}/config.yaml"
     return new(
-        "sft", "sft",
-        {"--tasks": TASKS_DIR, "--model": BASE_DIR, "--model-out": SFT_DIR, "--metrics": metrics, "--curve": curve,
-         "--config-out": resolved, "--checkpoints": checkpoints("sft"), "--log-dir": log_dir("sft")},
-        deps=(TASKS_DIR, BASE_DIR), params=("profile", "seed", "tasks", "sft"),
-        outs=(curve, resolved), dir_outs=(SFT_DIR,), metrics=(metrics,), uses=new.uses(new.cfg.tasks),
-        **launch(new.cfg.sft.launch),
+        "sft", name,
+        {"--tasks": new.tasks, "--model": base, "--model-out": model, "--metrics": metrics, "--curve": curve,
+         "--config-out": resolved, "--checkpoints": checkpoints(name), "--log-dir": log_dir(name)},
+        deps=(new.tasks, base), params=("profile", "seed", "tasks", "sft"),
+        outs=(curve, resolved), dir_outs=(model,), metrics=(metrics,), uses=new.uses(new.cfg.tasks),
+        wildcards={} if seed is None else {"seed": seed}, **launch(new.cfg.sft.launch),
     )  # fmt: skip
 
 
 def rollout(new: StageFactory, task: str) -> Stage:
-    """G samples per prompt from the model RL starts from (``start_model``)."""
-    start, model = start_model(new.cfg)
+    """G samples per prompt from the model RL starts from (the first GRPO seed's, when each has its own)."""
+    start, model = layout.first_start_model(new.cfg)
     out = layout.rollouts(start, task)
     return new(
         "rollout", f"rollout_{start}_{task}",
-        {"--tasks": TASKS_DIR, "--model": model, "--task": task, "--out": out},
-        deps=(TASKS_DIR, model), params=("profile", "seed", "rollout"), outs=(out,), wildcards={"task": task},
+        {"--tasks": new.tasks, "--model": model, "--task": task, "--out": out},
+        deps=(new.tasks, model), params=("profile", "seed", "rollout"), outs=(out,), wildcards={"task": task},
         uses=new.uses((task,), new.cfg.rollout.sampler.name),
     )  # fmt: skip
 
 
 def reward(new: StageFactory, task: str) -> Stage:
-    start = start_model(new.cfg)[0]
+    start = layout.first_start_model(new.cfg)[0]
     root = layout.reward_dir(start)
     rollouts, out, metrics = layout.rollouts(start, task), layout.scored(root, task), layout.reward_metrics(root, task)
     return new(
         "reward", f"reward_{start}_{task}",
-        {"--tasks": TASKS_DIR, "--task": task, "--rollouts": rollouts, "--out": out, "--metrics": metrics},
-        deps=(TASKS_DIR, rollouts), params=("profile", "tasks"), outs=(out,), metrics=(metrics,),
+        {"--tasks": new.tasks, "--task": task, "--rollouts": rollouts, "--out": out, "--metrics": metrics},
+        deps=(new.tasks, rollouts), params=("profile", "tasks"), outs=(out,), metrics=(metrics,),
         wildcards={"task": task}, uses=new.uses((task,)),
     )  # fmt: skip
 
 
 def credit(new: StageFactory, method: str, task: str) -> Stage:
     """Per-token credit of one method section on the scored rollouts of the start model (RebRL's Eq. 10, measured)."""
-    start, model = start_model(new.cfg)
+    start, model = layout.first_start_model(new.cfg)
     rollouts, out = layout.scored(layout.reward_dir(start), task), layout.credit(layout.CREDIT_DIR, method, task)
     section = new.cfg.methods.get(method)  # None in a pattern ({method})
     # methods on stored states sample the rollouts again with their states recorded, with the rollout sampler
     resample = section is not None and section.remasking in STATE_VIEWS
     return new(
         "credit", f"credit_{method}_{task}",
-        {"--tasks": TASKS_DIR, "--model": model, "--task": task, "--method": method, "--rollouts": rollouts,
+        {"--tasks": new.tasks, "--model": model, "--task": task, "--method": method, "--rollouts": rollouts,
          "--out": out},
-        deps=(TASKS_DIR, model, rollouts),
+        deps=(new.tasks, model, rollouts),
         params=("profile", "seed", *grpo_keys(new.cfg), f"methods.{method}", *(("rollout",) if resample else ())),
         outs=(out,), wildcards={"method": method, "task": task},
         uses=new.uses((task,), new.cfg.rollout.sampler.name if resample else "", section=method),
@@ -412,8 +429,10 @@ def credit(new: StageFactory, method: str, task: str) -> Stage:
 
 
 def grpo(new: StageFactory, method: str, task: str, seed: str) -> Stage:
-    """Text runs start from ``start_model`` (the SFT model in the embedded default)."""
-    return _grpo(new, method, task, seed, TASKS_DIR, start_model(new.cfg)[1], image=False)
+    """Text runs start from ``start_model`` (the SFT model in the embedded default; with ``download.base_per_seed``
+    the one of the run's seed)."""
+    start = start_model(new.cfg, seed if layout.per_seed_bases(new.cfg) else None)[1]
+    return _grpo(new, method, task, seed, new.tasks, start, image=False)
 
 
 def grpo_image(new: StageFactory, method: str, task: str, seed: str) -> Stage:
@@ -441,12 +460,15 @@ def _grpo(new, method, task, seed, tasks, start, image) -> Stage:
     )  # fmt: skip
 
 
-def evaluate_base(new: StageFactory, task: str) -> Stage:
-    return _evaluate(new, "evaluate_base", "base", BASE_DIR, {"task": task})
+def evaluate_base(new: StageFactory, task: str, seed: str | None = None) -> Stage:
+    """The base model (of GRPO seed ``seed``, with ``download.base_per_seed``) on a task."""
+    wildcards = {"task": task} | ({} if seed is None else {"seed": seed})
+    return _evaluate(new, "evaluate_base", layout.model_name("base", seed), layout.base_dir(seed), wildcards)
 
 
-def evaluate_sft(new: StageFactory, task: str) -> Stage:
-    return _evaluate(new, "evaluate_sft", "sft", SFT_DIR, {"task": task})
+def evaluate_sft(new: StageFactory, task: str, seed: str | None = None) -> Stage:
+    wildcards = {"task": task} | ({} if seed is None else {"seed": seed})
+    return _evaluate(new, "evaluate_sft", layout.model_name("sft", seed), layout.sft_dir(seed), wildcards)
 
 
 def evaluate(new: StageFactory, method: str, task: str, seed: str) -> Stage:
@@ -489,13 +511,13 @@ def _evaluate(new: StageFactory, kind: str, model: str, model_dir: str, wildcard
     aux = run.aux_policy.kind if run is not None else ""  # a policy saved with the model samples with it
     metrics = layout.evaluation(root, model, task)
     generations = metrics.removesuffix(".json") + ".jsonl"
-    named_by_task = model in ("base", "sft") or "bench" in wildcards
+    named_by_task = kind in ("evaluate_base", "evaluate_sft", "evaluate_image_base") or "bench" in wildcards
     name = f"evaluate_{model}_{task}" if named_by_task else f"evaluate_{model}"
-    args = {"--tasks": TASKS_DIR, "--model": model_dir, "--task": task, "--name": model,
+    args = {"--tasks": new.tasks, "--model": model_dir, "--task": task, "--name": model,
             "--generations": generations, "--metrics": metrics}  # fmt: skip
     if not image:
         return new(
-            kind, name, args, deps=(TASKS_DIR, model_dir), params=("profile", "evaluate"), outs=(generations,),
+            kind, name, args, deps=(new.tasks, model_dir), params=("profile", "evaluate"), outs=(generations,),
             metrics=(metrics,), wildcards=wildcards, script="stages/evaluate.py",
             uses=new.uses((task,), new.cfg.evaluate.sampler.name, aux=aux),
         )  # fmt: skip
@@ -588,7 +610,7 @@ def tables(new: StageFactory) -> Stage:
     reads = layout.tables_inputs(cfg)
     args = {"--evaluate": layout.EVALUATE_DIR, "--grpo": layout.GRPO_DIR}
     if cfg.tasks:
-        args["--reward"] = layout.reward_dir(start_model(cfg)[0])
+        args["--reward"] = layout.reward_dir(layout.first_start_model(cfg)[0])
     if layout.has_credit(cfg):
         args["--credit"] = layout.CREDIT_DIR
     names = (*TABLES_TEXT,) if cfg.tasks else ()

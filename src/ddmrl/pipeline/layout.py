@@ -36,10 +36,53 @@ CURVES = {
 }
 
 
-def start_model(cfg: Config) -> tuple[str, str]:
+def per_seed_bases(cfg: Config) -> bool:
+    """Whether each GRPO seed has its own base model (``download.base_per_seed``; embedded models only: a paper
+    profile's base model is the one downloaded checkpoint)."""
+    return cfg.download.base_per_seed and not cfg.model.pretrained
+
+
+def base_seeds(cfg: Config) -> tuple[int | None, ...]:
+    """The base models' seeds: each GRPO seed's with :func:`per_seed_bases`, else one base model (None)."""
+    return tuple(cfg.grpo.seeds) if per_seed_bases(cfg) else (None,)
+
+
+def model_name(model: str, seed: int | str | None) -> str:
+    """A text base or SFT model's name in data/evaluate/ and the tables: ``base``, or ``base_s1`` when each GRPO
+    seed has its own base model (``download.base_per_seed``)."""
+    return model if seed is None else f"{model}_s{seed}"
+
+
+def download_root(seed: int | str | None) -> str:
+    """Where the text download stage writes its metrics, curve and resolved config (per base model)."""
+    return "data/download" if seed is None else f"data/download/s{seed}"
+
+
+def tasks_dir(seed: int | str | None) -> str:
+    return TASKS_DIR if seed is None else f"{download_root(seed)}/tasks"
+
+
+def base_dir(seed: int | str | None) -> str:
+    return BASE_DIR if seed is None else f"{download_root(seed)}/base"
+
+
+def sft_dir(seed: int | str | None) -> str:
+    return SFT_DIR if seed is None else f"data/sft/s{seed}/model"
+
+
+def start_model(cfg: Config, seed: int | str | None = None) -> tuple[str, str]:
     """(name, directory) of the model text RL starts from: the SFT model, or with ``sft.max_steps: 0`` (the paper
-    profiles start from LLaDA-8B-Instruct, as MaskGRPO and d1's diffu-GRPO row do) the downloaded base model."""
-    return ("sft", SFT_DIR) if cfg.sft.max_steps else ("base", BASE_DIR)
+    profiles start from LLaDA-8B-Instruct, as MaskGRPO and d1's diffu-GRPO row do) the downloaded base model.
+    ``seed``: the base model of that GRPO seed (``download.base_per_seed``; None: the only one)."""
+    if cfg.sft.max_steps:
+        return model_name("sft", seed), sft_dir(seed)
+    return model_name("base", seed), base_dir(seed)
+
+
+def first_start_model(cfg: Config) -> tuple[str, str]:
+    """The start model of the rollout, reward and credit stages: the first GRPO seed's with one base model per seed
+    (a measurement of the objectives, not of the base models), else the only one."""
+    return start_model(cfg, base_seeds(cfg)[0])
 
 
 def has_credit(cfg: Config) -> bool:
@@ -105,16 +148,15 @@ def tables_inputs(
 ) -> dict[str, list[str]]:
     """The files the tables stage aggregates, under the given directories (``reward``: the start model's).
 
-    ``evals`` text metrics of base, the start model and every text run; ``curves`` every run's curve; ``rollouts``
-    the start model's reward metrics per task; ``credit`` every method section's credit per text task;
-    ``image_results`` and ``image_folders`` GenEval's results and folders of the image base model and runs, then
-    of the MAR base model and runs (``mar:``); ``image_benchmarks`` the image base model's and runs' metrics on every
-    benchmark of ``image.eval_tasks``."""
-    start = start_model(cfg)[0]
-    reward = reward or reward_dir(start)
+    ``evals`` text metrics of base, the start model (of every base model) and every text run; ``curves`` every
+    run's curve; ``rollouts`` the (first) start model's reward metrics per task; ``credit`` every method section's
+    credit per text task; ``image_results`` and ``image_folders`` GenEval's results and folders of the image base
+    model and runs, then of the MAR base model and runs (``mar:``); ``image_benchmarks`` the image base model's and
+    runs' metrics on every benchmark of ``image.eval_tasks``."""
+    reward = reward or reward_dir(first_start_model(cfg)[0])
     runs = [(run_name(m, t, s), t) for m, t, s in cfg.runs()]
     mar = [(mar_run_name(m, MAR_TASK, s), MAR_TASK) for m, s in cfg.mar.runs()]
-    text = list(dict.fromkeys(["base", start]))
+    text = list(dict.fromkeys(m for b in base_seeds(cfg) for m in (model_name("base", b), start_model(cfg, b)[0])))
     image = set(cfg.image.tasks)
     models = [(m, t) for t in cfg.tasks for m in text] + [(r, t) for r, t in runs if t not in image]
     image_models = [("base", t) for t in cfg.image.tasks] + [(r, t) for r, t in runs if t in image]

@@ -177,8 +177,9 @@ def view_logps(model, inputs: torch.Tensor, completion_ids: torch.Tensor, entrop
     per-position entropy [V, N, L] from the same passes (a pair is returned).
 
     The views go through the model together, as many per forward pass as keep its logits under
-    :data:`LOGITS_PER_PASS` (at least one view), instead of one pass per view: the same numbers (rows are
-    independent) in fewer, larger matrix products. Always the model's own full forward pass, never a sampler's cache.
+    :data:`LOGITS_PER_PASS` (at least one view), instead of one pass per view: the same values in fewer, larger
+    matrix products, up to rounding (a GEMM kernel blocks a product's rows by its size, so a row's last bits depend
+    on the batch it is in). Always the model's own full forward pass, never a sampler's cache.
     """
     v, n, t = inputs.shape
     config = getattr(model, "config", None) or getattr(getattr(model, "module", None), "config", None)  # DDP
