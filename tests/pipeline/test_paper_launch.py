@@ -4,7 +4,9 @@ fills), each profile's first GRPO run resolves its launch through the planner, `
 to any tracked file: the engine of its accelerate config, FSDP's block classes taken from the model (and accelerate's
 own wrap policy built from them wraps every layer), the gradient checkpointing the profile asks for, the modules
 LoRA adapts (the family's declared targets, never the output head) and a plan. A profile whose family's reference
-code is absent is skipped, with the reason (tests/real_*.py)."""
+code is absent is skipped, with the reason (tests/real_*.py). And ``snakemake --profile workflow/profiles/slurm
+--config profile=<it> -n`` plans every profile's jobs in an unedited copy of the repository, with only the
+environment variables docs/cluster.md exports (no SLURM needed: a dry run submits nothing)."""
 
 from __future__ import annotations
 
@@ -15,14 +17,14 @@ from pathlib import Path
 
 import pytest
 import real_dream
-import real_llada2
 import real_models
-import real_sdar
 import torch
 import yaml
 from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
 from accelerate.utils.fsdp_utils import fsdp2_prepare_auto_wrap_policy
+from doc_commands import Dry, base_env, job_counts, run_dry, workspace
 from helpers import REPO
+from real_families import BUILDERS, place_model
 
 from ddmrl import plan
 from ddmrl.config import ConfigError, load
@@ -30,14 +32,6 @@ from ddmrl.models import FAMILIES
 from ddmrl.models.lora import lora_targets, peft_target_modules
 from ddmrl.training import distributed as dist
 
-#: family -> (build a checkpoint directory: path -> in-memory model, skip marker)
-BUILDERS = {
-    "llada": (lambda path: real_models.llada_checkpoint(path, real_models.tokenizer()), real_models.needs_reference),
-    "mmada": (lambda path: real_models.mmada_checkpoint(path, real_models.tokenizer()), real_models.needs_reference),
-    "dream": (lambda path: real_dream.dream_checkpoint(path, real_dream.tokenizer()), real_dream.needs_dream),
-    "sdar": (lambda path: real_sdar.sdar_checkpoint(path, real_sdar.tokenizer()), real_sdar.needs_sdar),
-    "llada2": (lambda path: real_llada2.llada2_checkpoint(path, real_llada2.tokenizer()), real_llada2.needs_llada2),
-}
 PROFILES = {  # the five paper profiles and their families
     "paper_llada_math": "llada",
     "paper_mmada_geneval": "mmada",
@@ -53,17 +47,14 @@ def first_run(cfg):
     return run, (cfg.image.model if task in cfg.image.tasks else cfg.model)
 
 
-def workspace(tmp_path: Path, profile: str) -> tuple[Path, object, object]:
+def downloaded(tmp_path: Path, profile: str) -> tuple[Path, object, object]:
     """A workspace as a clone after the download: the tracked params, profiles and accelerate configs (linked, not
     edited), the family's tiny checkpoint where the profile's download puts it (and MMaDA's checkout where the
     profile names it). Returns (workspace, the run's hyperparameters, its model spec)."""
     for name in ("params.yaml", "profiles", "configs"):
         (tmp_path / name).symlink_to(REPO / name)
     run, spec = first_run(load(tmp_path / "params.yaml", profile))
-    BUILDERS[spec.kind][0](tmp_path / spec.path_or_id)
-    if spec.kind == "mmada":
-        (tmp_path / spec.mmada_code).parent.mkdir(parents=True)
-        (tmp_path / spec.mmada_code).symlink_to(real_models.REFERENCE)
+    place_model(tmp_path, spec)
     return tmp_path, run, spec
 
 
@@ -90,7 +81,7 @@ def wrapped(model: torch.nn.Module, classes: list[str]) -> int:
     "profile", [pytest.param(p, marks=BUILDERS[kind][1]) for p, kind in PROFILES.items()], ids=list(PROFILES)
 )
 def test_the_launch_of_every_paper_profile_resolves_on_its_familys_real_class(tmp_path, monkeypatch, profile):
-    ws, run, spec = workspace(tmp_path, profile)
+    ws, run, spec = downloaded(tmp_path, profile)
     assert spec.kind == PROFILES[profile]
     monkeypatch.chdir(ws)
     args = ["--profile", profile, "--prompt-length", "16", "--completion-length", "16", "--json", "plan.json"]
@@ -131,7 +122,7 @@ def test_fsdp_wraps_the_models_blocks_and_refuses_a_class_it_lacks(tmp_path):
     """What the GRPO and SFT stages do before ``accelerate.prepare`` under FSDP, on Dream's real class."""
     from types import SimpleNamespace
 
-    ws, _, spec = workspace(tmp_path, "paper_dream_math")
+    ws, _, spec = downloaded(tmp_path, "paper_dream_math")
     model = plan.on_meta(plan.model_builder(spec, ws / spec.path_or_id)[0])
 
     def accelerator(names):
@@ -185,3 +176,30 @@ def test_the_lora_example_of_the_docs_selects_llada_blocks_only(tmp_path):
     assert lora_targets(model, targets) == lora_targets(model, family_targets("llada"))
     with pytest.raises(ConfigError, match="also selects the output head model.transformer.ff_out"):
         peft_target_modules(model, ["q_proj", "ff_out"])
+
+
+def test_every_paper_profile_plans_its_jobs_on_slurm_with_the_documented_variables(tmp_path):
+    """The account and partitions come from the variables docs/cluster.md exports (the shipped SLURM profile reads
+    them), into every job's resources; nothing tracked is edited, and no other ddmrl variable is set."""
+    doc = (REPO / "docs" / "cluster.md").read_text()
+    exported = dict(w.split("=", 1) for w in re.search(r"export (DDMRL_SLURM_\S+=.*)", doc)[1].split())
+    assert set(exported) == {"DDMRL_SLURM_ACCOUNT", "DDMRL_SLURM_CPU_PARTITION", "DDMRL_SLURM_GPU_PARTITION"}
+    ws = workspace(tmp_path / "ws")
+    env = tuple(sorted((base_env() | exported).items()))
+    profiles = list(PROFILES)
+    argv = ("--profile", "workflow/profiles/slurm", "--config")
+    results = run_dry([Dry(ws, (*argv, f"profile={p}", "-n"), env) for p in profiles], tmp_path / "logs")
+    for profile, (code, output) in zip(profiles, results, strict=True):
+        assert code == 0, f"{profile}: {output[-2000:]}"
+        cfg = load(ws / "params.yaml", profile)
+        kind = "grpo_image" if cfg.image.tasks and not cfg.tasks else "grpo"
+        assert job_counts(output)[kind] == len(cfg.runs()), profile
+        account = f"slurm_account={exported['DDMRL_SLURM_ACCOUNT']}"
+        gpu = f"slurm_partition={exported['DDMRL_SLURM_GPU_PARTITION']}"
+        grpo = [block for block in output.split("\nrule ")[1:] if block.startswith(f"{kind}:")]
+        assert grpo and all(account in b and gpu in b and "gpu=8" in b for b in grpo), f"{profile}: {grpo[:1]}"
+    for tracked in ("params.yaml", "profiles", "workflow", "configs"):  # nothing tracked edited in the copy
+        files = [tracked] if (REPO / tracked).is_file() else [p.relative_to(REPO) for p in (REPO / tracked).rglob("*")]
+        files = [f for f in files if (REPO / f).is_file() and not {"__pycache__", ".snakemake"} & set(Path(f).parts)]
+        changed = [f for f in files if (REPO / f).read_bytes() != (ws / f).read_bytes()]
+        assert not changed, changed
