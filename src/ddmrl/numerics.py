@@ -1,4 +1,7 @@
-"""CPU numerics pinned, so that a stage's float results are bit-identical on every x86-64 machine, Intel and AMD.
+"""CPU numerics pinned, so that a stage's float results are bit-identical on x86-64 machines, Intel and AMD alike, by
+construction in the default mode. What was tried: an Intel Xeon (AVX-512) and an AMD EPYC (Zen 4), which computed
+different floats in the earlier ``avx2`` mode; ``portable`` has run on the Intel Xeon only (docs/pipeline.md,
+"Numerics").
 
 PyTorch's CPU build picks its kernels by what the processor offers: ATen's vectorised kernels (softmax, layer norm,
 reductions, attention) by ``ATEN_CPU_CAPABILITY`` (AVX2 or AVX-512), oneDNN's by ``ONEDNN_MAX_CPU_ISA``, MKL's GEMM

@@ -17,6 +17,13 @@ states, DDP's buckets, ZeRO-3's gathered blocks) plus the largest phase:
 * sampling: the sampler's peak over the weights (the KV cache of ``kv_cache: prefix/dual``; the plain sampler's
   [N, T, V] float32 and float64 work over the whole sequence).
 
+Every family's real class is planned (``model.kind``; its module's ``AUTO_CLASSES`` and ``plan_view``: Dream's aligned
+view, the block families' ``block_forward``, LLaDA 2.x's experts under balanced routing). The sampler is traced as it
+runs for ``llada`` and, call for call, for ``block``; the others (``dream``, ``maskgit``, ``emerge``) pick masked
+positions by value, which fake tensors cannot follow, and are traced as the llada sampler's plain passes over the
+same canvas with the same steps and guidance (a note says so). The launch is resolved on the model too: FSDP's
+block classes (its ``_no_split_modules``), the gradient checkpointing the model takes, the modules LoRA adapts.
+
 Checked against real runs (docs/real_scale.md): on a CPU within 0.85 to 1.15 of a GRPO run's peak; on an H200 the
 sampler and log-prob phases within 0.6%, the checkpointed training micro-step within 1.5%, without checkpointing 1.39
 times the CUDA allocator's peak (the trace runs PyTorch's CPU kernels; fake CUDA tensors cannot run backward on a
@@ -29,11 +36,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import math
 import sys
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,13 +58,16 @@ from torch.utils.flop_counter import flop_registry
 from ddmrl import config
 from ddmrl.errors import ConfigError
 from ddmrl.likelihood import token_logps
+from ddmrl.models import FAMILIES
+from ddmrl.models.lora import lora_targets
 from ddmrl.models.tiny import TinyDDMConfig, TinyDDMForMaskedLM
 from ddmrl.rollout import sampler_kwargs
+from ddmrl.samplers.block import block_attention, block_index, positions
 from ddmrl.samplers.cache import cached_forward
 from ddmrl.samplers.llada import generate
 from ddmrl.training.data import encode_prompts
-from ddmrl.training.distributed import prepare_model
-from ddmrl.training.grpo import view_logps
+from ddmrl.training.distributed import checkpointing_of, fsdp_wrap_classes, prepare_model
+from ddmrl.training.grpo import logp_guidance, view_logps
 
 GIB = 2**30
 ENGINES = ("ddp", "zero2", "zero3", "fsdp")
@@ -165,8 +176,9 @@ def on_meta(build: Callable[[], nn.Module]) -> nn.Module:
 
     with init_empty_weights():
         model = build()
-    if callable(getattr(model, "tie_weights", None)):
-        model.tie_weights()  # registering each parameter anew on meta unties tied ones
+    inner = next((m for m in model.modules() if callable(getattr(m, "tie_weights", None))), None)  # in a view too
+    if inner is not None:
+        inner.tie_weights()  # registering each parameter anew on meta unties tied ones
     return model
 
 
@@ -232,12 +244,14 @@ class SampleTrace:
 
 
 def trace_training(policy: nn.Module, rows: int, prompt_length: int, completion_length: int, mixed_precision: str,
-                   vocab_size: int, reference: nn.Module | None = None, count: bool = True) -> TrainTrace:  # fmt: skip
+                   vocab_size: int, reference: nn.Module | None = None, count: bool = True,
+                   guidance: dict[str, Any] | None = None) -> TrainTrace:  # fmt: skip
     """One micro-step of the GRPO / SFT update on ``rows`` sequences: the policy's forward (autocast in bf16 when
     ``mixed_precision`` says so), the float32 log-softmax of the completion (``ddmrl.likelihood.token_logps``),
     backward, and AdamW's first step (which makes its two moments). On fake tensors (:func:`fake_tensors`) it plans,
     on real ones it measures; ``count=False`` runs it uncounted (bytes and FLOPs 0), to time it. ``reference``: a
-    separate frozen reference model (full fine-tuning), counted as weights."""
+    separate frozen reference model (full fine-tuning), counted as weights. ``guidance``: ``token_logps``' keywords
+    (``ddmrl.training.grpo.logp_guidance``: a block model's ``block_length``, CFG)."""
     policy.zero_grad(set_to_none=True)  # as every optimiser step starts
     params = list(policy.parameters())
     trainable = [p for p in params if p.requires_grad]
@@ -250,7 +264,7 @@ def trace_training(policy: nn.Module, rows: int, prompt_length: int, completion_
     policy.train()
     with counter:
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=mixed_precision == "bf16"):
-            logp = token_logps(policy, ids, ids[:, prompt_length:])  # [rows, L]
+            logp = token_logps(policy, ids, ids[:, prompt_length:], **(guidance or {}))  # [rows, L]
         forward = counter.flops
         logp.mean().backward()
         del logp
@@ -268,7 +282,8 @@ def trace_training(policy: nn.Module, rows: int, prompt_length: int, completion_
 
 
 def trace_logps(model: nn.Module, views: int, rows: int, prompt_length: int, completion_length: int,
-                mixed_precision: str, vocab_size: int, count: bool = True) -> int:  # fmt: skip
+                mixed_precision: str, vocab_size: int, count: bool = True,
+                guidance: dict[str, Any] | None = None) -> int:  # fmt: skip
     """Peak bytes over the weights of the old (or reference) log-probs of a rollout batch: ``views`` views of
     ``rows`` sequences through ``ddmrl.training.grpo.view_logps``, without gradients (autocast as in training);
     ``count=False``: uncounted (0), to time it."""
@@ -281,7 +296,7 @@ def trace_logps(model: nn.Module, views: int, rows: int, prompt_length: int, com
     model.eval()  # grpo.old_logp_mode: eval (dropout off)
     with torch.no_grad(), counter:
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=mixed_precision == "bf16"):
-            view_logps(model, inputs, inputs[0, :, prompt_length:])  # [V, N, L]
+            view_logps(model, inputs, inputs[0, :, prompt_length:], **(guidance or {}))  # [V, N, L]
     model.train()
     return counter.peak - base
 
@@ -326,6 +341,71 @@ def trace_sampling(model: nn.Module, rows: int, prompt_length: int, completion_l
     return SampleTrace(counter.peak - base, flops, kv, nfe)
 
 
+def trace_block_sampling(model: nn.Module, rows: int, prompt_length: int, completion_length: int, block_length: int,
+                         steps: int, vocab_size: int, count: bool = True,
+                         shortcut: bool = True) -> SampleTrace:  # fmt: skip
+    """The model calls of ddmrl's block sampler (``ddmrl.samplers.block.generate``: its exact cache, blocks aligned at
+    the completion, ``steps`` passes per block) on ``rows`` prompts, without gradients: the prompt stored in one call,
+    then per block ``steps`` passes over the block against the cache, each pass's logits in float32 (what the sampler
+    proposes from), and one call that stores the block. The sampler's choice of positions reads token values, which
+    fake tensors do not have; the calls and their shapes do not depend on it. The passes over one block have equal
+    shapes, hence equal bytes and FLOPs: with ``shortcut`` one is traced and its FLOPs counted ``steps`` times."""
+    device = next(model.parameters()).device
+    p, t = prompt_length, prompt_length + completion_length
+    ids = torch.randint(0, vocab_size, (rows, t), device=device)
+    valid = torch.ones(rows, t, dtype=torch.bool, device=device)
+    pos, blocks = positions(valid), block_index(p, t, block_length, "completion").to(device)  # [N, T], [T]
+    counter = _counter(count)
+    for w in model.parameters():
+        counter.add(w)
+    base, nfe = counter.live, 0
+
+    def call(lo: int, hi: int, cache: Any, store: bool) -> tuple[torch.Tensor, Any]:
+        att = block_attention(blocks[lo:hi], blocks[:hi], valid[:, :hi])  # [N, hi - lo, hi]
+        return model.block_forward(ids[:, lo:hi], pos[:, lo:hi], att, cache, store)
+
+    with torch.no_grad(), counter:
+        _, cache = call(0, p, None, True)
+        nfe += 1
+        for lo in range(p, t, block_length):
+            hi = min(lo + block_length, t)
+            before = counter.flops
+            for _ in range(1 if shortcut else steps):
+                logits = call(lo, hi, cache, False)[0].float().clone()  # [N, K, V]
+                del logits
+            if shortcut:
+                counter.flops += (steps - 1) * (counter.flops - before)
+            nfe += steps
+            if hi < t:
+                _, cache = call(lo, hi, cache, True)
+                nfe += 1
+        kv = _bytes([x for x in tree_flatten(cache)[0] if isinstance(x, torch.Tensor)]) if count else 0
+        del cache
+    return SampleTrace(counter.peak - base, counter.flops, kv, nfe)
+
+
+def trace_sampler(model: nn.Module, sampler: Any, rows: int, prompt_length: int, completion_length: int, mask_id: int,
+                  vocab_size: int) -> tuple[SampleTrace, str]:  # fmt: skip
+    """One rollout call of ``sampler`` (a ``sampler:`` section) on ``model``, and a note saying what was traced: the
+    llada sampler as configured (:func:`trace_sampling`), the block sampler's model calls
+    (:func:`trace_block_sampling`), any other sampler as the llada sampler's plain passes over the same canvas (one
+    block, no cache) with its steps, temperature and guidance: a sampler that picks masked positions by value cannot
+    run on fake tensors, and one full pass per step is what Dream's, MaskGIT's and emerge's loops evaluate."""
+    kwargs = sampler_kwargs(sampler, completion_length)
+    shape = f"{rows} rows, prompt {prompt_length} + completion {completion_length} tokens"
+    if sampler.name == "llada":
+        trace = trace_sampling(model, rows, prompt_length, completion_length, mask_id, kwargs, vocab_size)
+        return trace, f"sampler llada, {shape}: {kwargs}"
+    if sampler.name == "block":
+        trace = trace_block_sampling(model, rows, prompt_length, completion_length, kwargs["block_length"],
+                                     kwargs["steps"], vocab_size)  # fmt: skip
+        return trace, f"sampler block, {shape}: blocks of {kwargs['block_length']}, {kwargs['steps']} passes each"
+    stand_in = {"steps": kwargs["steps"], "temperature": sampler.temperature, "block_length": completion_length,
+                "kv_cache": "none", "cfg_scale": sampler.cfg_scale}  # fmt: skip
+    trace = trace_sampling(model, rows, prompt_length, completion_length, mask_id, stand_in, vocab_size)
+    return trace, f"sampler {sampler.name}, {shape}: traced as the llada sampler's plain passes {stand_in}"
+
+
 # ------------------------------------------------------------------------------------------------ the plan
 
 
@@ -357,6 +437,11 @@ class StagePlan:
     flops_per_step: float
     seconds_per_step: float
     notes: list[str] = field(default_factory=list)
+    #: the launch resolved on the model: FSDP's block classes (ddmrl.training.distributed.fsdp_wrap_classes; empty
+    #: under DDP and ZeRO), how it recomputes activations (None: it keeps them), the modules LoRA adapts
+    wrap_classes: list[str] = field(default_factory=list)
+    checkpointing: str | None = None
+    lora_targets: list[str] = field(default_factory=list)
 
     def table(self) -> str:
         rows = [f"| {k} | {v / GIB:.2f} |" for k, v in self.parts.items()]
@@ -366,8 +451,11 @@ class StagePlan:
         )  # fmt: skip
 
 
-def largest_block_bytes(model: nn.Module) -> int:
-    """Bytes of the largest direct child of the model's block list (what ZeRO-3 / FSDP gather whole)."""
+def largest_block_bytes(model: nn.Module, classes: Sequence[str] = ()) -> int:
+    """Bytes of the largest module of ``classes`` (FSDP's wrapped blocks), else of the largest direct child of the
+    model's block list (what ZeRO-3 / FSDP gather whole)."""
+    if classes:
+        return max(_bytes(list(m.parameters())) for m in model.modules() if type(m).__name__ in classes)
     lists = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) > 1]
     if not lists:
         return 0
@@ -412,21 +500,23 @@ def grpo_plan(build: Callable[[], nn.Module], cfg: Any, mask_id: int, prompt_len
     processes = cfg.launch.num_processes
     local_rows = cfg.num_prompts // processes * cfg.num_generations  # this process's rollouts
     micro_rows = max(1, local_rows // cfg.gradient_accumulation_steps)
-    kwargs = sampler_kwargs(cfg.sampler, completion_length)
     model = on_meta(build)
     vocab = model.get_input_embeddings().num_embeddings
     # a full fine-tune keeps a frozen copy as the reference (the stage's deepcopy, in the dtype the model loads in)
     reference = on_meta(build) if not cfg.lora.r and cfg.beta and cfg.kl_target == "ref" else None
+    targets = lora_targets(model, cfg.lora.target_modules) if cfg.lora.r else []
     policy = prepare_model(model, cfg.mixed_precision, cfg.gradient_checkpointing, cfg.lora)
-    gathered = largest_block_bytes(policy)
+    wrap = fsdp_wrap_classes(policy) if engine == "fsdp" else []
+    gathered = largest_block_bytes(policy, wrap)
+    guidance = logp_guidance(cfg, mask_id)
     with fake_tensors():
-        sample = trace_sampling(to_fake(on_meta(build)), local_rows, prompt_length, completion_length, mask_id,
-                                kwargs, vocab)  # fmt: skip
+        sample, sampled = trace_sampler(to_fake(on_meta(build)), cfg.sampler, local_rows, prompt_length,
+                                        completion_length, mask_id, vocab)  # fmt: skip
         policy = to_fake(policy)
         logps = trace_logps(policy, cfg.num_iterations, local_rows, prompt_length, completion_length,
-                            cfg.mixed_precision, vocab)  # fmt: skip
+                            cfg.mixed_precision, vocab, guidance=guidance)  # fmt: skip
         train = trace_training(policy, micro_rows, prompt_length, completion_length, cfg.mixed_precision, vocab,
-                               reference and to_fake(reference))  # fmt: skip
+                               reference and to_fake(reference), guidance=guidance)  # fmt: skip
     parts = per_gpu(train, engine, processes, gathered)
     # gradients exist only in the update (zeroed to None before each step): the phases' peaks over what persists
     persistent = sum(v for k, v in parts.items() if k not in ("gradients", "activations"))
@@ -444,23 +534,35 @@ def grpo_plan(build: Callable[[], nn.Module], cfg: Any, mask_id: int, prompt_len
     views, ga = cfg.num_iterations, cfg.gradient_accumulation_steps
     logp_passes = views * (1 + (cfg.beta > 0 and cfg.kl_target == "ref")) * ga
     flops = sample.flops + logp_passes * train.forward_flops + views * ga * train.flops
+    checkpointing = checkpointing_of(policy)
     notes = [
-        f"rows per process: {local_rows} sampled, {micro_rows} per micro-batch; prompt {prompt_length} + completion "
-        f"{completion_length} tokens; sampler {kwargs}",
-        f"trainable parameters: {train.trainable_params / 1e6:.1f} M",
+        f"rows per process: {local_rows} sampled, {micro_rows} per micro-batch; {sampled}",
+        f"trainable parameters: {train.trainable_params / 1e6:.1f} M"
+        + (f" (LoRA r {cfg.lora.r} on {len(targets)} modules)" if targets else ""),
+        f"gradient checkpointing: {checkpointing or 'off'}",
     ]
-    return StagePlan("grpo", engine, processes, parts, peak, flops, flops / (hw.tflops * 1e12 * hw.utilisation), notes)
+    if wrap:
+        notes.append(f"FSDP wraps each {', '.join(wrap)} (the model's _no_split_modules)")
+    seconds = flops / (hw.tflops * 1e12 * hw.utilisation)
+    return StagePlan("grpo", engine, processes, parts, peak, flops, seconds, notes, wrap, checkpointing, targets)
 
 
 # ------------------------------------------------------------------------------------------------ models
 
 
+#: the auto classes tried in config.json's auto_map when a family's module declares none (``AUTO_CLASSES``)
+AUTO_CLASSES = ("AutoModel", "AutoModelForCausalLM", "AutoModelForMaskedLM")
+
+
 def model_builder(spec: Any, model_dir: str | Path | None = None) -> tuple[Callable[[], nn.Module], int]:
     """``(build, mask_id)``: ``build()`` instantiates the model class of ``spec`` (a ``model:`` section) from its
-    config alone, in the spec's dtype, no weights read. ``model_dir``: where config.json (and its
-    remote code) is, if not ``spec.path_or_id``."""
+    config alone, in the spec's dtype, no weights read, as the stages see it (the family module's ``plan_view``, if
+    it declares one). ``model_dir``: where config.json (and its remote code) is, if not ``spec.path_or_id``. The
+    class: TinyDDM's, MMaDA's from its checkout (``mmada_code``), else the checkpoint's own code under the first of
+    the family module's ``AUTO_CLASSES`` in its auto_map."""
     # a real model's classes (and the hub's checks): the stages of a real model name the module in their uses
     from ddmrl.models.adapters import DTYPES, LLADA_MASK_ID, remote_class
+    from ddmrl.models.mmada import import_mmada
 
     local = Path(model_dir or spec.path_or_id)
     if not (local / "config.json").is_file():
@@ -470,15 +572,22 @@ def model_builder(spec: Any, model_dir: str | Path | None = None) -> tuple[Calla
         )
     dtype = DTYPES[spec.dtype] if spec.dtype != "auto" else torch.bfloat16
     raw = json.loads((local / "config.json").read_text())
+    family = importlib.import_module(FAMILIES.module(spec.kind))
     if spec.kind == "tiny":
         cls, config = TinyDDMForMaskedLM, TinyDDMConfig.from_pretrained(local)
+    elif spec.kind == "mmada":
+        cls = import_mmada(spec.mmada_code).MMadaModelLM
+        config = cls.config_class.from_pretrained(local)
+        config.use_cache = bool(raw.get("use_cache", False))  # LLaDA's forward reads it; transformers 5 drops it
     else:
-        cls, config, _ = remote_class(local, ("AutoModel", "AutoModelForCausalLM", "AutoModelForMaskedLM"))
-    mask_id = int(raw.get("mask_token_id", LLADA_MASK_ID))
+        cls, config, _ = remote_class(local, getattr(family, "AUTO_CLASSES", AUTO_CLASSES))
+    mask_id = int(raw.get("mask_token_id", getattr(family, "MASK_ID", LLADA_MASK_ID)))
+    view = getattr(family, "plan_view", None)
 
     def build() -> nn.Module:
         with default_dtype(dtype):
-            return cls(config)
+            model = cls(config)
+        return model if view is None else view(model, raw)
 
     return build, mask_id
 
@@ -538,14 +647,21 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     cfg = config.load(args.params, args.profile)
-    method = args.method or cfg.grpo.methods[0]
-    run, task, _ = cfg.run(next(n for n in cfg.run_names() if n.startswith(f"{method}_")))
-    length = args.completion_length or cfg.task_params.get(task, {}).get("completion_length")
+    image = not cfg.tasks  # an image-only profile (paper_mmada_geneval): its image runs
+    method = args.method or (cfg.image.methods if image else cfg.grpo.methods)[0]
+    name = next((n for n in cfg.run_names() if n.startswith(f"{method}_")), None)
+    if name is None:
+        raise SystemExit(f"{args.params}: no run of method section {method!r}; runs are: {', '.join(cfg.run_names())}")
+    run, task, _ = cfg.run(name)
+    # an image run: the image model, its image tokens as the completion (text runs: the task's completion length)
+    spec, key = (cfg.image.model, "num_image_tokens") if task in cfg.image.tasks else (cfg.model, "completion_length")
+    params = (cfg.image.task_params if task in cfg.image.tasks else cfg.task_params).get(task, {})
+    length = args.completion_length or params.get(key)
     if not length:
-        raise SystemExit(f"{args.params}: task_params.{task}.completion_length is not set; pass --completion-length")
+        raise SystemExit(f"{args.params}: task_params.{task}.{key} is not set; pass --completion-length")
     hw = Hardware(args.memory_gib, args.gpus_per_node, args.nodes, args.tflops, args.utilisation)
     try:
-        plan = plan_run(run, cfg.model, args.model_dir, args.prompt_length, length, hw)
+        plan = plan_run(run, spec, args.model_dir, args.prompt_length, length, hw)
         print(plan.table())
         for note in plan.notes:
             print(f"- {note}")
@@ -556,6 +672,9 @@ def main(argv: list[str] | None = None) -> int:
         require_fit(plan, hw.memory_gib, "--memory-gib")
     except DoesNotFit as e:
         print(f"does not fit: {e}", file=sys.stderr)
+        return 2
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     return 0
 

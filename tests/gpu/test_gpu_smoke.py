@@ -4,11 +4,12 @@ Skipped where ``torch.cuda.is_available()`` is False. Run on a GPU host (docs/di
 
     pytest -m gpu tests/gpu -s
 
-By default the model is a TinyDDM at LLaDA-8B's width (hidden 4096, 32 heads, feed-forward 11008; 4 blocks instead
-of 32, about 0.6 B parameters), trained fully and with LoRA + gradient checkpointing. With
-``DDMRL_GPU_MODEL=/path/to/a/local/LLaDA-8B-Instruct`` (a ``save_pretrained`` directory with its remote code) the
-same step runs on that checkpoint with LoRA adapters on q/k/v (d1's setup; the full model in bf16 does not leave
-room for AdamW states on one 80 GB GPU). Each case prints the step's wall time, its phases and the peak GPU memory.
+By default the model is a TinyDDM at LLaDA-8B's hidden width (hidden 4096, 32 heads; feed-forward 11008, where
+LLaDA-8B's mlp_hidden_size is 12288; 4 blocks instead of 32, about 0.6 B parameters), trained fully and with LoRA +
+gradient checkpointing. With ``DDMRL_GPU_MODEL=/path/to/a/local/LLaDA-8B-Instruct`` (a ``save_pretrained`` directory
+with its remote code) the same step runs on that checkpoint with LoRA adapters on q/k/v (d1's setup; the full model
+in bf16 does not leave room for AdamW states on one 80 GB GPU). Each case prints the step's wall time, its phases
+and the peak GPU memory.
 """
 
 from __future__ import annotations

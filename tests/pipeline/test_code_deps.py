@@ -51,6 +51,10 @@ CONDITIONAL = {
     ("src/ddmrl/plan.py", "ddmrl.models.adapters"): lambda cfg, s: (
         s.kind in TRAINING_LOOP and bool(_run(cfg, s).launch.gpu_memory_gib)
     ),
+    # and MMaDA's class from its checkout when the model planned is MMaDA's
+    ("src/ddmrl/plan.py", "ddmrl.models.mmada"): lambda cfg, s: (
+        s.kind in TRAINING_LOOP and bool(_run(cfg, s).launch.gpu_memory_gib)
+    ),
     # LLaDA's sampler hands its steps to a learned unmasking policy (any but a schedule one); MaskGIT's asks a
     # schedule policy
     ("src/ddmrl/samplers/llada.py", "ddmrl.samplers.unmasking"): lambda cfg, s: (

@@ -215,14 +215,22 @@ def test_snakemake_config_switches_the_profile(tmp_path):
     assert all(f"--params {override_file}" in j.cmd for j in jobs.values())
 
 
+#: the extras whose packages the paper profiles' stages import (DeepSpeed, MMaDA's models/ package, math-verify)
+CONDA_EXTRAS = ("gpu", "mmada", "math")
+
+
 def test_conda_env_and_slurm_profile_follow_the_project():
-    """workflow/envs/ddmrl.yaml pins exactly pyproject's dependencies; the SLURM profile sets resources per kind."""
+    """workflow/envs/ddmrl.yaml pins exactly pyproject's dependencies and the extras the paper profiles import, at
+    pyproject's pins; the SLURM profile sets resources per kind."""
     import tomllib
 
-    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    extras = [p for name in CONDA_EXTRAS for p in project["optional-dependencies"][name]]
+    wanted = {d.split("#")[0].strip() for d in [*project["dependencies"], *extras]}
     env = yaml.safe_load((REPO / "workflow" / "envs" / "ddmrl.yaml").read_text())["dependencies"]
     pins = [p for d in env if isinstance(d, dict) for p in d["pip"] if "==" in p]
-    assert sorted(pins) == sorted(d.split("#")[0].strip() for d in deps)
+    assert sorted(pins) == sorted(wanted)
+    assert all("==" in p for p in wanted), "every package the environment lists is pinned exactly"
     slurm = yaml.safe_load((REPO / "workflow" / "profiles" / "slurm" / "config.yaml").read_text())
     kinds = {k.name for k in dag.all_kinds(load(REPO / "params.yaml"))}
     assert set(slurm["set-resources"]) == kinds - {"reward", "tables"}  # those two run on the default CPU slot

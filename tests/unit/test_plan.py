@@ -87,6 +87,29 @@ def test_the_sampler_flops_shortcut_equals_the_full_trace(chain, kv_cache, paral
     assert shortcut.flops == full.flops > 0 and shortcut.nfe == full.nfe == 16
 
 
+def test_the_block_trace_makes_the_block_samplers_model_calls(chain):
+    """``trace_block_sampling`` (the planner's trace of ``SAMPLERS["block"]``, whose position choices fake tensors
+    cannot follow) makes the model calls of the real sampler: on TinyBlockDDM and real tensors, the same number of
+    calls and the same FLOPs as ``ddmrl.samplers.block.generate`` with its cache; its shortcut (one traced pass per
+    block) equals tracing every pass. (Fake tensors: the real families, tests/pipeline/test_paper_launch.py;
+    TinyBlockDDM reads its position values.)"""
+    from ddmrl.models.tiny_block import TinyBlockDDMConfig, TinyBlockDDMForMaskedLM
+    from ddmrl.samplers.block import generate as block_generate
+
+    task, tok = chain
+    config = TinyBlockDDMConfig(vocab_size=len(tok), hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
+                                max_position_embeddings=64, block_size=4)  # fmt: skip
+    model = TinyBlockDDMForMaskedLM(config).eval()
+    prompts = torch.randint(0, len(tok), (3, task.prompt_length))
+    counter = plan.LiveBytes()
+    with counter:
+        out = block_generate(model, prompts, 12, mask_id=tok.mask_token_id, block_length=4, steps=2)
+    shortcut, full = (plan.trace_block_sampling(model, 3, task.prompt_length, 12, 4, 2, len(tok), shortcut=s)
+                      for s in (True, False))  # fmt: skip
+    assert (full.nfe, full.flops) == (out.nfe, counter.flops) and full.flops > 0
+    assert shortcut == full
+
+
 def test_flops_are_torchs_and_cpu_attention_counts_as_flash_attention(chain):
     """Matrix products as torch's FlopCounterMode counts them; PyTorch's CPU attention kernel (absent from its
     table) as FlashAttention: 4 B H T^2 d forward."""

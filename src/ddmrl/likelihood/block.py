@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import torch
 
-from ddmrl.samplers.block import BlockModel, block_index, block_spans, positions
+from ddmrl.samplers.block import BlockModel, block_index, positions
 
 
 class BlockInput(NamedTuple):
@@ -56,7 +56,8 @@ def block_diffusion_input(
     if prompt_mask is not None:
         valid[:, :p] = prompt_mask.bool()
     blocks = block_index(p, t, block_length, align).to(dev)  # [T]
-    start = block_spans(blocks, p)[0][0] if t > p else t
+    # the first position of the block holding position p (arithmetic: no tensor read, so ddmrl.plan traces it)
+    start = p - (p - (p if align == "completion" else 0)) % block_length if t > p else t
     clean = torch.cat([prompt_ids, completion_ids], 1)  # [N, T]
     noised = torch.cat([prompt_ids[:, start:], view_ids], 1)[:, max(0, start - p) :]  # [N, T - start]
     qb = torch.cat([blocks[start:], blocks])  # [S] every position's block

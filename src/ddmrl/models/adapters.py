@@ -49,6 +49,7 @@ from ddmrl.models.tiny import load_saved
 
 __all__ = [
     "LLADA_MASK_ID",
+    "LORA_TARGETS",
     "LLaDAAdapter",
     "MMaDAAdapter",
     "MaskedLMAdapter",
@@ -60,6 +61,10 @@ __all__ = [
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
 LLADA_MASK_ID = 126336  # <|mdm_mask|> of LLaDA and MMaDA (LLaDA's ``generate.py``)
+#: LoRA targets of LLaDA and MMaDA (peft's regular-expression form, by LLaDA's names, which MMaDA keeps): every
+#: block's attention (q_proj, k_proj, v_proj, attn_out) and SwiGLU MLP (ff_proj, up_proj, ff_out) projections; never
+#: the output head ``model.transformer.ff_out``, which a bare ``ff_out`` also selects (``ddmrl.models.lora``)
+LORA_TARGETS = r".*\.blocks\.\d+\.(q_proj|k_proj|v_proj|attn_out|ff_proj|up_proj|ff_out)"
 REASONING_PREFILL = "<reasoning>"  # d1's assistant prefill (add_reasoning=True)
 
 

@@ -39,6 +39,7 @@ from ddmrl.models.adapters import (
 )
 
 __all__ = [
+    "AUTO_CLASSES",
     "DREAM_MASK_ID",
     "Aligned",
     "LORA_TARGETS",
@@ -47,6 +48,7 @@ __all__ = [
     "load",
     "load_dream",
     "left_padding",
+    "plan_view",
     "padding_inputs",
     "shift_logits",
     "token_logps",
@@ -55,6 +57,7 @@ __all__ = [
 DREAM_MASK_ID = 151666  # <|mask|> of Dream-v0 (config.json's mask_token_id)
 #: peft's regular-expression form: the decoder layers' attention and MLP projections, by Qwen2's names
 LORA_TARGETS = r".*\.layers\.\d+\.(self_attn\.(q_proj|k_proj|v_proj|o_proj)|mlp\.(gate_proj|up_proj|down_proj))"
+AUTO_CLASSES = ("AutoModel",)  # config.json's auto_map entry of DreamModel (the loader's, and ddmrl.plan's)
 
 
 def shift_logits(logits: torch.Tensor) -> torch.Tensor:
@@ -134,6 +137,10 @@ class Aligned(nn.Module):
     def get_input_embeddings(self) -> nn.Module:
         return self.model.get_input_embeddings()
 
+    def get_output_embeddings(self) -> nn.Module:
+        """Dream's ``lm_head``: what LoRA's ``all-linear`` leaves out and ``ddmrl.models.lora`` protects."""
+        return self.model.get_output_embeddings()
+
     def save_pretrained(self, *args: Any, **kwargs: Any) -> None:
         self.model.save_pretrained(*args, **kwargs)
 
@@ -165,6 +172,12 @@ class DreamAdapter(ModelAdapter):
     def view(self, model: nn.Module) -> Aligned:
         """The raw ``DreamModel`` seen with aligned logits and Dream's padding (:class:`Aligned`)."""
         return Aligned(model, self.pad_token_id)
+
+
+def plan_view(model: nn.Module, config: dict[str, Any]) -> Aligned:
+    """A freshly built ``DreamModel`` as the stages train and sample it (:class:`Aligned`, padded with
+    ``config``'s ``pad_token_id``): ``ddmrl.plan`` plans this."""
+    return Aligned(model, config.get("pad_token_id"))
 
 
 def load_dream(

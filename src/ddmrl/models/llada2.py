@@ -47,6 +47,7 @@ from ddmrl.models.adapters import (
 )
 
 __all__ = [
+    "AUTO_CLASSES",
     "LLADA2_BLOCK_LENGTH",
     "LLADA2_EOS_ID",
     "LLADA2_MASK_ID",
@@ -55,12 +56,16 @@ __all__ = [
     "LLaDA2BlockModel",
     "attention_inputs",
     "block_logits",
+    "balanced_moe_forward",
     "load_llada2",
+    "plan_view",
 ]
 
 LLADA2_MASK_ID = 156895  # <|mask|> (generate's mask_id default)
 LLADA2_EOS_ID = 156892  # <|endoftext|> = pad (config.json's pad_token_id, generate's eos_id default)
 LLADA2_BLOCK_LENGTH = 32  # the model cards' recommended block_length (generate's default)
+MASK_ID = LLADA2_MASK_ID  # the family's mask id where config.json has none (ddmrl.plan)
+AUTO_CLASSES = ("AutoModelForCausalLM",)  # config.json's auto_map entry of LLaDA2MoeModelLM (loader and ddmrl.plan)
 _PROJ = r"(gate_proj|up_proj|down_proj)"
 #: peft's regular-expression form, by LLaDA 2.x's names: attention (fused q/k/v and output), the dense layers' MLP,
 #: every routed expert's and the shared expert's MLP; not the router ``mlp.gate`` (see the module docstring)
@@ -194,8 +199,7 @@ def load_llada2(
     the checkpoint's own code, run only with ``trust_remote_code`` (a hub id also needs a pinned commit), bridged by
     ``ddmrl.models.compat``. Pads with EOS when the tokenizer has no pad token."""
     why = " (LLaDA2MoeModelLM lives in the checkpoint's modeling_llada2_moe.py)"
-    auto = ("AutoModelForCausalLM",)
-    model, tok, local = remote_checkpoint(path_or_id, revision, trust_remote_code, dtype, auto, why)
+    model, tok, local = remote_checkpoint(path_or_id, revision, trust_remote_code, dtype, AUTO_CLASSES, why)
     mask_id = tok.mask_token_id if tok.mask_token_id is not None else LLADA2_MASK_ID
     mask_id = _checked_mask_id(mask_id, model, str(local))
     # the loaded instance is itself a block model (SAMPLERS["block"], token_logps(block_length=) take it as it is)
@@ -205,6 +209,34 @@ def load_llada2(
 
 def _block_forward(model: Any, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, Any]:
     return LLaDA2BlockModel(model).block_forward(*args, **kwargs)
+
+
+def balanced_moe_forward(block: Any, hidden_states: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    """``LLaDA2MoeSparseMoeBlock.forward`` under perfectly balanced routing: the [T k] token-expert pairs split into
+    equal shares, one per routed expert, whatever the router chose (its weights still weigh the outputs), then the
+    shared expert. The release selects each expert's tokens by value (``flat_topk_idx == i``, ``moe_infer``), which
+    fake tensors cannot follow; this has the same parameters and, for a balanced router, the same FLOPs and
+    activation shapes: ``ddmrl.plan``'s stand-in (:func:`plan_view`), never used to train or sample."""
+    bsz, seq_len, h = hidden_states.shape
+    topk_idx, topk_weight, router_logits = block.gate(hidden_states)
+    pairs = hidden_states.reshape(-1, h).repeat_interleave(block.num_experts_per_tok, dim=0)  # [T k, h]
+    shares = pairs.chunk(len(block.experts))
+    y = torch.cat([expert(x) for expert, x in zip(block.experts, shares, strict=False)])  # [T k, h]
+    y = (y.view(*topk_weight.shape, -1) * topk_weight.unsqueeze(-1)).sum(dim=1).to(hidden_states.dtype)
+    y = y.view(bsz, seq_len, h)
+    if block.config.num_shared_experts is not None:
+        y = y + block.shared_experts(hidden_states)
+    return y, (router_logits.view(bsz, seq_len, -1), topk_idx.view(bsz, seq_len, -1))
+
+
+def plan_view(model: Any, config: dict[str, Any] | None = None) -> Any:
+    """A freshly built ``LLaDA2MoeModelLM`` as ``ddmrl.plan`` traces it: a block model (``block_forward`` bound, as
+    :func:`load_llada2` binds it) whose MoE blocks route in balance (:func:`balanced_moe_forward`)."""
+    model.block_forward = types.MethodType(_block_forward, model)
+    for module in model.modules():
+        if type(module).__name__ == "LLaDA2MoeSparseMoeBlock":
+            module.forward = types.MethodType(balanced_moe_forward, module)
+    return model
 
 
 def load(spec: Any) -> tuple[Any, Any, LLaDA2Adapter]:

@@ -41,6 +41,7 @@ from ddmrl.models.adapters import (
 )
 
 __all__ = [
+    "AUTO_CLASSES",
     "LORA_TARGETS",
     "SDAR_MASK_ID",
     "SDARAdapter",
@@ -49,11 +50,13 @@ __all__ = [
     "block_forward",
     "load_sdar",
     "padded_positions",
+    "plan_view",
 ]
 
 SDAR_MASK_ID = 151669  # <|MASK|> of SDAR-*-Chat and TraDo (config.json's mask_token_id)
 #: peft's regular-expression form: the decoder layers' attention and MLP projections, by Qwen3's names
 LORA_TARGETS = r".*\.layers\.\d+\.(self_attn\.(q_proj|k_proj|v_proj|o_proj)|mlp\.(gate_proj|up_proj|down_proj))"
+AUTO_CLASSES = ("AutoModelForCausalLM",)  # config.json's auto_map entry of SDARForCausalLM (loader and ddmrl.plan)
 
 
 def padded_positions(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -170,6 +173,15 @@ class SDARAdapter(ModelAdapter):
         return logits
 
 
+def plan_view(model: Any, config: dict[str, Any] | None = None) -> Any:
+    """``SDARForCausalLM`` as the stages use it (the loader's and ``ddmrl.plan``'s): logits in training mode too
+    (``fuse_cross_entropy`` off, TraceRL's setting), and itself a block model (``block_forward`` bound to the
+    instance, so ``SAMPLERS["block"]`` and ``token_logps(block_length=)`` take it as it is)."""
+    model.config.fuse_cross_entropy = False
+    model.block_forward = types.MethodType(block_forward, model)
+    return model
+
+
 def load_sdar(
     path_or_id: str, revision: str | None = None, trust_remote_code: bool = False, dtype: str = "float32"
 ) -> tuple[Any, Any, SDARAdapter]:
@@ -180,9 +192,7 @@ def load_sdar(
     why = " (SDARForCausalLM lives in the checkpoint's modeling_sdar.py)"
     auto = ("AutoModelForCausalLM",)
     model, tok, local = remote_checkpoint(path_or_id, revision, trust_remote_code, dtype, auto, why)
-    model.config.fuse_cross_entropy = False  # TraceRL's setting: logits in training mode too
-    # the loaded instance is itself a block model (SAMPLERS["block"], token_logps(block_length=) take it as it is)
-    model.block_forward = types.MethodType(block_forward, model)
+    model = plan_view(model)
     raw = _config_json(local)
     mask_id = _checked_mask_id(raw.get("mask_token_id", tok.mask_token_id), model, str(local))
     return model.eval(), tok, SDARAdapter(tok, mask_id, raw.get("block_size", 4))

@@ -145,6 +145,7 @@ class TinyDDMForMaskedLM(PreTrainedModel):
     base_model_prefix = "tiny_ddm"
     _tied_weights_keys = {"lm_head.weight": "tok.weight"}  # a dict in transformers 5
     supports_gradient_checkpointing = True  # per block (_Block is a GradientCheckpointingLayer)
+    _no_split_modules = ["_Block"]  # the block FSDP shards one by one (ddmrl.training.distributed.fsdp_wrap_classes)
 
     def __init__(self, config: TinyDDMConfig) -> None:
         super().__init__(config)

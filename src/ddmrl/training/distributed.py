@@ -19,9 +19,10 @@ d1's ``diffu-grpo/run.sh``, MaskGRPO's ``scripts/train/*.sh``):
 LoRA (``lora.r > 0``): the policy is a peft model; with ``mixed_precision: bf16`` the frozen base is stored in bf16
 and the adapters in fp32 (peft's default). The GRPO reference is the same network with its adapters disabled (TRL's
 PEFT path, no second copy; d1 and MaskGRPO). Saved models have the adapters merged in, so ``evaluate`` loads a plain
-model. Gradient checkpointing uses the transformers API where the model supports it (TinyDDM does), else LLaDA's own
-``set_activation_checkpointing`` (LLaDA's and MMaDA's remote code, which lack the transformers API: LLaDA issue #51),
-and is otherwise skipped with a printed note.
+model. Gradient checkpointing uses the transformers API where the model supports it (TinyDDM, Dream, SDAR, LLaDA 2.x
+do), else LLaDA's own ``set_activation_checkpointing`` (LLaDA's and MMaDA's remote code, which lack the transformers
+API: LLaDA issue #51), and is otherwise skipped with a printed note. FSDP shards the model's own blocks, the classes
+its ``_no_split_modules`` names (:func:`configure_fsdp`), so one accelerate config serves every family.
 """
 
 from __future__ import annotations
@@ -116,6 +117,45 @@ def configure_deepspeed(acc, micro_batch: int, gradient_accumulation_steps: int,
     ds["gradient_accumulation_steps"] = gradient_accumulation_steps
     ds["gradient_clipping"] = max_grad_norm
     ds["train_batch_size"] = micro_batch * gradient_accumulation_steps * acc.num_processes
+
+
+def fsdp_wrap_classes(model: torch.nn.Module) -> list[str]:
+    """The block classes FSDP shards one by one, from the model itself: the names its modules declare in
+    ``_no_split_modules`` (transformers' list of a model's blocks; searched through wrappers such as Dream's aligned
+    view, an image layout or peft), keeping those some module of the model is an instance of (LLaDA's list names
+    three block classes, one per ``block_type``). ``ConfigError`` (one line) when none is.
+
+    An accelerate config written for one model (``fsdp_transformer_layer_cls_to_wrap: _Block``, TinyDDM's class)
+    stops every other with "Could not find the transformer layer class"; this makes one config serve every family.
+    """
+    declared = dict.fromkeys(name for m in model.modules() for name in getattr(m, "_no_split_modules", None) or ())
+    present = {type(m).__name__ for m in model.modules()}
+    found = [name for name in declared if name in present]
+    if not found:
+        raise ConfigError(
+            f"FSDP: {type(model).__name__} declares no block class that it contains (_no_split_modules: "
+            f"{list(declared) or 'none'}); name one in the accelerate config's fsdp_transformer_layer_cls_to_wrap"
+        )
+    return found
+
+
+def configure_fsdp(acc, model: torch.nn.Module) -> tuple[str, ...]:
+    """Under FSDP, before ``acc.prepare``: wrap ``model``'s own blocks (:func:`fsdp_wrap_classes`). A class the
+    accelerate config names (``fsdp_transformer_layer_cls_to_wrap``) is kept when the model has it and refused, in
+    one line, when it has not. Returns the class names (none outside FSDP)."""
+    if acc.distributed_type != DistributedType.FSDP:
+        return ()
+    plugin = acc.state.fsdp_plugin
+    present = {type(m).__name__ for m in model.modules()}
+    named = list(plugin.transformer_cls_names_to_wrap or ())
+    if missing := [name for name in named if name not in present]:
+        raise ConfigError(
+            f"accelerate config: fsdp_transformer_layer_cls_to_wrap = {','.join(named)}: {type(model).__name__} has "
+            f"no {', '.join(missing)} (its blocks: {', '.join(fsdp_wrap_classes(model))}); remove the key, the stage "
+            "wraps the model's own blocks"
+        )
+    plugin.transformer_cls_names_to_wrap = named or fsdp_wrap_classes(model)
+    return tuple(plugin.transformer_cls_names_to_wrap)
 
 
 def is_deepspeed(acc) -> bool:
@@ -270,6 +310,15 @@ def enable_checkpointing(model) -> bool:
         inner.set_activation_checkpointing("whole_layer")
         return True
     return False
+
+
+def checkpointing_of(model: torch.nn.Module) -> str | None:
+    """How ``model`` recomputes activations in backward: ``"transformers"`` (a module's ``gradient_checkpointing``
+    flag, set by the transformers API), LLaDA's strategy name (``"whole_layer"``), or None (it keeps them)."""
+    if any(getattr(m, "gradient_checkpointing", None) is True for m in model.modules()):
+        return "transformers"
+    strategy = next((s for m in model.modules() if (s := getattr(m, "activation_checkpointing_strategy", None))), None)
+    return None if strategy is None else getattr(strategy, "name", str(strategy))
 
 
 def is_peft(model) -> bool:

@@ -539,6 +539,8 @@ def train_grpo(
         )
     dist.set_accumulation(acc, ga)
     dist.configure_deepspeed(acc, cfg.num_prompts // world * cfg.num_generations // ga, ga, cfg.max_grad_norm)
+    if not frozen:
+        dist.configure_fsdp(acc, policy)  # FSDP shards the policy's own blocks (its _no_split_modules)
     aux, aux_opt = aux_policy, None
     if aux is not None:
         aux_lr = cfg.aux_policy.learning_rate

@@ -130,6 +130,7 @@ def train_mdm(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.warmup_steps, cfg.max_steps))
     dist.set_accumulation(acc, 1)
     dist.configure_deepspeed(acc, cfg.batch_size // acc.num_processes, 1, cfg.max_grad_norm)
+    dist.configure_fsdp(acc, model)  # FSDP shards the model's own blocks (its _no_split_modules)
     model, opt, sched = acc.prepare(model, opt, sched)  # the scheduler is prepared so that save_state holds it
     sched.step_with_optimizer = False  # one scheduler step per optimiser step, whatever the number of processes
     curve, window, start, elapsed = [], [], 0, 0.0
