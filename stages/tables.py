@@ -20,9 +20,10 @@ from pathlib import Path
 import pandas as pd
 
 from ddmrl import config
+from ddmrl.base_models import base_model_table, per_seed_scores
 from ddmrl.cli import run_stage, write_csv
 from ddmrl.io import atomic_path, read_json, write_json, write_text
-from ddmrl.pipeline.layout import CURVES, tables_inputs
+from ddmrl.pipeline.layout import CURVES, per_seed_bases, tables_inputs
 from ddmrl.tables import (
     contact_prompts,
     contact_sheet,
@@ -52,6 +53,11 @@ bootstrap interval over the held-out items and, for rows with several seeds, ove
 over the model the row starts from (RL rows: SFT; SFT: base) on the same items, with a paired 95 % interval;
 * marks an interval that excludes 0. Reward: mean training reward on the held-out items, averaged over seeds.
 Budget: rollout batches, samples (completions sampled) and optimiser steps of each run.
+"""
+BASE_MODELS_NOTE = """
+Per base model (seeds 0 / 1 / 2): the row's accuracy, and its gain over its own start model (paired on the items;
+* when that interval excludes 0). Over base models: bootstrapped over the base models (each with its one RL seed)
+and the items, each gain paired with its own base model's start model: the text table's Δ vs start.
 """
 IMAGE_NOTE = (
     "\nEach accuracy with its 95 % bootstrap interval over the image slots (prompt, sample), stratified by tag, and"
@@ -84,6 +90,10 @@ def main() -> None:
                    for p, e in zip(files["generations"], evals, strict=True)}  # fmt: skip
         table, table_csv, records = main_table(cfg, frame, scores)
         intervals += records
+        if per_seed_bases(cfg):  # each seed its own base model: the rows base model by base model
+            by_base, _ = base_model_table(cfg, per_seed_scores(cfg, scores))
+            title = "Held-out accuracy per base model (seed s's runs start from base model s)"
+            write_text(out / "base_models.md", f"# {title}\n\n" + to_markdown(by_base) + BASE_MODELS_NOTE)
         frames.append(frame)
         room = rollout_table([read_json(p) for p in files["rollouts"]])
         write_csv(out / "results_long.csv", frame)

@@ -1,6 +1,7 @@
 """How much the text table moves with the base model: the same DAG run from base models of other pre-training seeds
 (``download.seed``; the held-out items follow the global seed and stay the same), each with its own SFT model and
-one GRPO run per method (seed 0). ``stages/base_models.py`` tables it from those runs' evaluation files.
+one GRPO run per method (seed 0). ``stages/base_models.py`` tables it from those runs' evaluation files, and the
+tables stage from one DAG with a base model per GRPO seed (``download.base_per_seed``, the main job).
 
 The tables' intervals (``ddmrl.tables``) cover the held-out items and the RL seeds of one base model; this one adds
 the base model as a level of the bootstrap (Davison & Hinkley 1997, section 3.8, as the seeds are), so that a reader
@@ -15,6 +16,7 @@ import pandas as pd
 
 from ddmrl import stats
 from ddmrl.config import Config, run_name
+from ddmrl.pipeline.layout import model_name
 from ddmrl.tables import (
     Scores,
     _fill,
@@ -72,3 +74,18 @@ def base_model_table(
     frame = pd.DataFrame(md)
     columns = [f"{t}: {c}" for t in cfg.tasks for c in COLUMNS]
     return _fill(frame[["model", *(c for c in columns if c in frame), "base models"]]), records
+
+
+def per_seed_scores(cfg: Config, scores: dict[tuple[str, str], Scores]) -> dict[int, dict[tuple[str, str], Scores]]:
+    """The scores of a DAG with one base model per GRPO seed (``download.base_per_seed``; keyed (model, task) as
+    the tables stage reads them) as :func:`base_model_table` takes them: base model s holds ``base_s<s>``,
+    ``sft_s<s>`` and seed s's runs, under the names of one base model's DAG (base, sft, the seed-0 run names)."""
+    per_base = {}
+    for seed in cfg.grpo.seeds:
+        mine = {}
+        for t in cfg.tasks:
+            names = {model_name(m, seed): m for m in ("base", "sft")}
+            names |= {run_name(label, t, seed): run_name(label, t, 0) for label in cfg.text_methods}
+            mine |= {(as_one, t): scores[model, t] for model, as_one in names.items() if (model, t) in scores}
+        per_base[seed] = mine
+    return per_base

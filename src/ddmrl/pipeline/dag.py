@@ -614,6 +614,7 @@ def tables(new: StageFactory) -> Stage:
     if layout.has_credit(cfg):
         args["--credit"] = layout.CREDIT_DIR
     names = (*TABLES_TEXT,) if cfg.tasks else ()
+    names += ("base_models.md",) if cfg.tasks and layout.per_seed_bases(cfg) else ()
     names += TABLES_CREDIT if layout.has_credit(cfg) else ()
     names += TABLES_PASS_AT_K if cfg.tasks and cfg.evaluate.pass_at_k.n else ()
     names += (*TABLES_IMAGE,) if cfg.image.tasks else ()
