@@ -14,6 +14,7 @@ ones) has each view's credit divided by its view's advantage.
         --task sudoku4 --method rebrl --rollouts data/reward/sft/sudoku4.jsonl --out data/credit/rebrl/sudoku4.csv
 """
 
+import ddmrl  # noqa: F401, I001  (first: pins the CPU numerics before numpy loads its BLAS; ddmrl.numerics)
 import argparse
 import dataclasses
 

@@ -26,6 +26,7 @@ pointer to the checkpoint (``ddmrl.models.checkpoint.POINTER``). Offline, the st
 naming every missing item and the command that downloads it.
 """
 
+import ddmrl  # noqa: F401, I001  (first: pins the CPU numerics before numpy loads its BLAS; ddmrl.numerics)
 import argparse
 import dataclasses
 import sys

@@ -14,6 +14,7 @@ in [-1, 1] (``ddmrl.mar.encoding``).
 With ``mar.pretrain.save_steps`` a killed run resumes from its newest intact checkpoint under ``--checkpoints``.
 """
 
+import ddmrl  # noqa: F401, I001  (first: pins the CPU numerics before numpy loads its BLAS; ddmrl.numerics)
 import argparse
 import dataclasses
 import time

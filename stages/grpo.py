@@ -21,6 +21,7 @@ trains on its share of the prompts, the main process writes the outputs. With ``
 adapters merged in.
 """
 
+import ddmrl  # noqa: F401, I001  (first: pins the CPU numerics before numpy loads its BLAS; ddmrl.numerics)
 import argparse
 import copy
 import dataclasses

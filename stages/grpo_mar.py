@@ -14,6 +14,7 @@ the decoded grids, group advantages, then updates over the recorded Gaussian tra
 With ``save_steps`` the run checkpoints to ``--checkpoints`` and a rerun after a kill resumes there.
 """
 
+import ddmrl  # noqa: F401, I001  (first: pins the CPU numerics before numpy loads its BLAS; ddmrl.numerics)
 import argparse
 import copy
 import dataclasses

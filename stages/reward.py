@@ -9,6 +9,7 @@ pass@G (a group with at least one fully correct completion).
         --metrics data/reward/sft/sudoku4.json
 """
 
+import ddmrl  # noqa: F401, I001  (first: pins the CPU numerics before numpy loads its BLAS; ddmrl.numerics)
 import argparse
 
 import torch

@@ -14,6 +14,7 @@ On several GPUs the same command runs under accelerate (``sft.launch``; docs/dis
 on its share of each batch, the main process writes the outputs (LoRA adapters merged in).
 """
 
+import ddmrl  # noqa: F401, I001  (first: pins the CPU numerics before numpy loads its BLAS; ddmrl.numerics)
 import argparse
 import dataclasses
 import time

@@ -14,6 +14,7 @@ The runs come from params.yaml; their files are found under the given directorie
 (``ddmrl.pipeline.layout``), so the command line is the same whatever the sweep.
 """
 
+import ddmrl  # noqa: F401, I001  (first: pins the CPU numerics before numpy loads its BLAS; ddmrl.numerics)
 import argparse
 from pathlib import Path
 
@@ -53,6 +54,10 @@ bootstrap interval over the held-out items and, for rows with several seeds, ove
 over the model the row starts from (RL rows: SFT; SFT: base) on the same items, with a paired 95 % interval;
 * marks an interval that excludes 0. Reward: mean training reward on the held-out items, averaged over seeds.
 Budget: rollout batches, samples (completions sampled) and optimiser steps of each run.
+"""
+PER_SEED_NOTE = """With one base model per seed (download.base_per_seed): seed s's base, SFT and RL models come from
+base model s, so the intervals over seeds cover the base models, and each gain is paired seed by seed with its own
+start model (per base model: base_models.md).
 """
 BASE_MODELS_NOTE = """
 Per base model (seeds 0 / 1 / 2): the row's accuracy, and its gain over its own start model (paired on the items;
@@ -99,7 +104,8 @@ def main() -> None:
         write_csv(out / "results_long.csv", frame)
         write_csv(out / "text_table.csv", table_csv)
         title = "Held-out accuracy and reward (text tasks)"
-        write_text(out / "text_table.md", f"# {title}\n\n" + to_markdown(table) + TEXT_NOTE)
+        note = TEXT_NOTE + (PER_SEED_NOTE if per_seed_bases(cfg) else "")
+        write_text(out / "text_table.md", f"# {title}\n\n" + to_markdown(table) + note)
         write_text(out / "text_table.html", to_html(table, title))
         write_csv(out / "sft_rollouts.csv", room)
         write_text(out / "sft_rollouts.md", "# SFT samples before RL (room for RL)\n\n" + to_markdown(room))

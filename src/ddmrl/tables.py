@@ -280,17 +280,26 @@ def main_table(
 def start_gain(
     cfg: Config, frame: pd.DataFrame, rows: pd.DataFrame, start: str, scores: dict[tuple[str, str], Scores]
 ) -> stats.Interval | None:
-    """The gain of a row's models on one task (``rows``: model, task, seed) over its start row's: paired on the
-    items, and with ``download.base_per_seed`` each seed with the start model of its own base model."""
+    """The gain of a row's models on one task (``rows``: model, task, seed) over its start row's (see
+    :func:`rows_difference`)."""
     task = rows["task"].iloc[0]
     starts = frame[(frame["row"] == start) & (frame["task"] == task)]
-    if starts.empty:
+    return rows_difference(cfg, rows, starts, lambda m: scores[m, task], by_seed=task in cfg.tasks)
+
+
+def rows_difference(
+    cfg: Config, rows: pd.DataFrame, other: pd.DataFrame, score, by_seed: bool
+) -> stats.Interval | None:
+    """One row's models (``rows``: model, seed) minus another row's (``other``) on one task, paired on the items;
+    with one base model per seed (``download.base_per_seed``; ``by_seed``: a text task) also seed by seed, each
+    seed's pair from the same base model. ``score``: a model's :class:`Scores`. None when ``other`` is empty."""
+    if other.empty:
         return None
-    mine = [scores[m, task] for m in rows["model"]]
-    if not per_seed_bases(cfg):
-        return gain_interval(mine, [scores[m, task] for m in starts["model"]])
-    start_of_seed = dict(zip(starts["seed"], starts["model"], strict=True))
-    return seedwise_gain(mine, [scores[start_of_seed[s], task] for s in rows["seed"]])
+    mine = [score(m) for m in rows["model"]]
+    if not (by_seed and per_seed_bases(cfg)):
+        return gain_interval(mine, [score(m) for m in other["model"]])
+    of_seed = dict(zip(other["seed"], other["model"], strict=True))
+    return seedwise_gain(mine, [score(of_seed[s]) for s in rows["seed"]])
 
 
 def pass_at_k_table(cfg: Config, frame: pd.DataFrame, evals: list[dict[str, Any]]) -> tuple[pd.DataFrame, list]:
@@ -323,19 +332,20 @@ def versus_table(
 ) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
     """RebRL against the method it plugs into: each RebRL row (the default and the ablation rows that ran) minus
     ``reference``, per task, with a 95 % interval paired on the held-out items (the two rows' seeds drawn
-    independently). ``scores`` is keyed by (model, task) for text and by model for the image task."""
+    independently, or paired when each seed has its own base model). ``scores`` is keyed by (model, task) for text
+    and by model for the image task."""
     rows = [m for m in dict.fromkeys([*cfg.text_methods, *cfg.image.methods]) if m in cfg.methods]
     rows = [m for m in rows if cfg.methods[m].method == "rebrl"]
     md, records = [], []
     for label in rows:
         row = {"model": display(label)}
         for t in tasks:
-            mine = list(frame[(frame["row"] == label) & (frame["task"] == t)]["model"])
-            ref = list(frame[(frame["row"] == reference) & (frame["task"] == t)]["model"])
-            if not mine or not ref:
+            mine = frame[(frame["row"] == label) & (frame["task"] == t)]
+            ref = frame[(frame["row"] == reference) & (frame["task"] == t)]
+            if mine.empty or ref.empty:
                 continue
             key = (lambda m: m) if t in cfg.image.tasks else (lambda m, t=t: (m, t))
-            iv = gain_interval([scores[key(m)] for m in mine], [scores[key(m)] for m in ref])
+            iv = rows_difference(cfg, mine, ref, lambda m, key=key: scores[key(m)], by_seed=t in cfg.tasks)
             row[f"{t}: Δ vs {display(reference)}"] = cell(iv, signed=True)
             records += _records(label, t, f"difference vs {reference}", iv)
         md.append(row)

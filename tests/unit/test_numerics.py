@@ -155,3 +155,21 @@ def test_a_stage_refuses_to_run_when_numpy_loaded_its_openblas_first():
         f"error: numpy's OpenBLAS runs its {NATIVE_OPENBLAS.strip()} kernels, not Haswell (DDMRL_NUMERICS=portable): "
         "import ddmrl before numpy, or set DDMRL_NUMERICS=compatible"
     ]
+
+
+def test_every_stage_script_imports_ddmrl_before_anything_that_loads_numpy():
+    """A stage run by hand (``python stages/tables.py ...``, no engine's environment) pins the numerics only if ddmrl
+    comes before numpy, pandas or torch: its first import outside the standard library is ddmrl
+    (the engines' processes had imported ddmrl, so their jobs inherited the variables and hid a late import)."""
+    import ast
+    from pathlib import Path
+
+    late = []
+    for script in sorted((Path(__file__).resolve().parents[2] / "stages").glob("*.py")):
+        for node in ast.parse(script.read_text()).body:
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                top = (node.names[0].name if isinstance(node, ast.Import) else node.module or "").split(".")[0]
+                if top != "__future__" and top not in sys.stdlib_module_names:
+                    late += [] if top == "ddmrl" else [f"{script.name}: {top}"]
+                    break
+    assert late == []
