@@ -15,9 +15,14 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ddmrl.errors import DownloadError
+
+if TYPE_CHECKING:
+    import torch
+
+    from ddmrl.config import Config
 
 #: the package's index; ``DDMRL_PACKAGED_BASES`` names another (a lab's own packaged base models; the tests')
 INDEX = Path(__file__).parent / "bases.json"
@@ -27,12 +32,11 @@ def index_path() -> Path:
     return Path(os.environ.get("DDMRL_PACKAGED_BASES") or INDEX)
 
 
-def recipe_id(cfg, modality: str, seed: int) -> str:
-    """The fingerprint of what decides a pre-trained base model's weights (``modality`` text or image, of ``cfg``,
-    a :class:`ddmrl.config.Config`): the held-out seed (the draws exclude those items), the tasks and their
-    parameters, the model, the download section but for where the weights come from (``packaged``) and how many
-    base models the sweep has (``base_per_seed``), the pre-training's ``seed``, and the image branch's caption
-    dropout."""
+def recipe_id(cfg: Config, modality: str, seed: int) -> str:
+    """The fingerprint of what decides a pre-trained base model's weights (``modality`` text or image): the
+    held-out seed (the draws exclude those items), the tasks and their parameters, the model, the download section
+    but for where the weights come from (``packaged``) and how many base models the sweep has (``base_per_seed``),
+    the pre-training's ``seed``, and the image branch's caption dropout."""
     from ddmrl.training.resume import fingerprint
     from ddmrl.training.tracking import without_trackers
 
@@ -75,7 +79,7 @@ def packaged_base(run_id: str) -> Packaged | None:
     return Packaged(weights, path.parent / entry["curve"], entry)
 
 
-def load_weights(model, weights: Path) -> None:
+def load_weights(model: torch.nn.Module, weights: Path) -> None:
     """Load a packaged ``model.safetensors`` into a fresh model of its recipe; the keys a save leaves out are the
     tied ones (the output head that shares the input embeddings)."""
     from safetensors.torch import load_file
