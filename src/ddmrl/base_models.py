@@ -14,7 +14,6 @@ from typing import Any
 
 import pandas as pd
 
-from ddmrl import stats
 from ddmrl.config import Config, run_name
 from ddmrl.pipeline.layout import model_name
 from ddmrl.tables import (
@@ -22,11 +21,10 @@ from ddmrl.tables import (
     _fill,
     _records,
     cell,
-    difference,
     display,
     gain_interval,
     row_interval,
-    stacked,
+    seedwise_gain,
     start_of,
 )
 
@@ -66,8 +64,7 @@ def base_model_table(
             row[f"{t}: Δ vs start per base model"] = " / ".join(
                 f"{g.estimate:+.1f}{'*' if g.excludes_zero() else ''}" for g in gains
             )
-            numer, denom, _ = stacked([difference(m, s) for m, s in zip(mine, starts, strict=True)])  # [B, N], [N]
-            gain = stats.interval(numer, denom)
+            gain = seedwise_gain(mine, starts)  # each base model's run paired with its own start model
             row[f"{t}: Δ vs start over base models"] = cell(gain, signed=True)
             records += _records(label, t, f"gain vs {start} over base models", gain)
         md.append(row | {"base models": str(len(bases))})
