@@ -55,7 +55,7 @@ from ddmrl.training.tracking import RunLog, plain, start_trackers, trackers
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--params", required=True)
-    ap.add_argument("--tasks-out", help="where the held-out sets go (default: not written; another stage writes them)")
+    ap.add_argument("--tasks-out", required=True)
     ap.add_argument("--model-out", required=True)
     ap.add_argument("--metrics", required=True)
     ap.add_argument("--curve", required=True)
@@ -87,8 +87,7 @@ def main() -> None:
         params = branch.task_params.get(name, {})
         task = make_task(name, **params)
         held_out = task.held_out(branch.download.num_eval, derive_seed(cfg.seed, "eval", name))
-        if args.tasks_out:  # download.base_per_seed: the first seed's stage writes them, the others draw them only
-            write_task(args.tasks_out, task, params, held_out)
+        write_task(args.tasks_out, task, params, held_out)
         tasks.append(task)
         draws.append(training_draw(task, held_out, seed, "pretrain", branch.download.pretrain.batch_size))
     for name in cfg.image.eval_tasks if args.modality == "image" else ():  # benchmarks: every prompt, held out
