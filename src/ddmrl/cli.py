@@ -6,13 +6,14 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from ddmrl import numerics
 from ddmrl.config import DEFAULT_PROFILE, ConfigError
 from ddmrl.io import DataError, DownloadError, atomic_path
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 for _var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "DVC_NO_ANALYTICS"):
     os.environ.setdefault(_var, "1")  # no hub retries: a missing local file fails at once
@@ -51,5 +52,7 @@ def _check_dvc_profile() -> None:
 
 def write_csv(path: str | Path, rows: list[dict[str, Any]] | pd.DataFrame) -> None:
     """A table as CSV (with its header even when empty), written atomically."""
+    import pandas as pd  # here: the stages that write no table start without it
+
     with atomic_path(path) as tmp:
         (rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows)).to_csv(tmp, index=False)

@@ -68,8 +68,8 @@ def test_dag_is_acyclic_and_every_artifact_dep_comes_from_an_earlier_stage(stage
             if dep.startswith("data/"):
                 assert dep in produced_by, f"{s.name}: {dep} is not an output of an earlier stage"
                 graph[s.name].add(produced_by[dep])
-            else:  # a tracked input: the profile overlay, the packaged base models' index
-                assert dep.startswith("profiles/") or dep == dag.PACKAGED_BASES, f"{s.name}: unexpected dep {dep}"
+            else:  # a tracked input: the profile overlay
+                assert dep.startswith("profiles/"), f"{s.name}: unexpected dep {dep}"
         for out in s.outputs:
             produced_by[out] = s.name
     order = list(graphlib.TopologicalSorter(graph).static_order())  # raises CycleError on a cycle
@@ -233,6 +233,15 @@ def test_cmd_quotes_values_and_repeats_flags():
         deps=(),
     )
     assert s.cmd == "python stages/x.py --params params.yaml --in 'a b' --in c --out d"
+
+
+def test_the_packaged_base_models_index_is_a_dep_where_the_workspace_holds_the_library(tmp_path, stages):
+    """The text download reads ``src/ddmrl/embedded/bases.json``: a dep in the repository, as the library's modules
+    are; a workspace without ``src/`` (the package installed) has neither, and its DAG still runs."""
+    download = next(s for s in stages if s.kind.startswith("download") and dag.PACKAGED_BASES in s.data)
+    assert dag.PACKAGED_BASES in dag.code(download, REPO)
+    shutil.copytree(REPO / "stages", tmp_path / "stages")
+    assert dag.code(download, tmp_path) == (download.script,)
 
 
 def test_code_files_follow_imports_transitively(tmp_path):

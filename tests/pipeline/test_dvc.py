@@ -27,9 +27,9 @@ def ran(output: str) -> set[str]:
 
 
 def test_dvc_repro_runs_the_dag_and_experiments_run_exactly_the_new_seed(tmp_path):
-    """Two text methods and one image method keep this short; every kind of stage runs."""
+    """One text method and one image method keep this short; every kind of stage runs."""
     ws = copy_repo(tmp_path / "ws", profile="smoke")
-    edit_params(ws, lambda raw: raw["grpo"].update(methods=["rebrl", "spg"]))
+    edit_params(ws, lambda raw: raw["grpo"].update(methods=["rebrl"]))
     edit_params(ws, lambda raw: raw["image"].update(methods=["rebrl"]), file="profiles/smoke.yaml")
     assert export.main(["--params", str(ws / "params.yaml")]) == 0
     run(["git", "init", "-q"], ws)
@@ -49,10 +49,8 @@ def test_dvc_repro_runs_the_dag_and_experiments_run_exactly_the_new_seed(tmp_pat
     exp = run([BIN / "dvc", "exp", "run", "-n", "seeds01", "-S", "grpo.seeds=[0,1]"], ws).stdout
     assert ran(exp) == {
         "grpo_rebrl@sudoku4-1",
-        "grpo_spg@sudoku4-1",
         "grpo_image_rebrl@geneval_mini-1",  # image runs follow grpo.seeds
         "evaluate_rebrl@sudoku4-1",
-        "evaluate_spg@sudoku4-1",
         "evaluate_image_rebrl@geneval_mini-1",
         "tables",
     }
@@ -64,7 +62,7 @@ def test_dvc_repro_runs_the_dag_and_experiments_run_exactly_the_new_seed(tmp_pat
             headline = (data.get("metrics") or {}).get("data/tables/metrics.json", {}).get("data")
             metrics[exp_rev.get("name") or exp_rev["rev"]] = headline
     assert {"seeds01", "workspace"} <= set(metrics) and all(metrics.values())
-    assert set(metrics["seeds01"]["accuracy"]["sudoku4"]) == {"base", "sft", "rebrl", "spg"}
+    assert set(metrics["seeds01"]["accuracy"]["sudoku4"]) == {"base", "sft", "rebrl"}
 
     diff = json.loads(run([BIN / "dvc", "metrics", "diff", "HEAD", "seeds01", "--all", "--json"], ws).stdout)
     assert "accuracy.sudoku4.rebrl" in diff["data/tables/metrics.json"]

@@ -79,6 +79,9 @@ class Stage:
     # library modules the stage runs that only a registry lookup or an import inside a function reaches: its tasks,
     # sampler, objective (:func:`code_files`)
     uses: tuple[str, ...] = ()
+    # library data files the stage reads (``src/ddmrl/...``): deps, as its library modules, where the workspace
+    # holds the library's source (:func:`code`)
+    data: tuple[str, ...] = ()
 
     @property
     def words(self) -> list[str]:
@@ -354,7 +357,7 @@ def _download(new: StageFactory, name: str, root: str, tasks: str, base: str, ki
         kind or name, name,
         {"--tasks-out": tasks, "--model-out": base, "--metrics": metrics, "--curve": curve,
          "--checkpoints": checkpoints(name), "--log-dir": log_dir(name), **extra},
-        deps=packaged, params=("profile", "seed", *params), script="stages/download.py",
+        deps=(), params=("profile", "seed", *params), script="stages/download.py", data=packaged,
         outs=(curve, *configs), dir_outs=(tasks, base, *manifests), metrics=(metrics,),
         uses=new.uses(task_names, image=image),
     )  # fmt: skip
@@ -749,8 +752,10 @@ def inputs(stage: Stage, root: str | Path = ".") -> tuple[str, ...]:
 
 
 def code(stage: Stage, root: str | Path = ".") -> tuple[str, ...]:
-    """The stage's script, then the library files it runs (:func:`code_files`)."""
-    return (stage.script, *code_files(stage.script, root, stage.uses))
+    """The stage's script, then the library files it runs (:func:`code_files`) and the library data it reads
+    (present where the workspace holds the library's source, as its modules are)."""
+    data = tuple(f for f in stage.data if (Path(root) / f).is_file())
+    return (stage.script, *code_files(stage.script, root, stage.uses), *data)
 
 
 def check_names(stages: list[Stage]) -> None:
