@@ -118,6 +118,31 @@ def test_rotary_attention_depends_only_on_relative_positions():
     agree("the rotated dots and norms", (a32, a64), (b32, b64), s, 8 + 2 + 2 * 11 + 1)
 
 
+def test_rotate_computes_the_pairwise_rotation_in_the_same_floats_forward_and_backward():
+    """``rotate``'s "rotate half" form rounds the same two products and one sum per element as the pairwise formula
+    ``[x1 cos - x2 sin, x1 sin + x2 cos]`` (negation is exact, addition commutes): equal bit for bit, values and
+    gradients, on the non-contiguous queries the model passes it."""
+    from ddmrl.models.tiny import rotary_angles, rotate
+
+    def pairwise(x, cos, sin):  # the RoFormer formula, term by term
+        x1, x2 = x[..., :16], x[..., 16:]
+        return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1)
+
+    g = torch.Generator().manual_seed(0)
+    qkv = torch.randn(3, 7, 3, 2, 32, generator=g)  # [B, L, 3, H, head_dim] as the block's qkv projection
+    cos, sin = rotary_angles(7, 32, 10_000.0)
+    upstream = torch.randn(3, 2, 7, 32, generator=g)
+    results = []
+    for f in (rotate, pairwise):
+        leaf = qkv.clone().requires_grad_()
+        q = leaf.unbind(2)[0].transpose(1, 2)  # [B, H, L, head_dim], non-contiguous
+        out = f(q, cos, sin)
+        out.backward(upstream)
+        results.append((out.detach(), leaf.grad))
+    bits = [tuple(t.view(torch.int32) for t in r) for r in results]  # bits: -0.0 and 0.0 differ too
+    assert torch.equal(bits[0][0], bits[1][0]) and torch.equal(bits[0][1], bits[1][1])
+
+
 def test_rope_model_has_no_position_table(tok):
     cfg = TinyDDMConfig(vocab_size=len(tok), hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32,
                         max_position_embeddings=16, position_embedding="rope")  # fmt: skip
