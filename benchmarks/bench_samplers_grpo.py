@@ -58,8 +58,8 @@ from ddmrl.models.tokenizer import build_tokenizer  # noqa: E402
 from ddmrl.rollout import sampler_kwargs  # noqa: E402
 from ddmrl.samplers import SAMPLERS  # noqa: E402
 from ddmrl.tasks import make_task  # noqa: E402
+from ddmrl.tasks.encoding import encode_prompts, prompt_length  # noqa: E402
 from ddmrl.training import grpo  # noqa: E402
-from ddmrl.training.data import encode_prompts, prompt_length  # noqa: E402
 from ddmrl.training.grpo import train_grpo  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

@@ -25,7 +25,7 @@ from ddmrl.models.checkpoint import load_checkpoint, save_checkpoint
 from ddmrl.models.tiny import TinyDDMConfig, TinyDDMForMaskedLM
 from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.tasks.base import Example, Task
-from ddmrl.training.data import encode_examples, prompt_length
+from ddmrl.tasks.encoding import encode_examples, prompt_length
 from ddmrl.training.mdm import lr_lambda, mdm_loss, sequences
 
 PERIOD = 16

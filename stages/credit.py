@@ -34,7 +34,7 @@ from ddmrl.rollout import rewards as rollout_rewards
 from ddmrl.seeding import generator
 from ddmrl.tasks.base import Example
 from ddmrl.tasks.store import load_task
-from ddmrl.training.data import completion_mask, encode_prompts
+from ddmrl.tasks.encoding import completion_mask, encode_prompts
 
 
 def main() -> None:

@@ -36,7 +36,7 @@ import yaml
 
 from ddmrl import config, embedded
 from ddmrl.cli import run_stage, write_csv
-from ddmrl.io import atomic_path, write_json, write_text
+from ddmrl.io import atomic_path, file_digest, write_json, write_text
 from ddmrl.models.checkpoint import save_checkpoint, write_pointer
 from ddmrl.models.layout import for_task
 from ddmrl.models.tiny import new_tiny_model
@@ -46,9 +46,9 @@ from ddmrl.seeding import derive_seed, generator, seed_everything
 from ddmrl.tasks import make_task
 from ddmrl.tasks.store import training_draw, write_task
 from ddmrl.training import distributed as dist
-from ddmrl.training.data import drop_prompts, encode_examples, prompt_length
+from ddmrl.tasks.encoding import drop_prompts, encode_examples, prompt_length
 from ddmrl.training.mdm import train_mdm
-from ddmrl.training.resume import Checkpointer, file_digest
+from ddmrl.training.resume import Checkpointer
 from ddmrl.training.tracking import RunLog, plain, start_trackers, trackers
 
 

@@ -28,7 +28,7 @@ from ddmrl.models.checkpoint import checkpoint_digest, load_checkpoint
 from ddmrl.seeding import generator, seed_everything
 from ddmrl.tasks.store import load_task, training_draw
 from ddmrl.training import distributed as dist
-from ddmrl.training.data import encode_examples
+from ddmrl.tasks.encoding import encode_examples
 from ddmrl.training.mdm import train_mdm
 from ddmrl.training.resume import Checkpointer, fingerprint
 from ddmrl.training.tracking import RunLog, plain, start_trackers, trackers, without_trackers

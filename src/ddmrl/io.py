@@ -4,6 +4,7 @@ killed run never leaves a file that looks complete."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import os
@@ -95,6 +96,15 @@ class CsvLog:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def file_digest(path: str | Path) -> str:
+    """SHA-256 of a file's bytes (hex), read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def read_json(path: str | Path) -> Any:

@@ -65,7 +65,7 @@ from ddmrl.rollout import sampler_kwargs
 from ddmrl.samplers.block import block_attention, block_index, positions
 from ddmrl.samplers.cache import cached_forward
 from ddmrl.samplers.llada import generate
-from ddmrl.training.data import encode_prompts
+from ddmrl.tasks.encoding import encode_prompts
 from ddmrl.training.distributed import checkpointing_of, fsdp_wrap_classes, prepare_model
 from ddmrl.training.grpo import logp_guidance, view_logps
 

@@ -14,6 +14,8 @@ from collections.abc import Iterator, Mapping
 from importlib.metadata import entry_points
 from typing import Any
 
+from ddmrl.errors import ConfigError
+
 #: a member outside the package, named by where it lives: ``package.module:attribute``
 IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
@@ -25,8 +27,10 @@ class Registry(Mapping[str, Any]):
     an import path (``mylab.methods:MY_METHOD``), or the name of an entry point in ``group`` of an installed package.
     """
 
-    def __init__(self, specs: dict[str, str], group: str = "") -> None:
+    def __init__(self, specs: dict[str, str], group: str = "", kind: str = "", noun: str = "member") -> None:
         self.specs, self.group = dict(specs), group
+        self.kind = kind  # "module:attribute" of the class every member is an instance of ("": any object)
+        self.noun = noun  # what a member is called in errors ("method")
 
     def spec(self, name: str) -> str | None:
         """``"module:attribute"`` of member ``name`` (built in, an import path, or an entry point); None if unknown."""
@@ -54,6 +58,23 @@ class Registry(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self.specs)
+
+    def member(self, name: Any, key: str) -> Any:
+        """Member ``name`` imported and checked to be of the registry's ``kind``; :class:`ConfigError` naming the
+        config ``key`` when there is none, it cannot be imported, or it is of another kind."""
+        if not isinstance(name, str) or name not in self:
+            choices = ", ".join(self)
+            raise ConfigError(f"{key} = {name!r}: unknown {self.noun}; choose one of {choices} (or module:attribute)")
+        try:
+            member = self[name]
+        except (ImportError, AttributeError) as e:
+            raise ConfigError(f"{key} = {name!r}: cannot be imported ({e}); is its module on PYTHONPATH?") from None
+        if self.kind:
+            module, _, attr = self.kind.partition(":")
+            if not isinstance(member, getattr(importlib.import_module(module), attr)):
+                kind = self.kind.replace(":", ".")
+                raise ConfigError(f"{key} = {name!r}: is a {type(member).__name__}, not a {kind}")
+        return member
 
     def module(self, name: str) -> str:
         """The dotted module that defines member ``name``."""

@@ -19,7 +19,7 @@ from ddmrl.samplers import SAMPLERS
 from ddmrl.samplers.schedules import ass_steps
 from ddmrl.samplers.trajectory import Trajectory
 from ddmrl.tasks.base import Example, Task
-from ddmrl.training.data import completion_mask, encode_prompts
+from ddmrl.tasks.encoding import completion_mask, encode_prompts
 
 if TYPE_CHECKING:
     from ddmrl.aux_policies.base import AuxPolicy, AuxTrace

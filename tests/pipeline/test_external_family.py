@@ -19,7 +19,7 @@ from ddmrl.models.checkpoint import load_checkpoint, save_checkpoint
 from ddmrl.models.tiny import new_tiny_model
 from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.tasks import make_task
-from ddmrl.training.data import prompt_length
+from ddmrl.tasks.encoding import prompt_length
 
 FAMILY = "mylab.models:load"
 TASK = "reverse"  # mylab.tasks:Reverse, by its entry point

@@ -38,8 +38,8 @@ from ddmrl.models.tiny import new_tiny_model
 from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.seeding import generator
 from ddmrl.tasks import make_task
+from ddmrl.tasks.encoding import encode_examples
 from ddmrl.tasks.store import write_task
-from ddmrl.training.data import encode_examples
 from ddmrl.training.distributed import weights_checksum
 from ddmrl.training.mdm import train_mdm
 

@@ -24,8 +24,8 @@ import pytest
 from smoke_stages import ENV, run_smoke_stages
 
 from ddmrl import numerics
+from ddmrl.io import file_digest
 from ddmrl.pipeline.layout import BASE_DIR, GRPO_DIR, SFT_DIR
-from ddmrl.training.resume import file_digest
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,8 @@ from ddmrl.geneval import summarize
 from ddmrl.models.layout import for_task
 from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.tasks import make_task
+from ddmrl.tasks.encoding import prompt_length
 from ddmrl.tasks.geneval_mini import check, parse_grid, read_png
-from ddmrl.training.data import prompt_length
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from ddmrl.evaluation import pass_at_k
 from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.tables import pass_at_k_table
 from ddmrl.tasks import make_task
-from ddmrl.training.data import prompt_length
+from ddmrl.tasks.encoding import prompt_length
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
-"""The library's imports form no cycle, so that every module can be read (and imported) leaf-first, and no
-package exports names lazily: every importer names the module that defines what it imports."""
+"""The library's imports form no cycle, so that every module can be read (and imported) leaf-first; they point down
+the layers (docs/extending.md) except registry look-ups; and no package exports names lazily: every importer names
+the module that defines what it imports."""
 
 from __future__ import annotations
 
@@ -87,7 +88,7 @@ def test_graph_counts_submodules_packages_and_in_function_imports():
         "ddmrl.pipeline.dag"
     ]  # from ddmrl.pipeline import layout
     assert "ddmrl.config" in graph["ddmrl.pipeline.dag"]
-    assert {"ddmrl.training", "ddmrl.training.resume"} <= graph["ddmrl.models.checkpoint"]  # __init__ runs first
+    assert {"ddmrl.tasks", "ddmrl.tasks.encoding"} <= graph["ddmrl.rollout"]  # __init__ runs first
     assert "ddmrl.models.adapters" in graph["ddmrl.models.checkpoint"]  # imported inside a function
     assert "ddmrl.pipeline" not in graph["ddmrl.pipeline.layout"]  # its own package: already running
 
@@ -107,3 +108,69 @@ def test_no_package_exports_names_lazily():
             if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
                 lazy.add(module_name(init))
     assert not lazy, f"packages exporting names lazily: {sorted(lazy)}"
+
+
+#: the library's layers, bottom first (docs/extending.md): a module imports from its own layer or below
+LAYERS = (
+    {"errors", "io", "seeding", "numerics", "stats", "registry", "sandbox", "_sandbox_child"},
+    {"config", "hub", "geneval"},
+    {"models"},
+    {"rewards", "tasks", "aux_policies"},
+    {"samplers", "likelihood", "masking"},
+    {"objectives", "methods", "rollout", "evaluation"},
+    {"augmenters"},
+    {"training", "plan", "diagnostics", "mar"},
+    {"pipeline", "tables", "base_models", "score", "cli", "embedded"},
+)
+#: the registries (each in its package's ``__init__``): importing one of these names is a look-up, not a dependency
+REGISTRIES = {"METHODS", "TASKS", "REWARD_MODELS", "FAMILIES", "SAMPLERS", "AUX_POLICIES", "VIEWS", "OBJECTIVES",
+              "AUGMENTERS"}  # fmt: skip
+
+
+def layer_of(module: str) -> int:
+    """The layer of ``ddmrl.<package>...`` (``ddmrl`` itself: below every layer)."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return -1
+    return next(i for i, members in enumerate(LAYERS) if parts[1] in members)
+
+
+def upward_imports() -> list[tuple[str, str, tuple[str, ...]]]:
+    """(module, imported module, names) of every import, at module level or in a function but not for type
+    checkers, from a lower layer to a higher one."""
+    found = []
+    for name, path in modules().items():
+
+        def visit(node: ast.AST, name: str = name) -> None:
+            if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+                for child in node.orelse:
+                    visit(child)
+                return
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ddmrl") and not node.level:
+                if layer_of(node.module) > layer_of(name):
+                    found.append((name, node.module, tuple(sorted(a.name for a in node.names))))
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.startswith("ddmrl.") and layer_of(a.name) > layer_of(name):
+                        found.append((name, a.name, ()))
+            for child in ast.iter_child_nodes(node):
+                visit(child)
+
+        visit(ast.parse(path.read_text(), filename=str(path)))
+    return found
+
+
+def test_every_package_has_a_layer():
+    packages = {m.split(".")[1] for m in modules() if m.count(".") >= 1}
+    assert packages == set().union(*LAYERS), "a package without a layer (add it to LAYERS and docs/extending.md)"
+
+
+def test_imports_point_down_the_layers_except_registry_lookups():
+    upward = upward_imports()
+    lookups = {names for _, _, names in upward if set(names) <= REGISTRIES}
+    others = [(m, to, names) for m, to, names in upward if not set(names) <= REGISTRIES or not names]
+    assert not others, (
+        f"imports from a lower layer up (move the helper down, or import it for type checkers only): {others}"
+    )
+    documented = (SRC.parent / "docs" / "extending.md").read_text()
+    assert all(f"`{name}`" in documented for names in lookups for name in names)

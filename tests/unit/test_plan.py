@@ -14,8 +14,8 @@ from ddmrl.config import GRPOConfig, LoraConfig, SamplerConfig
 from ddmrl.models.tiny import TinyDDMConfig, TinyDDMForMaskedLM
 from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.tasks import make_task
+from ddmrl.tasks.encoding import encode_prompts
 from ddmrl.training import distributed as dist
-from ddmrl.training.data import encode_prompts
 from ddmrl.training.grpo import train_grpo
 
 #: the plan's peak over the measured one: the bounds docs/real_scale.md states for CPU-sized runs

@@ -8,7 +8,7 @@ from ddmrl.config import SamplerConfig
 from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.rollout import rewards, rollout, sampler_steps
 from ddmrl.tasks import make_task
-from ddmrl.training.data import completion_mask
+from ddmrl.tasks.encoding import completion_mask
 
 
 def test_sampler_steps_zero_means_two_tokens_per_step():

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from ddmrl import score
 from ddmrl.io import DataError
-from ddmrl.score import parse_ground_truth, score_item, score_records, summarize
+from ddmrl.score import score_records
+from ddmrl.tasks import scoring
+from ddmrl.tasks.scoring import parse_ground_truth, score_item, summarize
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "score"
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -39,7 +40,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 def test_docstring_examples():
     import doctest
 
-    result = doctest.testmod(score)
+    result = doctest.testmod(scoring)
     assert result.attempted >= 5 and result.failed == 0
 
 

@@ -27,12 +27,10 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ddmrl.aux_policies import AUX_POLICIES
+from ddmrl.models.checkpoint import AUX_DIR
 
 if TYPE_CHECKING:
     from ddmrl.config.schema import AuxPolicyConfig
-
-#: the subdirectory of a saved model that holds its auxiliary policy
-AUX_DIR = "aux_policy"
 
 
 class AuxTrace(NamedTuple):

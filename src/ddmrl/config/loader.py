@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import TypeAdapter, ValidationError
@@ -15,7 +15,9 @@ from ddmrl.config._base import deep_merge, describe, fields_of
 from ddmrl.config.schema import DEFAULT_PROFILE, Config, GRPOConfig, GRPOSection
 from ddmrl.errors import ConfigError
 from ddmrl.methods import METHODS
-from ddmrl.methods.base import Method
+
+if TYPE_CHECKING:
+    from ddmrl.methods.base import Method
 
 _CONFIG = TypeAdapter(Config)
 _RUN_LISTS = ("methods", "seeds")  # the grpo: keys that are not hyperparameters
@@ -127,15 +129,7 @@ def _run_section(name: Any, section: Any, shared: dict[str, Any], where: str, li
 def method_named(method: Any, key: str = "method") -> Method:
     """The method a section names (``ddmrl.methods.METHODS``: a built-in name, ``module:attribute`` or an entry
     point), imported; :class:`ConfigError` naming ``key`` when there is none or it cannot be imported."""
-    if not isinstance(method, str) or method not in METHODS:
-        choices = ", ".join(METHODS)
-        raise ConfigError(f"{key} = {method!r}: unknown method; choose one of {choices} (or module:attribute)")
-    try:
-        m = METHODS[method]
-    except (ImportError, AttributeError) as e:
-        raise ConfigError(f"{key} = {method!r}: cannot be imported ({e}); is its module on PYTHONPATH?") from None
-    if not isinstance(m, Method):
-        raise ConfigError(f"{key} = {method!r}: is a {type(m).__name__}, not a ddmrl.methods.base.Method")
+    m = METHODS.member(method, key)
     if not issubclass(m.params, GRPOConfig):
         raise ConfigError(f"{key} = {method!r}: its params must subclass ddmrl.config.GRPOConfig")
     return m

@@ -33,4 +33,6 @@ METHODS = Registry(
         "treerpo": "ddmrl.methods.treerpo:METHOD",
     },
     group="ddmrl.methods",
+    kind="ddmrl.methods.base:Method",
+    noun="method",
 )

@@ -18,13 +18,13 @@ from typing import Any
 
 import torch
 
-from ddmrl.aux_policies.base import AUX_DIR
-from ddmrl.io import atomic_path, read_json, write_json
+from ddmrl.io import atomic_path, file_digest, read_json, write_json
 from ddmrl.models import tiny_block  # noqa: F401  registers TinyBlockDDM with the Auto classes (loads like TinyDDM)
 from ddmrl.models.tiny import load_saved  # its module registers TinyDDM with the Auto classes
-from ddmrl.training.resume import file_digest
 
 POINTER = "ddmrl_model.json"
+#: the subdirectory of a saved model that holds its auxiliary policy (ddmrl.aux_policies.base)
+AUX_DIR = "aux_policy"
 _SPEC_ATTR = "_ddmrl_spec"  # set on a model loaded through a pointer: how to load what is saved from it
 _ADAPTER_ATTR = "_ddmrl_adapter"  # and its ddmrl.models.adapters.ModelAdapter (MMaDA: layout, image decoding)
 

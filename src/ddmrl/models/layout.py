@@ -16,13 +16,16 @@ the unconditional form).
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from ddmrl.models.checkpoint import adapter_of
 from ddmrl.models.mmada import T2ILayout, attention_bias
-from ddmrl.tasks.base import Task
+
+if TYPE_CHECKING:  # a task is read, never imported: tasks sit above models
+    from ddmrl.tasks.base import Task
 
 #: the logit given to tokens outside the codebook: finite, so that p * log p stays 0 (not nan) for them
 EXCLUDED_LOGIT = -1e9

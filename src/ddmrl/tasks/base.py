@@ -114,7 +114,7 @@ class Task(ABC):
 
     def encode_prompts(self, tokenizer: Any, examples: list[Example]) -> Any:
         """[N, P] prompt ids when the task lays out its own prompts (MMaDA's text-to-image layout); ``None``: the
-        generic encodings of ``ddmrl.training.data.encode_prompts``."""
+        generic encodings of ``ddmrl.tasks.encoding.encode_prompts``."""
         return None
 
     def decode(self, tokenizer: Any, completion_ids: Any) -> list[str]:

@@ -3,7 +3,7 @@
 A :class:`Benchmark` holds a fixed list of :class:`~ddmrl.tasks.base.Example` (``prompt`` = the user turn,
 ``answer`` = a reference completion the scorer accepts, ``gold`` = ``question`` and ``ground_truth`` in the form
 d1's generation files store them) and scores completions with the same rules as ``python -m ddmrl.score``
-(:mod:`ddmrl.score`, :mod:`ddmrl.tasks.d1_eval`). Like :class:`~ddmrl.tasks.base.Task` it has
+(:mod:`ddmrl.tasks.scoring`, :mod:`ddmrl.tasks.d1_eval`). Like :class:`~ddmrl.tasks.base.Task` it has
 ``score(completion, example) -> {"correct": ...}`` and ``accuracy(scores)``; unlike it, it has no generator
 and no training reward.
 
@@ -46,10 +46,10 @@ from pathlib import Path
 from typing import Any
 
 from ddmrl.io import DataError, read_jsonl
-from ddmrl.score import parse_ground_truth, score_item, summarize
 from ddmrl.tasks.base import Example
 from ddmrl.tasks.d1_eval import gsm8k_gold
 from ddmrl.tasks.mbpp import MbppTests, mbpp_prompt, mbpp_split_of
+from ddmrl.tasks.scoring import parse_ground_truth, score_item, summarize
 
 __all__ = [
     "BENCHMARKS",
@@ -394,7 +394,7 @@ class Benchmark:
         return {"question": example.gold["question"], "ground_truth": truth, "generation": generation}
 
     def score(self, completion: str, example: Example, protocol: str = "d1") -> dict[str, Any]:
-        """Verdict on one completion (``correct`` and more, see :func:`ddmrl.score.score_item`)."""
+        """Verdict on one completion (``correct`` and more, see :func:`ddmrl.tasks.scoring.score_item`)."""
         record = self.score_record(example, completion)
         gold = parse_ground_truth(self.name, record["ground_truth"], record["question"], protocol)
         return score_item(self.name, completion, gold, protocol)

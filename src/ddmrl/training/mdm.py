@@ -27,8 +27,8 @@ from tqdm import tqdm
 
 from ddmrl.config import TRAIN_LOSSES, TrainConfig
 from ddmrl.likelihood.block import sequence_logits
+from ddmrl.tasks.encoding import Encoded
 from ddmrl.training import distributed as dist
-from ddmrl.training.data import Encoded
 from ddmrl.training.resume import Checkpointer
 from ddmrl.training.tracking import RunLog
 

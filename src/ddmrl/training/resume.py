@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from ddmrl.io import atomic_path
+from ddmrl.io import atomic_path, file_digest
 
 #: checkpoint layout; a checkpoint of another layout is skipped (1: ddmrl's own files before accelerate's save_state)
 FORMAT = 2
@@ -38,14 +38,6 @@ FORMAT = 2
 def fingerprint(*parts: Any) -> str:
     """A stable hash of the run's identity (JSON-serialisable parts)."""
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def file_digest(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def tree_digests(root: Path) -> dict[str, str]:

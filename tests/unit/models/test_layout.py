@@ -14,7 +14,7 @@ from ddmrl.models.mmada import T2ILayout
 from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.samplers import SAMPLERS
 from ddmrl.tasks import make_task
-from ddmrl.training.data import drop_prompts, encode_examples, encode_prompts, prompt_length
+from ddmrl.tasks.encoding import drop_prompts, encode_examples, encode_prompts, prompt_length
 
 
 @pytest.fixture(scope="module")

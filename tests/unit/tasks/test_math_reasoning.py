@@ -13,7 +13,7 @@ from ddmrl.io import DataError
 from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.tasks import make_task
 from ddmrl.tasks.benchmarks import GSM_SYSTEM_PROMPT, TRAIN_SYSTEM_PROMPT
-from ddmrl.training.data import encode_prompts
+from ddmrl.tasks.encoding import encode_prompts
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "benchmarks"
 GSM8K, MATH500 = str(FIXTURES / "gsm8k_test.jsonl"), str(FIXTURES / "math500_test.jsonl")

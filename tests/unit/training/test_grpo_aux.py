@@ -17,7 +17,7 @@ from ddmrl.config import SamplerConfig, method_config
 from ddmrl.models.layout import for_task
 from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.tasks import make_task
-from ddmrl.training.data import prompt_length
+from ddmrl.tasks.encoding import prompt_length
 from ddmrl.training.grpo import train_grpo
 from ddmrl.training.resume import Checkpointer
 from ddmrl.training.tracking import RunLog

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from ddmrl.config import TrainConfig
-from ddmrl.training.data import Encoded
+from ddmrl.tasks.encoding import Encoded
 from ddmrl.training.mdm import lr_lambda, mdm_loss, sequences, train_mdm
 
 MASK, EPS = 0, 1e-3

@@ -29,7 +29,7 @@ from ddmrl.objectives.weights import hint_entropy_filter
 from ddmrl.rollout import Rollouts
 from ddmrl.samplers.llada import generate
 from ddmrl.samplers.trajectory import Trajectory, states_from_reveal
-from ddmrl.training.data import completion_mask
+from ddmrl.tasks.encoding import completion_mask
 from ddmrl.training.grpo import Batch, loss_positions, make_views, objective_inputs, view_advantages, view_targets
 
 MASK, PAD, EOS = 0, 1, 3

@@ -17,7 +17,7 @@ from fake_rewards import varied_reward
 from ddmrl.config import GRPOConfig, SamplerConfig, TrainConfig
 from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.tasks import make_task
-from ddmrl.training.data import encode_examples
+from ddmrl.tasks.encoding import encode_examples
 from ddmrl.training.grpo import train_grpo
 from ddmrl.training.mdm import train_mdm
 from ddmrl.training.resume import FORMAT, Checkpointer, tree_digests

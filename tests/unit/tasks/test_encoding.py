@@ -1,4 +1,4 @@
-"""Examples to tensors (ddmrl.training.data): LLaDA's layout [PAD.. BOS prompt | answer EOS..]."""
+"""Examples to tensors (ddmrl.tasks.encoding): LLaDA's layout [PAD.. BOS prompt | answer EOS..]."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.tasks import make_task
 from ddmrl.tasks.base import Example, Task
-from ddmrl.training.data import completion_mask, encode_examples, encode_prompts, prompt_length
+from ddmrl.tasks.encoding import completion_mask, encode_examples, encode_prompts, prompt_length
 
 
 class Toy(Task):
