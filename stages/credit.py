@@ -23,12 +23,13 @@ import torch
 
 from ddmrl import config
 from ddmrl.cli import run_stage, write_csv
-from ddmrl.config.schema import STATE_VIEWS
 from ddmrl.diagnostics import credit_by_reveal_step, credit_variants, token_credit
 from ddmrl.io import read_jsonl
+from ddmrl.masking import view_sampler
 from ddmrl.methods import METHODS
 from ddmrl.models.checkpoint import load_checkpoint
-from ddmrl.objectives.advantages import STEP_ADVANTAGES, VIEW_ADVANTAGES, group_advantages
+from ddmrl.objectives import STEP_ADVANTAGES, VIEW_ADVANTAGES
+from ddmrl.objectives.advantages import group_advantages
 from ddmrl.rollout import Rollouts, rollout, step_rewards
 from ddmrl.rollout import rewards as rollout_rewards
 from ddmrl.seeding import generator
@@ -73,9 +74,10 @@ def main() -> None:
     method = METHODS[section.method]
     # rows sampled as trees (d-TreeRPO): the stored prompts are sampled again that way
     tree = method.rollout_options(dataclasses.replace(section, num_generations=g)).get("branching", ())
-    if section.remasking in STATE_VIEWS or tree:  # the same rollouts again, their states recorded (MDPO, CJ-GRPO)
+    states = view_sampler(section.remasking).states
+    if states or tree:  # the same rollouts again, their states recorded (MDPO, CJ-GRPO)
         examples = [Example.from_record(r["example"]) for r in records[::g]]
-        record = section.remasking in STATE_VIEWS
+        record = states
         batch = rollout(model, tok, task, examples, g, cfg.rollout.sampler, generator(records[0]["seed"]), record,
                         branching=tree)  # fmt: skip
         if batch.tree is None and not torch.equal(batch.completion_ids, ids):

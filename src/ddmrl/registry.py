@@ -25,9 +25,11 @@ class Registry(Mapping[str, Any]):
 
     Iterating lists the built-in members; looking up also finds a member outside the package: a name that is itself
     an import path (``mylab.methods:MY_METHOD``), or the name of an entry point in ``group`` of an installed package.
+    A built-in's entry may be a record instead of a string (a NamedTuple whose ``spec`` is the import path): the
+    traits that the schema, the loop and the DAG read by name without importing the member (:meth:`record`).
     """
 
-    def __init__(self, specs: dict[str, str], group: str = "", kind: str = "", noun: str = "member") -> None:
+    def __init__(self, specs: dict[str, Any], group: str = "", kind: str = "", noun: str = "member") -> None:
         self.specs, self.group = dict(specs), group
         self.kind = kind  # "module:attribute" of the class every member is an instance of ("": any object)
         self.noun = noun  # what a member is called in errors ("method")
@@ -35,7 +37,8 @@ class Registry(Mapping[str, Any]):
     def spec(self, name: str) -> str | None:
         """``"module:attribute"`` of member ``name`` (built in, an import path, or an entry point); None if unknown."""
         if name in self.specs:
-            return self.specs[name]
+            entry = self.specs[name]
+            return entry if isinstance(entry, str) else entry.spec
         if IMPORT_PATH.fullmatch(name):
             return name
         if self.group:
@@ -58,6 +61,18 @@ class Registry(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self.specs)
+
+    def record(self, name: str, kind: type) -> Any:
+        """Member ``name``'s entry as a ``kind`` record (a NamedTuple whose first field is ``spec``): a built-in's
+        own, else one with the member's spec and every other field at its default (a member outside the package
+        has the default traits)."""
+        entry = self.specs.get(name)
+        if isinstance(entry, kind):
+            return entry
+        spec = self.spec(name)
+        if spec is None:
+            raise KeyError(name)
+        return kind(spec)
 
     def member(self, name: Any, key: str) -> Any:
         """Member ``name`` imported and checked to be of the registry's ``kind``; :class:`ConfigError` naming the

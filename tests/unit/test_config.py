@@ -428,7 +428,8 @@ IMPORTED = "import {}, sys; print(sorted(m for m in sys.modules if m.startswith(
                 *(f"ddmrl.config.{f[:-3]}" for f in CONFIG_FILES[1:]),
                 *("ddmrl.config", "ddmrl.errors", "ddmrl.methods", "ddmrl.registry"),
                 # the registries of the names the schema validates
-                *("ddmrl.aux_policies", "ddmrl.masking", "ddmrl.models", "ddmrl.rewards", "ddmrl.samplers"),
+                *("ddmrl.aux_policies", "ddmrl.masking", "ddmrl.models", "ddmrl.objectives", "ddmrl.rewards"),
+                "ddmrl.samplers",
                 "ddmrl.tasks",
             ],
         ),
@@ -449,7 +450,7 @@ def test_leaf_modules_import_nothing_heavy(module, modules):
 def test_the_code_deps_of_a_config_user_are_configs_own_files(tmp_path):
     """Every stage imports ddmrl.config: through it, a stage depends on the config package, ddmrl.errors, the
     numerics ddmrl pins, the method registry (which checks a member against its contract when it is looked up), and
-    the task, reward-model, model-family, sampler, view-sampler and auxiliary-policy registries only
+    the task, reward-model, model-family, sampler, view-sampler, advantage and auxiliary-policy registries only
     (ddmrl.pipeline.dag.code_files follows every ddmrl import, those inside functions included; a method's or a
     task's own module is a dep of the stages that run it only)."""
     for text in ("from ddmrl import config\n", "from ddmrl.config import ConfigError, load\n"):
@@ -463,6 +464,7 @@ def test_the_code_deps_of_a_config_user_are_configs_own_files(tmp_path):
                     "src/ddmrl/samplers/__init__.py",
                     "src/ddmrl/masking/__init__.py",
                     "src/ddmrl/aux_policies/__init__.py",
+                    "src/ddmrl/objectives/__init__.py",
                 ]
                 + [f"src/ddmrl/config/{f}" for f in CONFIG_FILES]
             )

@@ -14,8 +14,7 @@ import pytest
 from ddmrl.config import ConfigError, GRPOConfig, load, method_config
 from ddmrl.masking import VIEWS
 from ddmrl.methods import METHODS
-from ddmrl.objectives import OBJECTIVES
-from ddmrl.objectives.weights import WEIGHTINGS
+from ddmrl.objectives import ADVANTAGES, OBJECTIVES, STEP_ADVANTAGES, VIEW_ADVANTAGES, WEIGHTINGS
 
 ALL = [
     "diffu_grpo",
@@ -65,6 +64,7 @@ def test_every_method_record_is_well_formed():
     for name, m in METHODS.items():
         assert m.name == name
         assert m.remasking in VIEWS and m.weighting in WEIGHTINGS and m.objective in OBJECTIVES, name
+        assert m.step_advantage in ("", *STEP_ADVANTAGES) and m.view_advantage in ("", *VIEW_ADVANTAGES), name
         assert m.paper
     assert {m.objective for m in METHODS.values()} == set(OBJECTIVES)
 
@@ -73,6 +73,8 @@ def test_every_method_module_declares_its_params():
     """Each method's module holds its section model, a GRPOConfig whose method is the method's name; every view
     sampler the registry names is a function of ddmrl.masking.views."""
     assert all(callable(VIEWS[v]) and VIEWS.module(v) == "ddmrl.masking.views" for v in VIEWS)
+    for registry in (WEIGHTINGS, ADVANTAGES, STEP_ADVANTAGES, VIEW_ADVANTAGES):
+        assert all(callable(registry[name]) for name in registry)
     for name, m in METHODS.items():
         assert issubclass(m.params, GRPOConfig) and m.params().method == name
         assert m.params.__module__ == METHODS.module(name) == f"ddmrl.methods.{name}"

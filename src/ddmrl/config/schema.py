@@ -36,9 +36,10 @@ from ddmrl.config._base import (
     section,
 )
 from ddmrl.errors import ConfigError
-from ddmrl.masking import VIEWS
+from ddmrl.masking import VIEWS, view_sampler
 from ddmrl.methods import METHODS
 from ddmrl.models import FAMILIES
+from ddmrl.objectives import ADVANTAGES
 from ddmrl.registry import IMPORT_PATH
 from ddmrl.rewards import REWARD_MODELS
 from ddmrl.samplers import SAMPLERS
@@ -50,7 +51,6 @@ DEFAULT_PROFILE = "tiny"
 
 #: GRPOConfig's reproduction switches that only some methods accept (``Method.switches`` in their modules)
 SWITCHES = ("maskgrpo_legacy", "loss_after_eos", "mdpo_tempered_confidence")
-STATE_VIEWS = ("cj_grpo", "mdpo_topk")  # view samplers built from the sampler's stored states (recorded rollouts)
 UNKNOWN = "unknown_name"  # the error type of a name no registry member of the right kind has
 
 
@@ -85,6 +85,8 @@ BLOCK_FAMILIES = ("tiny_block", "sdar", "llada2")
 SamplerName = Annotated[Str, WrapValidator(Registered(SAMPLERS))]
 #: a view sampler of ``ddmrl.masking.VIEWS`` (how a method's training views are drawn)
 ViewSampler = Annotated[Str, WrapValidator(Registered(VIEWS))]
+#: a group advantage of ``ddmrl.objectives.ADVANTAGES`` (TRL's scale_rewards)
+Advantages = Annotated[Str, WrapValidator(Registered(ADVANTAGES))]
 TrainLoss = Literal["elbo", "maskgit"]
 TRAIN_LOSSES: tuple[str, ...] = get_args(TrainLoss)
 Tracker = Literal["tensorboard", "dvclive", "wandb"]  # accelerate's tracker names (ddmrl.training.tracking)
@@ -760,8 +762,10 @@ class GRPOConfig(Section):
     gradient_accumulation_steps: Int = Field(
         1, ge=1, description="Micro-batches (of whole prompt groups) per optimiser step; must divide num_prompts."
     )
-    scale_rewards: Literal["group", "none"] = Field(
-        "group", description="Advantages: group: z-score within a group; none: mean only (d1's code)."
+    scale_rewards: Advantages = Field(
+        "group",
+        description="Advantages (ddmrl.objectives.ADVANTAGES): group: z-score within a group; none: mean "
+        "only (d1's code).",
     )
     loss_type: Literal["token_mean", "seq_mean"] = Field(
         "token_mean",
@@ -900,7 +904,7 @@ class GRPOConfig(Section):
                 f"must divide num_prompts = {self.num_prompts} (micro-batches hold whole prompt groups)",
             )
         views = self.remasking
-        if self.legacy_micro_step_views and views in ("tracerl", "gdpo_quadrature", "block_random", "coupled", "tree"):
+        if self.legacy_micro_step_views and views and not view_sampler(views).per_step:
             raise refuse(
                 "legacy_micro_step_views",
                 True,
@@ -910,7 +914,7 @@ class GRPOConfig(Section):
             raise refuse(
                 "coupling", "trajectory", "AR-like fading has its own position-wise curve; use independent or nested"
             )
-        if views in STATE_VIEWS:
+        if views and view_sampler(views).states:
             plain = {"name": "llada", "kv_cache": "none", "parallel": "none"}
             for key, want in plain.items():
                 if getattr(self.sampler, key) != want:
@@ -1256,7 +1260,7 @@ class MarRunConfig(Section):
     beta: Float = Field(0.01, ge=0, description="KL coefficient (exact Gaussian KL per transition; MAR-GRPO: 0.01).")
     epsilon: Float = Field(0.2, gt=0, lt=1, description="PPO clip range of the ratio.")
     max_grad_norm: Float = Field(1.0, gt=0, description="Gradient clipping.")
-    scale_rewards: Literal["group", "none"] = Field("group", description="Advantages, as grpo.scale_rewards.")
+    scale_rewards: Advantages = Field("group", description="Advantages, as grpo.scale_rewards.")
     sampler: MarSamplerConfig = Field(default_factory=MarSamplerConfig, description="The rollout sampler.")
     ar_steps_per_update: Int = Field(
         0, ge=0, description="AR steps each rollout batch trains, drawn at random (0 = all; MAR-GRPO: 12 of 64)."

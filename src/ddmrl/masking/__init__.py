@@ -5,27 +5,48 @@ views, imported when first looked up; a section may also name a view sampler out
 validates names against it without importing torch.
 """
 
+from typing import NamedTuple
+
 from ddmrl.registry import Registry
+
+
+class ViewSampler(NamedTuple):
+    """A view sampler's entry in ``VIEWS``: where its function is, and what the schema, the GRPO loop, the credit
+    stage and the DAG read of it by name, without importing it (torch). A sampler outside the package has the
+    defaults."""
+
+    spec: str  # "module:function" drawing the views from a ddmrl.masking.views.ViewRequest
+    states: bool = False  # its views are the sampler's stored states: the rollouts are recorded (plain llada only)
+    per_step: bool = True  # one view per optimiser step (d1's micro-step view index applies to it)
+    legacy: bool = False  # has a released code's own draws (``legacy: true``)
+
 
 VIEWS = Registry(
     {
         "full_completion": "ddmrl.masking.views:full_completion_views",
         "unigrpo": "ddmrl.masking.views:unigrpo_views",
-        "maskgrpo_fading": "ddmrl.masking.views:maskgrpo_fading_views",
+        "maskgrpo_fading": ViewSampler("ddmrl.masking.views:maskgrpo_fading_views", legacy=True),
         "maskgrpo_random": "ddmrl.masking.views:maskgrpo_random_views",
         "rebrl_linear": "ddmrl.masking.views:rebrl_views",
-        "tracerl": "ddmrl.masking.views:tracerl_views",
-        "gdpo_quadrature": "ddmrl.masking.views:gdpo_views",
-        "block_random": "ddmrl.masking.views:block_random_views",
-        "cj_grpo": "ddmrl.masking.views:cj_grpo_views",
-        "mdpo_topk": "ddmrl.masking.views:mdpo_views",
-        "coupled": "ddmrl.masking.views:coupled_views",
+        "tracerl": ViewSampler("ddmrl.masking.views:tracerl_views", per_step=False),
+        "gdpo_quadrature": ViewSampler("ddmrl.masking.views:gdpo_views", per_step=False),
+        "block_random": ViewSampler("ddmrl.masking.views:block_random_views", per_step=False),
+        "cj_grpo": ViewSampler("ddmrl.masking.views:cj_grpo_views", states=True),
+        "mdpo_topk": ViewSampler("ddmrl.masking.views:mdpo_views", states=True),
+        "coupled": ViewSampler("ddmrl.masking.views:coupled_views", per_step=False),
         "stratified": "ddmrl.masking.views:stratified_views",  # VRPO, BGPO
-        "espo": "ddmrl.masking.views:espo_views",
+        "espo": ViewSampler("ddmrl.masking.views:espo_views", legacy=True),
         "ebpo_blocks": "ddmrl.masking.views:ebpo_views",
-        "tree": "ddmrl.masking.views:tree_views",
+        "tree": ViewSampler("ddmrl.masking.views:tree_views", per_step=False),
     },
     group="ddmrl.views",
+    noun="view sampler",
 )
 
-__all__ = ["VIEWS"]
+
+def view_sampler(name: str) -> ViewSampler:
+    """The record of view sampler ``name`` (``VIEWS``)."""
+    return VIEWS.record(name, ViewSampler)
+
+
+__all__ = ["VIEWS", "ViewSampler", "view_sampler"]

@@ -22,12 +22,11 @@ from typing import NamedTuple
 
 import torch
 
-from ddmrl.masking import VIEWS
+from ddmrl.masking import VIEWS, view_sampler
 from ddmrl.samplers.trajectory import Trajectory, next_states, states_from_reveal
 from ddmrl.seeding import generator
 
 MAX_RATIO = 0.999  # MaskGRPO caps the last ratio below 1
-LEGACY_VIEWS = ("maskgrpo_fading", "espo")  # the view samplers with a released code's own draws (``legacy``)
 
 
 class StepStates(NamedTuple):
@@ -231,8 +230,9 @@ def build_views(
     """
     if remasking not in VIEWS:
         raise ValueError(f"unknown remasking '{remasking}'; choose one of {', '.join(VIEWS)}")
-    if legacy and remasking not in LEGACY_VIEWS:
-        raise ValueError(f"legacy views reproduce {' or '.join(LEGACY_VIEWS)}, not {remasking}")
+    if legacy and not view_sampler(remasking).legacy:
+        legacies = " or ".join(v for v in VIEWS if view_sampler(v).legacy)
+        raise ValueError(f"legacy views reproduce {legacies}, not {remasking}")
     request = ViewRequest(mu, seed, completion_mask, prompt_ids, pad_id, reveal_step, coupling, gamma,
                           p_mask_prompt, shrink, views_per_step, block_length, completion_ids, mask_id, trajectory,
                           step_advantages, train_steps, legacy, tuple(branch_steps))  # fmt: skip

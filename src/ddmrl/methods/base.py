@@ -27,9 +27,9 @@ class Method:
         weighting: key in ``ddmrl.objectives.WEIGHTINGS``: per-(view, token) loss weights.
         paper: citation for the docs and tables.
         objective: key in ``ddmrl.objectives.OBJECTIVES``: the loss of one optimiser step.
-        step_advantage: key in ``ddmrl.objectives.advantages.STEP_ADVANTAGES``: per-step advantages from the task
+        step_advantage: key in ``ddmrl.objectives.STEP_ADVANTAGES``: per-step advantages from the task
             reward of each step's prediction (MDPO), or "" (one advantage per rollout).
-        view_advantage: key in ``ddmrl.objectives.advantages.VIEW_ADVANTAGES``: per-view advantages from the
+        view_advantage: key in ``ddmrl.objectives.VIEW_ADVANTAGES``: per-view advantages from the
             rollout batch's rewards and structure (d-TreeRPO's per-edge advantages of a tree), or "" (none).
         augmenter: key in ``ddmrl.augmenters.AUGMENTERS``: edits the scored groups before the advantages (IGPO's
             inpainting of all-wrong groups), or "" (none).

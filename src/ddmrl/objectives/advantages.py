@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ddmrl.objectives import ADVANTAGES
+
 if TYPE_CHECKING:
     from ddmrl.rollout import Rollouts
 
@@ -32,10 +34,14 @@ def group_advantages(
     return ADVANTAGES[scale_rewards](r, std, eps).flatten(), std.squeeze(1) < 1e-6
 
 
-ADVANTAGES = {
-    "group": lambda r, std, eps: (r - r.mean(1, keepdim=True)) / (std + eps),  # GRPO z-score
-    "none": lambda r, std, eps: r - r.mean(1, keepdim=True),  # mean-only (d1's code, GDPO, wd1)
-}
+def z_score(r: torch.Tensor, std: torch.Tensor, eps: float) -> torch.Tensor:
+    """GRPO's advantages (Shao et al. 2024, Eq. 3): (r - mean_g r) / (std_g r + eps), [B, G]."""
+    return (r - r.mean(1, keepdim=True)) / (std + eps)
+
+
+def mean_centred(r: torch.Tensor, std: torch.Tensor, eps: float) -> torch.Tensor:
+    """r - mean_g r, [B, G]: not scaled (d1's code, GDPO, wd1; Dr. GRPO's scale_rewards="none")."""
+    return r - r.mean(1, keepdim=True)
 
 
 def mdpo_step_advantages(step_rewards: torch.Tensor, num_generations: int, eps: float = 1e-4) -> torch.Tensor:
@@ -60,9 +66,6 @@ def mdpo_step_advantages(step_rewards: torch.Tensor, num_generations: int, eps: 
     after = r[:, 1:].flip(1).cumsum(1).flip(1) / torch.arange(s - 1, 0, -1, dtype=r.dtype)  # [N, S - 1]
     a = (gain + torch.cat([after, r[:, -1:]], dim=1)).view(-1, num_generations, s)  # [B, G, S]
     return ((a - a.mean(1, keepdim=True)) / (a.std(1, keepdim=True) + eps)).view(-1, s)
-
-
-STEP_ADVANTAGES = {"mdpo": mdpo_step_advantages}
 
 
 def tree_advantages(rewards: torch.Tensor, branching: tuple[int, ...]) -> torch.Tensor:
@@ -100,7 +103,3 @@ def rollout_tree_advantages(rewards: torch.Tensor, rollouts: Rollouts) -> torch.
     if rollouts.tree is None:
         raise ValueError("tree advantages need rollouts sampled as a tree (the method's rollout_options branching)")
     return tree_advantages(rewards, rollouts.tree.branching)
-
-
-#: per-view advantages from a rollout batch's rewards (``Method.view_advantage``): [N], Rollouts -> [V, N]
-VIEW_ADVANTAGES = {"tree": rollout_tree_advantages}

@@ -34,6 +34,7 @@ from __future__ import annotations
 import torch
 
 from ddmrl.masking.views import Views, gauss_legendre, mask_frequency
+from ddmrl.objectives import WEIGHTINGS
 
 REBRL_LAMBDA = {"none": 0, "t1": 1, "t2": 2, "token": 1, "token_t2": 2}  # lambda(t) = t ** power
 REBRL_TOKEN = {"token", "token_t2"}  # modes with the 1/F token factor
@@ -52,7 +53,8 @@ def token_weights(
     rebrl_mode: str = "token",
     legacy_broadcast: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Weights omega [V, N, L] of ``WEIGHTINGS[weighting]`` and, for RebRL, the per-sample normaliser Z [N]."""
+    """Weights omega [V, N, L] of ``WEIGHTINGS[weighting]`` (``ddmrl.objectives``) and, for RebRL, the per-sample
+    normaliser Z [N]."""
     if weighting not in WEIGHTINGS:
         raise ValueError(f"unknown weighting '{weighting}'; choose one of {', '.join(WEIGHTINGS)}")
     if legacy_broadcast:
@@ -174,21 +176,3 @@ def hint_entropy_filter(
     score = entropy.masked_fill(~candidates, -torch.inf)
     rank = score.argsort(dim=-1, descending=True, stable=True).argsort(dim=-1)  # [V, N, L] 0 = highest entropy
     return weights * (~candidates | (rank < k))
-
-
-#: weightings refined after the old pass by the old policy's per-token entropy (:func:`hint_entropy_filter`)
-ENTROPY_WEIGHTINGS = ("hint_entropy",)
-
-WEIGHTINGS = {
-    "completion_mean": completion_mean_weights,
-    "hint_entropy": completion_mean_weights,
-    "masked_mean": masked_mean_weights,
-    "rebrl": rebrl_weights,
-    "gdpo_elbo": gdpo_elbo_weights,
-    "mdpo_confidence": mdpo_confidence_weights,
-    "coupled": coupled_weights,
-    "vrpo_elbo": vrpo_elbo_weights,
-    "espo_elbo": espo_elbo_weights,
-    "ebpo_elbo": ebpo_elbo_weights,
-    "bgpo_elbo": bgpo_elbo_weights,  # BGPO
-}

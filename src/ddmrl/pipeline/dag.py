@@ -27,11 +27,11 @@ from typing import Any
 from ddmrl.augmenters import AUGMENTERS
 from ddmrl.aux_policies import AUX_POLICIES
 from ddmrl.config import DEFAULT_PROFILE, MAR_TASK, Config, LaunchConfig, mar_run_name, run_name
-from ddmrl.config.schema import STATE_VIEWS, named_reward_models
-from ddmrl.masking import VIEWS
+from ddmrl.config.schema import named_reward_models
+from ddmrl.masking import VIEWS, view_sampler
 from ddmrl.methods import METHODS
 from ddmrl.models import FAMILIES
-from ddmrl.objectives import OBJECTIVES
+from ddmrl.objectives import ADVANTAGES, OBJECTIVES, STEP_ADVANTAGES, VIEW_ADVANTAGES, WEIGHTINGS
 from ddmrl.pipeline import layout
 from ddmrl.pipeline.layout import (
     IMAGE_BASE_DIR,
@@ -289,6 +289,10 @@ class StageFactory:
             modules += [METHODS.module(run.method), OBJECTIVES.module(method.objective)]
             modules += [AUGMENTERS.module(method.augmenter)] if training and method.augmenter else []
             modules += [VIEWS.module(run.remasking)] if run.remasking else []  # its view sampler (maybe its own)
+            # and its weighting and advantages (maybe its own)
+            modules += [WEIGHTINGS.module(method.weighting), ADVANTAGES.module(run.scale_rewards)]
+            modules += [STEP_ADVANTAGES.module(method.step_advantage)] if method.step_advantage else []
+            modules += [VIEW_ADVANTAGES.module(method.view_advantage)] if method.view_advantage else []
         modules += [METHODS.module(m) for m in methods]
         if aux and aux != "none":
             modules.append(AUX_POLICIES.module(aux))
@@ -419,7 +423,7 @@ def credit(new: StageFactory, method: str, task: str) -> Stage:
     rollouts, out = layout.scored(layout.reward_dir(start), task), layout.credit(layout.CREDIT_DIR, method, task)
     section = new.cfg.methods.get(method)  # None in a pattern ({method})
     # methods on stored states sample the rollouts again with their states recorded, with the rollout sampler
-    resample = section is not None and section.remasking in STATE_VIEWS
+    resample = section is not None and view_sampler(section.remasking).states
     return new(
         "credit", f"credit_{method}_{task}",
         {"--tasks": new.tasks, "--model": model, "--task": task, "--method": method, "--rollouts": rollouts,

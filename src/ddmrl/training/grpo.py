@@ -38,8 +38,8 @@ then adds its clipped per-step loss to the method's (one backward pass, its own 
 (``aux_policy.speed_alpha``: the unmasking paper's multiplicative reward).
 
 A method's rollout augmenter (``ddmrl.augmenters``) edits the scored batch between step 2's rewards and advantages,
-and its counts join the curve. A weighting that needs the old policy's entropy (``ENTROPY_WEIGHTINGS``) gets it from
-the old pass of step 4. A method with per-step advantages (``Method.step_advantage``) has every step's prediction
+and its counts join the curve. A weighting that needs the old policy's entropy (``Weighting.old_entropy``) gets it
+from the old pass of step 4. A method with per-step advantages (``Method.step_advantage``) has every step's prediction
 rewarded, and the curve gains the share of rollouts an earlier step's prediction scored higher (``over_denoising``).
 """
 
@@ -57,15 +57,15 @@ from ddmrl.augmenters import AUGMENTERS
 from ddmrl.augmenters.base import AugmentInputs
 from ddmrl.aux_policies.base import AuxPolicy, aux_clip_loss, speed_reward
 from ddmrl.config import ConfigError, GRPOConfig
-from ddmrl.config.schema import STATE_VIEWS
 from ddmrl.likelihood import token_logps, token_logps_entropy
+from ddmrl.masking import view_sampler
 from ddmrl.masking.views import Views, apply_view, build_views
 from ddmrl.methods import METHODS
 from ddmrl.methods.base import Method
-from ddmrl.objectives import OBJECTIVES
-from ddmrl.objectives.advantages import STEP_ADVANTAGES, VIEW_ADVANTAGES, group_advantages
+from ddmrl.objectives import OBJECTIVES, STEP_ADVANTAGES, VIEW_ADVANTAGES, weighting
+from ddmrl.objectives.advantages import group_advantages
 from ddmrl.objectives.base import ObjectiveInputs
-from ddmrl.objectives.weights import ENTROPY_WEIGHTINGS, hint_entropy_filter, realised_ratio, token_weights
+from ddmrl.objectives.weights import hint_entropy_filter, realised_ratio, token_weights
 from ddmrl.rollout import Rollouts, rewards, rollout, step_rewards
 from ddmrl.seeding import derive_seed
 from ddmrl.tasks.base import Example, Task
@@ -318,7 +318,7 @@ def sample(run: Loop, examples: list[Example], it: int) -> Rollouts:
     if run.acting is not None:
         run.acting.train()  # the exploration distribution its log-probs refer to
     gen = dist.device_generator(acc.device, run.rseed, "rollout", it)
-    record = (cfg.remasking or run.method.remasking) in STATE_VIEWS
+    record = view_sampler(cfg.remasking or run.method.remasking).states
     batch = rollout(run.policy, run.tok, run.task, examples, cfg.num_generations, cfg.sampler, gen,
                     record_trajectory=record, aux_policy=run.acting, **run.method.rollout_options(cfg))  # fmt: skip
     return dist.to_device(batch, torch.device("cpu"))
@@ -376,7 +376,7 @@ def old_and_reference(run: Loop, b: Batch) -> tuple[Batch, torch.Tensor | None, 
     policy.train(cfg.old_logp_mode == "train")
     old = kl_ref = None
     with torch.no_grad():
-        if not run.frozen and b.rollouts.hints is not None and run.method.weighting in ENTROPY_WEIGHTINGS:
+        if not run.frozen and b.rollouts.hints is not None and weighting(run.method.weighting).old_entropy:
             old, entropy = view_logps(policy, inputs, target_ids, entropy=True, **guidance)  # [V, N, L] each
             valid = b.views.target_masks & b.rollouts.completion_mask[None]
             kept = hint_entropy_filter(b.weights, valid, entropy, b.rollouts.hints, cfg.hint_entropy_top)

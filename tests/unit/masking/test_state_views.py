@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ddmrl.config.schema import STATE_VIEWS
-from ddmrl.masking import VIEWS
+from ddmrl.masking import VIEWS, ViewSampler, view_sampler
 from ddmrl.masking.views import apply_view, build_views, mask_frequency, spread
 from ddmrl.samplers.llada import generate
 from ddmrl.samplers.trajectory import Trajectory, next_states
@@ -39,8 +38,14 @@ def views(kind, out, valid=None, **kw):
     )
 
 
-def test_the_state_views_are_view_samplers():
-    assert set(STATE_VIEWS) <= set(VIEWS)
+def test_the_view_samplers_records_say_which_read_the_samplers_states():
+    """Traits are read by name, without importing the samplers; a sampler outside the package has the defaults."""
+    assert {v for v in VIEWS if view_sampler(v).states} == {"cj_grpo", "mdpo_topk"}
+    assert {v for v in VIEWS if view_sampler(v).legacy} == {"maskgrpo_fading", "espo"}
+    assert {v for v in VIEWS if not view_sampler(v).per_step} == {"tracerl", "gdpo_quadrature", "block_random",
+                                                                    "coupled", "tree"}  # fmt: skip
+    assert view_sampler("mylab.views:halves") == ViewSampler("mylab.views:halves")
+    assert VIEWS.module("cj_grpo") == "ddmrl.masking.views" and callable(VIEWS["cj_grpo"])
 
 
 @pytest.mark.parametrize("kw", [{}, {"schedule": "ass", "steps": 0}, {"remasking": "rcr"}])

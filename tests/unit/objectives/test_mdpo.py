@@ -16,7 +16,8 @@ import torch
 
 from ddmrl.config import method_config
 from ddmrl.masking.views import top_steps
-from ddmrl.objectives.advantages import STEP_ADVANTAGES, mdpo_step_advantages
+from ddmrl.objectives import STEP_ADVANTAGES
+from ddmrl.objectives.advantages import mdpo_step_advantages
 from ddmrl.objectives.base import ObjectiveInputs
 from ddmrl.objectives.mdpo import k2_kl, mdpo
 

@@ -42,8 +42,8 @@ from ddmrl.config import ConfigError, SamplerConfig, method_config
 from ddmrl.diagnostics import credit_by_reveal_step, token_credit
 from ddmrl.likelihood import token_logps
 from ddmrl.methods import METHODS
-from ddmrl.objectives import OBJECTIVES
-from ddmrl.objectives.advantages import VIEW_ADVANTAGES, tree_advantages
+from ddmrl.objectives import OBJECTIVES, VIEW_ADVANTAGES
+from ddmrl.objectives.advantages import tree_advantages
 from ddmrl.rollout import Rollouts, sampler_kwargs, tree_rollout, tree_steps
 from ddmrl.samplers import SAMPLERS
 from ddmrl.training.grpo import Batch, make_views, objective_inputs, view_logps, view_targets
