@@ -1,0 +1,290 @@
+"""lm-evaluation-harness's model ``ddmrl``: any checkpoint ddmrl saves or points to, evaluated by the harness
+(``pip install -e ".[lmeval]"``; docs/lmeval.md).
+
+    python -m ddmrl.lmeval --model ddmrl --model_args pretrained=data/sft/model,sampler.steps=64 \\
+        --include_path my_tasks --tasks gsm8k_local
+
+(``python -m ddmrl.lmeval`` is lm-eval's own command line with this module imported: lm-eval 0.4 finds a model
+outside its package only once the module that registers it is imported.) ``--model_args``:
+
+* ``pretrained``: a model directory (``ddmrl.models.checkpoint.load_checkpoint``: an embedded TinyDDM or
+  TinyBlockDDM, or a pointer to a real checkpoint of any family); ``peft``: a LoRA adapter directory (peft's
+  ``save_pretrained``) applied to it and merged. A GRPO run's saved model already has its adapters merged.
+* ``sampler.<key>``: the ``sampler:`` keys of params.yaml (``ddmrl.config.SamplerConfig``: ``sampler.name``,
+  ``sampler.steps``, ``sampler.block_length``, ...; ``sampler.options.<sampler>.<key>`` a sampler's own), on top of
+  the ``evaluate.sampler`` of ``params=<params.yaml>`` when given, else of the defaults. ``generate_until`` samples
+  with it exactly as ddmrl's own evaluation does (``ddmrl.rollout``), in batches of ``batch_size`` prompts
+  left-padded to the longest (``prompt_length=<P>``: to P tokens, the embedded tasks' fixed layout), then cuts each
+  completion at its first ``until`` string. A task's ``max_gen_toks`` sets the completion length (else
+  ``max_gen_toks``), its ``temperature`` (``do_sample: false``: 0) the sampler's temperature.
+* ``loglikelihood``: ``mc`` (LLaDA's Monte Carlo ELBO, ``mc_num`` views, default 128), ``exact_elbo`` (every mask
+  enumerated, short continuations), ``left_to_right`` (exact, one token per step; a block-diffusion model with
+  block length 1: its exact likelihood); ``ddmrl.likelihood.sequence``. A block-diffusion model (``sampler.name:
+  block``) reads blocks of ``sampler.block_length``. ``is_greedy`` is exact with ``left_to_right``, computed that
+  way with ``greedy_check=true``, else False.
+* ``loglikelihood_rolling`` (perplexity tasks) is refused: a masked diffusion model has no exact likelihood of a
+  whole text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from lm_eval.api.model import LM
+from lm_eval.api.registry import register_model
+
+from ddmrl import config
+from ddmrl.config import ConfigError, SamplerConfig
+from ddmrl.io import DataError
+from ddmrl.likelihood.sequence import exact_elbo, left_to_right, mc_elbo
+from ddmrl.models.checkpoint import load_checkpoint
+from ddmrl.models.tokenizer import decode_completion
+from ddmrl.rollout import sample_ids
+from ddmrl.seeding import generator
+
+__all__ = ["ESTIMATORS", "DdmrlLM", "check_tasks", "cut_at", "encode_context", "left_pad", "sampler_config"]
+
+ESTIMATORS = ("mc", "exact_elbo", "left_to_right")
+SAMPLER_PREFIX = "sampler."
+
+
+def sampler_config(args: dict[str, Any], base: SamplerConfig | None = None) -> SamplerConfig:
+    """``base`` (default: the schema's defaults) with the ``sampler.<key>`` entries of ``args`` on top
+    (``sampler.options.<sampler>.<key>``: a sampler's own key); validated by the schema (one-line ``ConfigError``)."""
+    values = dataclasses.asdict(base or SamplerConfig())
+    for key, value in args.items():
+        *path, last = key.removeprefix(SAMPLER_PREFIX).split(".")
+        node = values
+        for part in path:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"ddmrl model_args: {key} = {value!r}: sampler.{part} is not a section")
+        node[last] = value
+    return SamplerConfig(**values)
+
+
+def encode_context(tok, text: str) -> list[int]:
+    """Token ids of a harness context as ddmrl encodes a prompt: the tokenizer's defaults, BOS first (the embedded
+    tokenizer adds none: ``ddmrl.training.data.encode_prompts`` puts it there)."""
+    ids = tok(text)["input_ids"]
+    if tok.bos_token_id is not None and (not ids or ids[0] != tok.bos_token_id):
+        ids = [tok.bos_token_id, *ids]
+    return ids
+
+
+def left_pad(rows: Sequence[Sequence[int]], pad_id: int, length: int | None = None) -> torch.Tensor:
+    """[N, P] the rows left-padded with ``pad_id`` to ``length`` (None: the longest row)."""
+    p = length or max(map(len, rows))
+    if any(len(r) > p for r in rows):
+        raise ValueError(f"a prompt has {max(map(len, rows))} tokens > prompt_length {p}")
+    return torch.tensor([[pad_id] * (p - len(r)) + list(r) for r in rows], dtype=torch.long)
+
+
+def cut_at(text: str, until: Sequence[str]) -> str:
+    """``text`` up to the first occurrence of any of ``until`` (lm-eval's stop sequences)."""
+    cut = min((i for s in until if s and (i := text.find(s)) >= 0), default=len(text))
+    return text[:cut]
+
+
+def split_pair(tok, context: str, continuation: str) -> tuple[list[int], list[int]]:
+    """(context ids, continuation ids) as lm-eval's HF model splits a pair: trailing spaces of the context move to
+    the continuation, the whole is encoded once and split at the context's length."""
+    spaces = len(context) - len(context.rstrip(" "))
+    context, continuation = context[: len(context) - spaces], context[len(context) - spaces :] + continuation
+    whole, ctx = encode_context(tok, context + continuation), encode_context(tok, context)
+    return whole[: len(ctx)], whole[len(ctx) :]
+
+
+def request_seed(seed: int, *parts: str) -> torch.Generator:
+    """A generator seeded by ``seed`` and the request's text: an estimate does not depend on batching or order."""
+    return generator(seed, "lmeval", hashlib.sha256("\x00".join(parts).encode()).hexdigest())
+
+
+@register_model("ddmrl")
+class DdmrlLM(LM):
+    """A ddmrl model directory as an lm-eval ``LM`` (see the module docstring for the arguments)."""
+
+    def __init__(
+        self,
+        pretrained: str,
+        peft: str | None = None,
+        params: str | None = None,
+        batch_size: int | str = 16,
+        device: str | None = None,
+        max_gen_toks: int = 256,
+        prompt_length: int | None = None,
+        loglikelihood: str = "mc",
+        mc_num: int = 128,
+        greedy_check: bool = False,
+        seed: int = 0,
+        skip_special_tokens: bool | None = None,
+        max_batch_size: int | None = None,
+        **sampler_args: Any,
+    ) -> None:
+        super().__init__()
+        unknown = sorted(k for k in sampler_args if not k.startswith(SAMPLER_PREFIX))
+        if unknown:
+            raise ConfigError(f"ddmrl model_args: unknown {', '.join(unknown)} (sampler keys are sampler.<key>)")
+        if loglikelihood not in ESTIMATORS:
+            raise ConfigError(f"ddmrl model_args: loglikelihood = {loglikelihood!r}; choose one of {ESTIMATORS}")
+        base = config.load(params).evaluate.sampler if params else None
+        self.sampler = sampler_config(sampler_args, base)
+        self.model, self.tok = load_model(pretrained, peft, device or "auto")
+        self._device = next(self.model.parameters()).device
+        self.batch_size = int(batch_size) if str(batch_size).isdigit() else 16  # "auto": the default
+        self.max_gen_toks, self.prompt_length = int(max_gen_toks), prompt_length
+        self.estimator, self.mc_num, self.greedy_check = loglikelihood, int(mc_num), bool(greedy_check)
+        self.seed = int(seed)
+        self.skip_special_tokens = bool(self.tok.chat_template) if skip_special_tokens is None else skip_special_tokens
+        self.block_length = self.sampler.block_length if self.sampler.name == "block" else None
+        self.max_length = getattr(self.model.config, "max_position_embeddings", None)
+
+    # ------------------------------------------------------------------------------------------- generation
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        """Completions of each request's context, sampled in batches of requests with the same length and
+        temperature (in their order), each cut at its ``until`` strings."""
+        out: list[str] = [""] * len(requests)
+        groups: dict[tuple[int, float], list[int]] = {}
+        for i, req in enumerate(requests):
+            groups.setdefault(self._gen_settings(req.args[1]), []).append(i)
+        gen = torch.Generator().manual_seed(self.seed)  # as ddmrl.evaluation.evaluate: only temperature > 0 draws
+        for (length, temperature), idx in groups.items():
+            sampler = dataclasses.replace(self.sampler, temperature=temperature)
+            for lo in range(0, len(idx), self.batch_size):
+                chunk = idx[lo : lo + self.batch_size]
+                prompts = left_pad([encode_context(self.tok, requests[i].args[0]) for i in chunk],
+                                   self.tok.pad_token_id, self.prompt_length)  # fmt: skip
+                ids = sample_ids(self.model, self.tok, prompts.to(self._device), length, sampler, gen)
+                for i, row in zip(chunk, ids.cpu(), strict=True):
+                    text = decode_completion(self.tok, row.tolist(), self.skip_special_tokens)
+                    out[i] = cut_at(text, _until(requests[i].args[1]))
+                    self.cache_hook.add_partial("generate_until", requests[i].args, out[i])
+        return out
+
+    def _gen_settings(self, gen_kwargs: dict[str, Any]) -> tuple[int, float]:
+        """(completion length, temperature) of a request's ``gen_kwargs``."""
+        length = int(gen_kwargs.get("max_gen_toks", self.max_gen_toks))
+        temperature = float(gen_kwargs.get("temperature", self.sampler.temperature))
+        if gen_kwargs.get("do_sample") is False:
+            temperature = 0.0
+        return length, temperature
+
+    # ------------------------------------------------------------------------------------------- likelihood
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        """(log p(continuation | context), is_greedy) per request, by the ``loglikelihood`` estimator."""
+        out = []
+        for req in requests:
+            context, continuation = req.args
+            ctx, cont = split_pair(self.tok, context, continuation)
+            if not cont:
+                raise ValueError(f"ddmrl loglikelihood: empty continuation after {context[-40:]!r}")
+            if self.max_length and len(ctx) + len(cont) > self.max_length:
+                ctx = ctx[len(ctx) + len(cont) - self.max_length :]  # the context's tail, as lm-eval's HF model
+            out.append(self._score(torch.tensor(ctx), torch.tensor(cont), context, continuation))
+            self.cache_hook.add_partial("loglikelihood", req.args, out[-1])
+        return out
+
+    def _score(self, ctx: torch.Tensor, cont: torch.Tensor, *text: str) -> tuple[float, bool]:
+        """(estimate, is_greedy) of ``cont`` [L] after ``ctx`` [P]; ``text``: the request's (seeds the MC views)."""
+        args = (self.model, ctx, cont, self.tok.mask_token_id)
+        kw = {"batch_size": self.batch_size, "block_length": self.block_length}
+        if self.estimator == "left_to_right":
+            return left_to_right(*args, **kw)
+        if self.estimator == "exact_elbo":
+            ll = exact_elbo(*args, **kw)
+        else:
+            ll = mc_elbo(*args, samples=self.mc_num, gen=request_seed(self.seed, *text), **kw)[0]
+        return ll, self.greedy_check and left_to_right(*args, **kw)[1]
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        raise NotImplementedError(
+            "ddmrl: loglikelihood_rolling (perplexity tasks) is not defined for a masked diffusion model, whose "
+            "likelihood of a whole text is only bounded (ELBO); use loglikelihood or generate_until tasks"
+        )
+
+    # ------------------------------------------------------------------------------------------- chat
+
+    @property
+    def tokenizer_name(self) -> str:
+        return str(getattr(self.tok, "name_or_path", "ddmrl")).replace("/", "__")
+
+    def chat_template(self, chat_template: bool | str = False) -> str | None:
+        return self.tok.chat_template if chat_template else None
+
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        return self.tok.apply_chat_template(chat_history, tokenize=False, add_generation_prompt=add_generation_prompt)
+
+
+def _until(gen_kwargs: dict[str, Any]) -> list[str]:
+    until = gen_kwargs.get("until") or []
+    return [until] if isinstance(until, str) else list(until)
+
+
+def load_model(pretrained: str, peft: str | None, device: str):
+    """(model, tokenizer) of a ddmrl model directory, with the LoRA adapter at ``peft`` merged in when given."""
+    if not Path(pretrained).is_dir():
+        raise FileNotFoundError(f"ddmrl model_args: pretrained = {pretrained!r} is not a model directory")
+    model, tok = load_checkpoint(pretrained, device=device)
+    if peft:
+        from peft import PeftModel
+
+        if not (Path(peft) / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"ddmrl model_args: peft = {peft!r} holds no adapter_config.json")
+        model = PeftModel.from_pretrained(model, peft).merge_and_unload().eval()
+    return model, tok
+
+
+# ------------------------------------------------------------------------------------------------ tasks
+
+
+def check_tasks(task_manager, names: Sequence[str]) -> None:
+    """Refuse, in one line naming it, a task the harness does not know or whose dataset is not here: a local data
+    file that is missing, or a hub dataset while hub access is off (``HF_DATASETS_OFFLINE`` / ``HF_HUB_OFFLINE``)."""
+    from ddmrl.tasks.benchmarks import _hub_offline
+
+    for name in names:
+        entry = task_manager.task_index.get(name)
+        if entry is None:
+            raise DataError(f"lm_eval task {name!r}: no such task (add its YAML under the include path)")
+        cfg = entry.cfg or {}
+        if "dataset_path" not in cfg:  # a group or tag: its own tasks are checked when named
+            continue
+        files = _data_files((cfg.get("dataset_kwargs") or {}).get("data_files"))
+        missing = [f for f in files if not Path(f).exists()]
+        if missing:
+            raise DataError(f"lm_eval task {name!r}: dataset file {missing[0]} is missing")
+        path = str(cfg["dataset_path"])
+        if not files and not Path(path).exists() and _hub_offline():
+            raise DataError(f"lm_eval task {name!r}: dataset {path!r} is not a local file and hub access is off")
+
+
+def _data_files(spec: Any) -> list[str]:
+    """The paths of a ``data_files`` value (a path, a list, or a split -> path(s) mapping)."""
+    if spec is None:
+        return []
+    if isinstance(spec, str):
+        return [spec]
+    if isinstance(spec, dict):
+        return [f for v in spec.values() for f in _data_files(v)]
+    return [f for v in spec for f in _data_files(v)]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """lm-eval's command line with the ``ddmrl`` model registered."""
+    from lm_eval.__main__ import cli_evaluate
+
+    if argv is not None:
+        sys.argv = [sys.argv[0], *argv]
+    cli_evaluate()
+
+
+if __name__ == "__main__":
+    main()

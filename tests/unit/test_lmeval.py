@@ -1,0 +1,174 @@
+"""lm-evaluation-harness's model ``ddmrl`` (ddmrl.lmeval) through the harness's own Python API (simple_evaluate) on
+local YAML tasks over local JSONL: a GSM8K-format generation task and a multiple-choice task, on a tiny TinyDDM."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+import torch
+
+pytest.importorskip("lm_eval")
+
+from lm_eval import simple_evaluate  # noqa: E402
+from lm_eval.tasks import TaskManager  # noqa: E402
+
+from ddmrl.config import SamplerConfig  # noqa: E402
+from ddmrl.evaluation import evaluate  # noqa: E402
+from ddmrl.io import DataError  # noqa: E402
+from ddmrl.likelihood.sequence import mc_elbo  # noqa: E402
+from ddmrl.lmeval import DdmrlLM, check_tasks, cut_at, request_seed, sampler_config, split_pair  # noqa: E402
+from ddmrl.models.checkpoint import save_checkpoint  # noqa: E402
+from ddmrl.models.tokenizer import build_tokenizer  # noqa: E402
+from ddmrl.tasks import make_task  # noqa: E402
+from ddmrl.training.data import prompt_length  # noqa: E402
+
+UNTIL = "</answer>"
+SAMPLER = {"sampler.block_length": 10, "sampler.steps": 15}  # arith: 30 completion tokens, 3 blocks, 2 per step
+
+
+@pytest.fixture(scope="module")
+def arith():
+    return make_task("arith")
+
+
+@pytest.fixture(scope="module")
+def items(arith):
+    return arith.held_out(6, seed=0)
+
+
+@pytest.fixture
+def checkpoint(arith, make_model, tmp_path):
+    """A sharp tiny random TinyDDM over arith's tokenizer, saved as ddmrl saves models."""
+    tok = build_tokenizer([arith.alphabet], arith.special_tokens)
+    model = make_model(max_positions=prompt_length(arith) + arith.completion_length, seed=3, tokenizer=tok)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0, 0.5, generator=torch.Generator().manual_seed(p.numel()))
+    save_checkpoint(model, tok, tmp_path / "model")
+    return tmp_path / "model"
+
+
+def write_tasks(folder, arith, items) -> TaskManager:
+    """A GSM8K-format generation task and a multiple-choice task over ``items``, as lm-eval YAML over local JSONL."""
+    gsm = folder / "gsm.jsonl"
+    gsm.write_text("".join(json.dumps({"question": ex.prompt, "answer": f"...\n#### {ex.gold['answer']}"}) + "\n"
+                           for ex in items))  # fmt: skip
+    mc = folder / "mc.jsonl"
+    wrong = [f"{(int(ex.gold['answer']) + 1) % 100:02d}" for ex in items]
+    rows = [{"question": ex.prompt, "choices": [f"<answer>{ex.gold['answer']}", f"<answer>{w}", "0"], "label": 0}
+            for ex, w in zip(items, wrong, strict=True)]  # fmt: skip
+    mc.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "arith_gsm8k.yaml").write_text(
+        textwrap.dedent(f"""\
+        task: arith_gsm8k
+        dataset_path: json
+        dataset_kwargs:
+          data_files:
+            test: {gsm}
+        test_split: test
+        output_type: generate_until
+        doc_to_text: "{{{{question}}}}"
+        doc_to_target: "{{{{answer.split('####')[-1].strip()}}}}"
+        generation_kwargs:
+          until: ["{UNTIL}"]
+          max_gen_toks: {arith.completion_length}
+          do_sample: false
+        filter_list:
+          - name: strict-match
+            filter:
+              - function: regex
+                regex_pattern: "<answer>\\n(\\\\d+)"
+              - function: take_first
+        metric_list:
+          - metric: exact_match
+            aggregation: mean
+            higher_is_better: true
+        """)
+    )
+    (folder / "arith_choice.yaml").write_text(
+        textwrap.dedent(f"""\
+        task: arith_choice
+        dataset_path: json
+        dataset_kwargs:
+          data_files:
+            test: {mc}
+        test_split: test
+        output_type: multiple_choice
+        doc_to_text: "{{{{question}}}}"
+        doc_to_choice: "{{{{choices}}}}"
+        doc_to_target: "{{{{label}}}}"
+        target_delimiter: ""
+        metric_list:
+          - metric: acc
+        """)
+    )
+    return TaskManager(include_path=str(folder), include_defaults=False)
+
+
+def test_generations_equal_ddmrls_own_evaluation_token_for_token(arith, items, checkpoint, tmp_path):
+    """The same items, prompts (BOS, left-padded to the task's P) and sampler: the harness's completions are
+    ddmrl.evaluation.evaluate's, cut at ``until``; the harness scores them with the task's regex filter."""
+    lm = DdmrlLM(pretrained=str(checkpoint), batch_size=4, prompt_length=prompt_length(arith), **SAMPLER)
+    tm = write_tasks(tmp_path, arith, items)
+    out = simple_evaluate(model=lm, tasks=["arith_gsm8k"], task_manager=tm, bootstrap_iters=0, log_samples=True)
+    got = {s["doc_id"]: s["resps"][0][0] for s in out["samples"]["arith_gsm8k"]}
+
+    sampler = SamplerConfig(block_length=10, steps=15)
+    _, records = evaluate(lm.model, lm.tok, arith, items, sampler, batch_size=4)
+    want = [cut_at(r["generation"], [UNTIL]) for r in records]
+    assert [got[i] for i in range(len(items))] == want
+    assert len(set(want)) > 1  # the model generates different texts for different prompts
+    assert "exact_match,strict-match" in out["results"]["arith_gsm8k"]
+
+
+def test_multiple_choice_scores_are_llada_monte_carlo_elbos(arith, items, checkpoint, tmp_path):
+    """loglikelihood: per (context, choice) LLaDA's MC estimate with the request's own seed; accuracy from them."""
+    lm = DdmrlLM(pretrained=str(checkpoint), mc_num=8, batch_size=8)
+    tm = write_tasks(tmp_path, arith, items)
+    out = simple_evaluate(model=lm, tasks=["arith_choice"], task_manager=tm, bootstrap_iters=0, log_samples=True)
+    sample = min(out["samples"]["arith_choice"], key=lambda s: s["doc_id"])
+    ex = items[sample["doc_id"]]
+    for (ll, greedy), choice in zip((r[0] for r in sample["resps"]), sample["doc"]["choices"], strict=True):
+        ctx, cont = split_pair(lm.tok, ex.prompt, choice)
+        gen = request_seed(0, ex.prompt, choice)
+        assert ll == mc_elbo(lm.model, torch.tensor(ctx), torch.tensor(cont), lm.tok.mask_token_id, samples=8,
+                             batch_size=8, gen=gen)[0]  # fmt: skip
+        assert greedy is False
+    assert 0 <= out["results"]["arith_choice"]["acc,none"] <= 1
+
+
+def test_left_to_right_and_rolling_refusal(checkpoint):
+    lm = DdmrlLM(pretrained=str(checkpoint), loglikelihood="left_to_right")
+    from lm_eval.api.instance import Instance
+
+    req = Instance("loglikelihood", {}, ("<arith>1+2", "<answer>03"), 0)
+    (ll, greedy), = lm.loglikelihood([req])  # fmt: skip
+    assert ll < 0 and isinstance(greedy, bool)
+    with pytest.raises(NotImplementedError, match="loglikelihood_rolling"):
+        lm.loglikelihood_rolling([req])
+
+
+def test_model_args_are_sampler_keys_validated_by_the_schema(checkpoint):
+    assert sampler_config({"sampler.steps": 8, "sampler.name": "maskgit"}).steps == 8
+    with pytest.raises(Exception, match="stepz: unknown key"):
+        sampler_config({"sampler.stepz": 8})
+    with pytest.raises(Exception, match="unknown mc_nums"):
+        DdmrlLM(pretrained=str(checkpoint), mc_nums=3)
+
+
+def test_a_missing_dataset_is_refused_in_one_line_naming_it(arith, items, tmp_path, monkeypatch):
+    tm = write_tasks(tmp_path, arith, items)
+    check_tasks(tm, ["arith_gsm8k", "arith_choice"])
+    (tmp_path / "mc.jsonl").unlink()
+    with pytest.raises(DataError, match=r"^lm_eval task 'arith_choice': dataset file .*mc\.jsonl is missing$"):
+        check_tasks(tm, ["arith_choice"])
+    with pytest.raises(DataError, match="'nope': no such task"):
+        check_tasks(tm, ["nope"])
+    (tmp_path / "hub.yaml").write_text("task: hub_task\ndataset_path: org/data\noutput_type: generate_until\n"
+                                       "doc_to_text: q\ndoc_to_target: a\ntest_split: test\n")  # fmt: skip
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(DataError, match="'hub_task': dataset 'org/data' is not a local file and hub access is off"):
+        check_tasks(TaskManager(include_path=str(tmp_path), include_defaults=False), ["hub_task"])
