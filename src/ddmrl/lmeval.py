@@ -48,7 +48,10 @@ from ddmrl.models.tokenizer import decode_completion
 from ddmrl.rollout import sample_ids
 from ddmrl.seeding import generator
 
-__all__ = ["ESTIMATORS", "DdmrlLM", "check_tasks", "cut_at", "encode_context", "left_pad", "sampler_config"]
+__all__ = [
+    "ESTIMATORS", "DdmrlLM", "check_tasks", "cut_at", "encode_context", "evaluate_tasks", "left_pad", "sampler_config",
+    "task_manager",
+]  # fmt: skip
 
 ESTIMATORS = ("mc", "exact_elbo", "left_to_right")
 SAMPLER_PREFIX = "sampler."
@@ -275,6 +278,44 @@ def _data_files(spec: Any) -> list[str]:
     if isinstance(spec, dict):
         return [f for v in spec.values() for f in _data_files(v)]
     return [f for v in spec for f in _data_files(v)]
+
+
+def task_manager(include_path: str = "") -> Any:
+    """lm-eval's ``TaskManager`` over the YAML tasks under ``include_path`` (lm-eval's own tasks are then not
+    indexed: they read hub datasets), or over lm-eval's own tasks when it is empty."""
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager(include_path=include_path or None, include_defaults=not include_path)
+
+
+def evaluate_tasks(
+    lm: LM, manager: Any, tasks: Sequence[str], num_fewshot: dict[str, int] | None = None, limit: int = 0,
+    seed: int = 0,
+) -> dict[str, Any]:  # fmt: skip
+    """lm-eval's ``simple_evaluate`` of ``lm`` on ``tasks`` of ``manager`` (:func:`task_manager`), each task's
+    few-shot count from ``num_fewshot`` (a group's: each of its tasks'), ``limit`` items per task (0: all), every
+    seed ``seed``; the datasets checked first (:func:`check_tasks`). Returns lm-eval's results (``results``,
+    ``groups``, ``n-shot``, ``n-samples``, ``configs``, ``versions``, ...) as plain JSON."""
+    import json
+
+    from lm_eval import simple_evaluate
+    from lm_eval.utils import handle_non_serializable
+
+    check_tasks(manager, tasks)
+    specs: list[Any] = list(tasks)
+    for i, name in enumerate(tasks):
+        if name in (num_fewshot or {}):
+            loaded = manager.load([name])
+            top = loaded["groups"].get(name) or loaded["tasks"][name]
+            for task in top.get_all_tasks() if name in loaded["groups"] else [top]:
+                task.set_config(key="num_fewshot", value=num_fewshot[name])
+            specs[i] = top
+    out = simple_evaluate(
+        model=lm, tasks=specs, task_manager=manager, limit=limit or None, log_samples=False, random_seed=seed,
+        numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
+    )  # fmt: skip
+    keep = ("results", "groups", "group_subtasks", "n-shot", "n-samples", "configs", "versions", "higher_is_better")
+    return json.loads(json.dumps({k: out[k] for k in keep if k in out}, default=handle_non_serializable))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -3,9 +3,6 @@ local YAML tasks over local JSONL: a GSM8K-format generation task and a multiple
 
 from __future__ import annotations
 
-import json
-import textwrap
-
 import pytest
 import torch
 
@@ -13,6 +10,7 @@ pytest.importorskip("lm_eval")
 
 from lm_eval import simple_evaluate  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
+from lmeval_tasks import UNTIL, write_tasks  # noqa: E402
 
 from ddmrl.config import SamplerConfig  # noqa: E402
 from ddmrl.evaluation import evaluate  # noqa: E402
@@ -24,7 +22,6 @@ from ddmrl.models.tokenizer import build_tokenizer  # noqa: E402
 from ddmrl.tasks import make_task  # noqa: E402
 from ddmrl.training.data import prompt_length  # noqa: E402
 
-UNTIL = "</answer>"
 SAMPLER = {"sampler.block_length": 10, "sampler.steps": 15}  # arith: 30 completion tokens, 3 blocks, 2 per step
 
 
@@ -49,63 +46,6 @@ def checkpoint(arith, make_model, tmp_path):
                 p.normal_(0, 0.5, generator=torch.Generator().manual_seed(p.numel()))
     save_checkpoint(model, tok, tmp_path / "model")
     return tmp_path / "model"
-
-
-def write_tasks(folder, arith, items) -> TaskManager:
-    """A GSM8K-format generation task and a multiple-choice task over ``items``, as lm-eval YAML over local JSONL."""
-    gsm = folder / "gsm.jsonl"
-    gsm.write_text("".join(json.dumps({"question": ex.prompt, "answer": f"...\n#### {ex.gold['answer']}"}) + "\n"
-                           for ex in items))  # fmt: skip
-    mc = folder / "mc.jsonl"
-    wrong = [f"{(int(ex.gold['answer']) + 1) % 100:02d}" for ex in items]
-    rows = [{"question": ex.prompt, "choices": [f"<answer>{ex.gold['answer']}", f"<answer>{w}", "0"], "label": 0}
-            for ex, w in zip(items, wrong, strict=True)]  # fmt: skip
-    mc.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (folder / "arith_gsm8k.yaml").write_text(
-        textwrap.dedent(f"""\
-        task: arith_gsm8k
-        dataset_path: json
-        dataset_kwargs:
-          data_files:
-            test: {gsm}
-        test_split: test
-        output_type: generate_until
-        doc_to_text: "{{{{question}}}}"
-        doc_to_target: "{{{{answer.split('####')[-1].strip()}}}}"
-        generation_kwargs:
-          until: ["{UNTIL}"]
-          max_gen_toks: {arith.completion_length}
-          do_sample: false
-        filter_list:
-          - name: strict-match
-            filter:
-              - function: regex
-                regex_pattern: "<answer>\\n(\\\\d+)"
-              - function: take_first
-        metric_list:
-          - metric: exact_match
-            aggregation: mean
-            higher_is_better: true
-        """)
-    )
-    (folder / "arith_choice.yaml").write_text(
-        textwrap.dedent(f"""\
-        task: arith_choice
-        dataset_path: json
-        dataset_kwargs:
-          data_files:
-            test: {mc}
-        test_split: test
-        output_type: multiple_choice
-        doc_to_text: "{{{{question}}}}"
-        doc_to_choice: "{{{{choices}}}}"
-        doc_to_target: "{{{{label}}}}"
-        target_delimiter: ""
-        metric_list:
-          - metric: acc
-        """)
-    )
-    return TaskManager(include_path=str(folder), include_defaults=False)
 
 
 def test_generations_equal_ddmrls_own_evaluation_token_for_token(arith, items, checkpoint, tmp_path):
