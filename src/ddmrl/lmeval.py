@@ -43,7 +43,7 @@ from ddmrl import config
 from ddmrl.config import ConfigError, SamplerConfig
 from ddmrl.io import DataError
 from ddmrl.likelihood.sequence import exact_elbo, left_to_right, mc_elbo
-from ddmrl.models.checkpoint import load_checkpoint
+from ddmrl.models.checkpoint import adapter_of, load_checkpoint
 from ddmrl.models.tokenizer import decode_completion
 from ddmrl.rollout import sample_ids
 from ddmrl.seeding import generator
@@ -72,13 +72,12 @@ def sampler_config(args: dict[str, Any], base: SamplerConfig | None = None) -> S
     return SamplerConfig(**values)
 
 
-def encode_context(tok, text: str) -> list[int]:
-    """Token ids of a harness context as ddmrl encodes a prompt: the tokenizer's defaults, BOS first (the embedded
-    tokenizer adds none: ``ddmrl.training.data.encode_prompts`` puts it there)."""
+def encode_context(tok, text: str, bos: bool) -> list[int]:
+    """Token ids of a harness context as ddmrl encodes a prompt (``ddmrl.training.data.encode_prompts``): a real
+    checkpoint's with the tokenizer's defaults (``bos`` False), the embedded tokenizer's (which adds nothing) after
+    BOS (``bos`` True)."""
     ids = tok(text)["input_ids"]
-    if tok.bos_token_id is not None and (not ids or ids[0] != tok.bos_token_id):
-        ids = [tok.bos_token_id, *ids]
-    return ids
+    return [tok.bos_token_id, *ids] if bos else ids
 
 
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int, length: int | None = None) -> torch.Tensor:
@@ -95,12 +94,12 @@ def cut_at(text: str, until: Sequence[str]) -> str:
     return text[:cut]
 
 
-def split_pair(tok, context: str, continuation: str) -> tuple[list[int], list[int]]:
+def split_pair(tok, context: str, continuation: str, bos: bool) -> tuple[list[int], list[int]]:
     """(context ids, continuation ids) as lm-eval's HF model splits a pair: trailing spaces of the context move to
     the continuation, the whole is encoded once and split at the context's length."""
     spaces = len(context) - len(context.rstrip(" "))
     context, continuation = context[: len(context) - spaces], context[len(context) - spaces :] + continuation
-    whole, ctx = encode_context(tok, context + continuation), encode_context(tok, context)
+    whole, ctx = encode_context(tok, context + continuation, bos), encode_context(tok, context, bos)
     return whole[: len(ctx)], whole[len(ctx) :]
 
 
@@ -138,7 +137,8 @@ class DdmrlLM(LM):
             raise ConfigError(f"ddmrl model_args: loglikelihood = {loglikelihood!r}; choose one of {ESTIMATORS}")
         base = config.load(params).evaluate.sampler if params else None
         self.sampler = sampler_config(sampler_args, base)
-        self.model, self.tok = load_model(pretrained, peft, device or "auto")
+        cpu_only = str(device).startswith("cuda") and not torch.cuda.is_available()  # lm-eval's CLI default: cuda
+        self.model, self.tok = load_model(pretrained, peft, "auto" if device is None or cpu_only else device)
         self._device = next(self.model.parameters()).device
         self.batch_size = int(batch_size) if str(batch_size).isdigit() else 16  # "auto": the default
         self.max_gen_toks, self.prompt_length = int(max_gen_toks), prompt_length
@@ -147,6 +147,7 @@ class DdmrlLM(LM):
         self.skip_special_tokens = bool(self.tok.chat_template) if skip_special_tokens is None else skip_special_tokens
         self.block_length = self.sampler.block_length if self.sampler.name == "block" else None
         self.max_length = getattr(self.model.config, "max_position_embeddings", None)
+        self.bos = adapter_of(self.model) is None  # the embedded models: BOS + prompt (a pointer: a real checkpoint)
 
     # ------------------------------------------------------------------------------------------- generation
 
@@ -162,7 +163,7 @@ class DdmrlLM(LM):
             sampler = dataclasses.replace(self.sampler, temperature=temperature)
             for lo in range(0, len(idx), self.batch_size):
                 chunk = idx[lo : lo + self.batch_size]
-                prompts = left_pad([encode_context(self.tok, requests[i].args[0]) for i in chunk],
+                prompts = left_pad([encode_context(self.tok, requests[i].args[0], self.bos) for i in chunk],
                                    self.tok.pad_token_id, self.prompt_length)  # fmt: skip
                 ids = sample_ids(self.model, self.tok, prompts.to(self._device), length, sampler, gen)
                 for i, row in zip(chunk, ids.cpu(), strict=True):
@@ -186,7 +187,7 @@ class DdmrlLM(LM):
         out = []
         for req in requests:
             context, continuation = req.args
-            ctx, cont = split_pair(self.tok, context, continuation)
+            ctx, cont = split_pair(self.tok, context, continuation, self.bos)
             if not cont:
                 raise ValueError(f"ddmrl loglikelihood: empty continuation after {context[-40:]!r}")
             if self.max_length and len(ctx) + len(cont) > self.max_length:

@@ -3,6 +3,8 @@ local YAML tasks over local JSONL: a GSM8K-format generation task and a multiple
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -72,7 +74,7 @@ def test_multiple_choice_scores_are_llada_monte_carlo_elbos(arith, items, checkp
     sample = min(out["samples"]["arith_choice"], key=lambda s: s["doc_id"])
     ex = items[sample["doc_id"]]
     for (ll, greedy), choice in zip((r[0] for r in sample["resps"]), sample["doc"]["choices"], strict=True):
-        ctx, cont = split_pair(lm.tok, ex.prompt, choice)
+        ctx, cont = split_pair(lm.tok, ex.prompt, choice, bos=True)
         gen = request_seed(0, ex.prompt, choice)
         assert ll == mc_elbo(lm.model, torch.tensor(ctx), torch.tensor(cont), lm.tok.mask_token_id, samples=8,
                              batch_size=8, gen=gen)[0]  # fmt: skip
@@ -112,3 +114,37 @@ def test_a_missing_dataset_is_refused_in_one_line_naming_it(arith, items, tmp_pa
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     with pytest.raises(DataError, match="'hub_task': dataset 'org/data' is not a local file and hub access is off"):
         check_tasks(TaskManager(include_path=str(tmp_path), include_defaults=False), ["hub_task"])
+
+
+def test_a_lora_adapter_is_applied_and_merged(checkpoint, tmp_path):
+    """peft=<adapter dir>: the model the harness evaluates is the base with the adapter merged, as a GRPO run with
+    lora.r > 0 saves it (``ddmrl.training.distributed.save_policy``)."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    base = DdmrlLM(pretrained=str(checkpoint)).model
+    lora = get_peft_model(base, LoraConfig(r=2, target_modules=["qkv", "proj"], init_lora_weights=False))
+    lora.save_pretrained(tmp_path / "adapter")
+    merged = PeftModel.from_pretrained(DdmrlLM(pretrained=str(checkpoint)).model, tmp_path / "adapter")
+    merged = merged.merge_and_unload()
+    lm = DdmrlLM(pretrained=str(checkpoint), peft=str(tmp_path / "adapter"))
+    x = torch.tensor([[2, 5, 6, 0, 0]])
+    with torch.no_grad():
+        plain = DdmrlLM(pretrained=str(checkpoint)).model(x).logits
+        assert torch.equal(lm.model(x).logits, merged(x).logits) and not torch.allclose(lm.model(x).logits, plain)
+    with pytest.raises(FileNotFoundError, match="holds no adapter_config.json"):
+        DdmrlLM(pretrained=str(checkpoint), peft=str(tmp_path))
+
+
+def test_lm_evals_command_line_runs_the_ddmrl_model(arith, items, checkpoint, tmp_path, monkeypatch):
+    """``python -m ddmrl.lmeval`` is lm-eval's command line with ``--model ddmrl`` registered (sampler keys in
+    ``--model_args``); it writes lm-eval's results JSON. (Slow part: lm-eval indexes its own ~15k tasks, ~8 s.)"""
+    from ddmrl.lmeval import main
+
+    write_tasks(tmp_path, arith, items)
+    monkeypatch.chdir(tmp_path)
+    args = f"pretrained={checkpoint},sampler.block_length=10,sampler.steps=15,mc_num=4,prompt_length=7"
+    main(["--model", "ddmrl", "--model_args", args, "--include_path", str(tmp_path), "--tasks",
+          "arith_gsm8k,arith_choice", "--limit", "2", "--output_path", "out"])  # fmt: skip
+    (results,) = (tmp_path / "out").rglob("results_*.json")
+    out = json.loads(results.read_text())
+    assert out["config"]["model"] == "ddmrl" and set(out["results"]) == {"arith_gsm8k", "arith_choice"}
