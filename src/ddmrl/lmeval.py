@@ -12,7 +12,8 @@ outside its package only once the module that registers it is imported.) ``--mod
   ``save_pretrained``) applied to it and merged. A GRPO run's saved model already has its adapters merged.
 * ``sampler.<key>``: the ``sampler:`` keys of params.yaml (``ddmrl.config.SamplerConfig``: ``sampler.name``,
   ``sampler.steps``, ``sampler.block_length``, ...; ``sampler.options.<sampler>.<key>`` a sampler's own), on top of
-  the ``evaluate.sampler`` of ``params=<params.yaml>`` when given, else of the defaults. ``generate_until`` samples
+  the ``evaluate.sampler`` of ``params=<params.yaml>`` (``profile=<name>``: with that profile's overlay) when given,
+  else of the defaults. ``generate_until`` samples
   with it exactly as ddmrl's own evaluation does (``ddmrl.rollout``), in batches of ``batch_size`` prompts
   left-padded to the longest (``prompt_length=<P>``: to P tokens, the embedded tasks' fixed layout), then cuts each
   completion at its first ``until`` string. A task's ``max_gen_toks`` sets the completion length (else
@@ -117,6 +118,7 @@ class DdmrlLM(LM):
         pretrained: str,
         peft: str | None = None,
         params: str | None = None,
+        profile: str | None = None,
         batch_size: int | str = 16,
         device: str | None = None,
         max_gen_toks: int = 256,
@@ -135,7 +137,7 @@ class DdmrlLM(LM):
             raise ConfigError(f"ddmrl model_args: unknown {', '.join(unknown)} (sampler keys are sampler.<key>)")
         if loglikelihood not in ESTIMATORS:
             raise ConfigError(f"ddmrl model_args: loglikelihood = {loglikelihood!r}; choose one of {ESTIMATORS}")
-        base = config.load(params).evaluate.sampler if params else None
+        base = config.load(params, profile).evaluate.sampler if params else None
         self.sampler = sampler_config(sampler_args, base)
         cpu_only = str(device).startswith("cuda") and not torch.cuda.is_available()  # lm-eval's CLI default: cuda
         self.model, self.tok = load_model(pretrained, peft, "auto" if device is None or cpu_only else device)

@@ -94,7 +94,20 @@ def test_left_to_right_and_rolling_refusal(checkpoint):
 
 
 def test_model_args_are_sampler_keys_validated_by_the_schema(checkpoint):
+    """sampler.<key> on top of the defaults or of a profile's evaluate.sampler (sampler.options.<sampler>.<key>: a
+    sampler's own keys), refused in one line when the schema refuses them."""
+    from pathlib import Path
+
+    from ddmrl import config
+
     assert sampler_config({"sampler.steps": 8, "sampler.name": "maskgit"}).steps == 8
+    params = Path(__file__).resolve().parents[2] / "params.yaml"
+    dream = sampler_config({"sampler.options.dream.alg": "maskgit_plus", "sampler.steps": 64},
+                           config.load(params, "paper_dream_math").evaluate.sampler)  # fmt: skip
+    assert (dream.name, dream.steps, dream.temperature) == ("dream", 64, 0.2)
+    assert dream.options["dream"] == {"alg": "maskgit_plus", "top_p": 0.95, "alg_temp": 0.0}
+    lm = DdmrlLM(pretrained=str(checkpoint), params=str(params), profile="paper_llada_math", **{"sampler.steps": 4})
+    assert (lm.sampler.block_length, lm.sampler.steps) == (32, 4)
     with pytest.raises(Exception, match="stepz: unknown key"):
         sampler_config({"sampler.stepz": 8})
     with pytest.raises(Exception, match="unknown mc_nums"):
