@@ -147,6 +147,9 @@ class DdmrlLM(LM):
         self.estimator, self.mc_num, self.greedy_check = loglikelihood, int(mc_num), bool(greedy_check)
         self.seed = int(seed)
         self.skip_special_tokens = bool(self.tok.chat_template) if skip_special_tokens is None else skip_special_tokens
+        if hasattr(self.model, "block_forward") != (self.sampler.name == "block"):
+            kind = "a block-diffusion" if hasattr(self.model, "block_forward") else "not a block-diffusion"
+            raise ConfigError(f"ddmrl model_args: {pretrained} is {kind} model: sampler.name = {self.sampler.name!r}")
         self.block_length = self.sampler.block_length if self.sampler.name == "block" else None
         self.max_length = getattr(self.model.config, "max_position_embeddings", None)
         self.bos = adapter_of(self.model) is None  # the embedded models: BOS + prompt (a pointer: a real checkpoint)

@@ -37,28 +37,51 @@ def items(arith):
     return arith.held_out(6, seed=0)
 
 
+def sharpen(model: torch.nn.Module) -> torch.nn.Module:
+    """Weights drawn wider than the init, so that the tiny model's confidences spread and its texts differ."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0, 0.5, generator=torch.Generator().manual_seed(p.numel()))
+    return model
+
+
 @pytest.fixture
 def checkpoint(arith, make_model, tmp_path):
     """A sharp tiny random TinyDDM over arith's tokenizer, saved as ddmrl saves models."""
     tok = build_tokenizer([arith.alphabet], arith.special_tokens)
     model = make_model(max_positions=prompt_length(arith) + arith.completion_length, seed=3, tokenizer=tok)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.normal_(0, 0.5, generator=torch.Generator().manual_seed(p.numel()))
-    save_checkpoint(model, tok, tmp_path / "model")
+    save_checkpoint(sharpen(model), tok, tmp_path / "model")
     return tmp_path / "model"
 
 
-def test_generations_equal_ddmrls_own_evaluation_token_for_token(arith, items, checkpoint, tmp_path):
-    """The same items, prompts (BOS, left-padded to the task's P) and sampler: the harness's completions are
-    ddmrl.evaluation.evaluate's, cut at ``until``; the harness scores them with the task's regex filter."""
-    lm = DdmrlLM(pretrained=str(checkpoint), batch_size=4, prompt_length=prompt_length(arith), **SAMPLER)
+@pytest.fixture
+def block_checkpoint(arith, tmp_path):
+    """A sharp tiny random TinyBlockDDM (blocks of 10) over arith's tokenizer, saved as ddmrl saves models."""
+    from ddmrl.models.tiny_block import TinyBlockDDMConfig, TinyBlockDDMForMaskedLM
+
+    tok = build_tokenizer([arith.alphabet], arith.special_tokens)
+    torch.manual_seed(0)
+    cfg = TinyBlockDDMConfig(block_size=10, vocab_size=len(tok), hidden_size=16, num_layers=1, num_heads=2,
+                             intermediate_size=32, max_position_embeddings=40, mask_token_id=tok.mask_token_id,
+                             pad_token_id=tok.pad_token_id)  # fmt: skip
+    save_checkpoint(sharpen(TinyBlockDDMForMaskedLM(cfg).eval()), tok, tmp_path / "block")
+    return tmp_path / "block"
+
+
+@pytest.mark.parametrize("family", ["tiny", "tiny_block"])
+def test_generations_equal_ddmrls_own_evaluation_token_for_token(family, arith, items, request, tmp_path):
+    """The same items, prompts (BOS, left-padded to the task's P) and sampler (LLaDA's; the block sampler for
+    TinyBlockDDM): the harness's completions are ddmrl.evaluation.evaluate's, cut at ``until``; the harness scores
+    them with the task's regex filter."""
+    checkpoint = request.getfixturevalue("checkpoint" if family == "tiny" else "block_checkpoint")
+    name = {"sampler.name": "llada" if family == "tiny" else "block"}
+    lm = DdmrlLM(pretrained=str(checkpoint), batch_size=4, prompt_length=prompt_length(arith), **SAMPLER, **name)
     tm = write_tasks(tmp_path, arith, items)
     out = simple_evaluate(model=lm, tasks=["arith_gsm8k"], task_manager=tm, bootstrap_iters=0, log_samples=True)
     got = {s["doc_id"]: s["resps"][0][0] for s in out["samples"]["arith_gsm8k"]}
 
-    sampler = SamplerConfig(block_length=10, steps=15)
+    sampler = SamplerConfig(name=name["sampler.name"], block_length=10, steps=15)
     _, records = evaluate(lm.model, lm.tok, arith, items, sampler, batch_size=4)
     want = [cut_at(r["generation"], [UNTIL]) for r in records]
     assert [got[i] for i in range(len(items))] == want
@@ -112,6 +135,8 @@ def test_model_args_are_sampler_keys_validated_by_the_schema(checkpoint):
         sampler_config({"sampler.stepz": 8})
     with pytest.raises(Exception, match="unknown mc_nums"):
         DdmrlLM(pretrained=str(checkpoint), mc_nums=3)
+    with pytest.raises(Exception, match="is not a block-diffusion model: sampler.name = 'block'"):
+        DdmrlLM(pretrained=str(checkpoint), **{"sampler.name": "block"})
 
 
 def test_a_missing_dataset_is_refused_in_one_line_naming_it(arith, items, tmp_path, monkeypatch):
