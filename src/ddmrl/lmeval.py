@@ -325,11 +325,26 @@ def evaluate_tasks(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """lm-eval's command line with the ``ddmrl`` model registered."""
+    """lm-eval's command line with the ``ddmrl`` model registered. The tasks of ``--include_path`` named by
+    ``--tasks`` are checked first (:func:`check_tasks`): a missing dataset ends it in one line (exit status 2)."""
+    import argparse
+
     from lm_eval.__main__ import cli_evaluate
 
-    if argv is not None:
-        sys.argv = [sys.argv[0], *argv]
+    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--tasks")
+    ap.add_argument("--include_path")
+    known, _ = ap.parse_known_args(argv)
+    if known.tasks and known.include_path:
+        manager = task_manager(known.include_path)
+        local = [t for t in known.tasks.split(",") if t in manager.task_index]  # lm-eval's own: lm-eval checks them
+        try:
+            check_tasks(manager, local)
+        except DataError as e:
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(2)
+    sys.argv = [sys.argv[0], *argv]
     cli_evaluate()
 
 

@@ -186,3 +186,16 @@ def test_lm_evals_command_line_runs_the_ddmrl_model(arith, items, checkpoint, tm
     (results,) = (tmp_path / "out").rglob("results_*.json")
     out = json.loads(results.read_text())
     assert out["config"]["model"] == "ddmrl" and set(out["results"]) == {"arith_gsm8k", "arith_choice"}
+
+
+def test_the_command_line_refuses_a_missing_dataset_in_one_line(arith, items, checkpoint, tmp_path, capsys):
+    from ddmrl.lmeval import main
+
+    write_tasks(tmp_path, arith, items)
+    (tmp_path / "gsm.jsonl").unlink()
+    with pytest.raises(SystemExit) as exit_:
+        main(["--model", "ddmrl", "--model_args", f"pretrained={checkpoint}", "--include_path", str(tmp_path),
+              "--tasks", "arith_choice,arith_gsm8k"])  # fmt: skip
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("error: lm_eval task 'arith_gsm8k': dataset file ") and "gsm" in err
