@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -257,8 +258,6 @@ def load_model(pretrained: str, peft: str | None, device: str):
 def check_tasks(task_manager, names: Sequence[str]) -> None:
     """Refuse, in one line naming it, a task the harness does not know or whose dataset is not here: a local data
     file that is missing, or a hub dataset while hub access is off (``HF_DATASETS_OFFLINE`` / ``HF_HUB_OFFLINE``)."""
-    from ddmrl.tasks.benchmarks import _hub_offline
-
     for name in names:
         entry = task_manager.task_index.get(name)
         if entry is None:
@@ -271,8 +270,14 @@ def check_tasks(task_manager, names: Sequence[str]) -> None:
         if missing:
             raise DataError(f"lm_eval task {name!r}: dataset file {missing[0]} is missing")
         path = str(cfg["dataset_path"])
-        if not files and not Path(path).exists() and _hub_offline():
+        if not files and not Path(path).exists() and datasets_offline():
             raise DataError(f"lm_eval task {name!r}: dataset {path!r} is not a local file and hub access is off")
+
+
+def datasets_offline() -> bool:
+    """True when ``datasets`` may not reach the hub: ``HF_DATASETS_OFFLINE`` or ``HF_HUB_OFFLINE`` set true now."""
+    flags = (os.environ.get(v, "").strip().upper() for v in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"))
+    return any(f in {"1", "ON", "YES", "TRUE"} for f in flags)
 
 
 def _data_files(spec: Any) -> list[str]:
