@@ -21,7 +21,8 @@ outside its package only once the module that registers it is imported.) ``--mod
 * ``loglikelihood``: ``mc`` (LLaDA's Monte Carlo ELBO, ``mc_num`` views, default 128), ``exact_elbo`` (every mask
   enumerated, short continuations), ``left_to_right`` (exact, one token per step; a block-diffusion model with
   block length 1: its exact likelihood); ``ddmrl.likelihood.sequence``. A block-diffusion model (``sampler.name:
-  block``) reads blocks of ``sampler.block_length``. ``is_greedy`` is exact with ``left_to_right``, computed that
+  block``) reads blocks of ``sampler.block_length``; ``sampler.cfg_scale`` guides the likelihoods as the sampling
+  (LLaDA's ``cfg``). ``is_greedy`` is exact with ``left_to_right``, computed that
   way with ``greedy_check=true``, else False.
 * ``loglikelihood_rolling`` (perplexity tasks) is refused: a masked diffusion model has no exact likelihood of a
   whole text.
@@ -205,7 +206,7 @@ class DdmrlLM(LM):
     def _score(self, ctx: torch.Tensor, cont: torch.Tensor, *text: str) -> tuple[float, bool]:
         """(estimate, is_greedy) of ``cont`` [L] after ``ctx`` [P]; ``text``: the request's (seeds the MC views)."""
         args = (self.model, ctx, cont, self.tok.mask_token_id)
-        kw = {"batch_size": self.batch_size, "block_length": self.block_length}
+        kw = {"batch_size": self.batch_size, "block_length": self.block_length, "cfg_scale": self.sampler.cfg_scale}
         if self.estimator == "left_to_right":
             return left_to_right(*args, **kw)
         if self.estimator == "exact_elbo":

@@ -27,6 +27,7 @@ import torch
 
 from ddmrl.likelihood import token_logps
 from ddmrl.likelihood.block import block_diffusion_input, noised_logits
+from ddmrl.samplers.base import guided_logits
 
 #: the most continuation tokens (per block) :func:`exact_elbo` enumerates the masks of
 MAX_ENUMERATED = 16
@@ -55,16 +56,20 @@ def stratified_masks(n: int, span: tuple[int, int], length: int, gen: torch.Gene
 
 def view_logps(
     model, prompt_ids: torch.Tensor, continuation: torch.Tensor, masks: torch.Tensor, mask_id: int,
-    block_length: int | None = None,
+    block_length: int | None = None, cfg_scale: float = 0.0,
 ) -> torch.Tensor:  # fmt: skip
     """[V, L] log p(o_k | view) of the ``continuation`` [L] at each view of ``masks`` [V, L] (True: masked) after
-    ``prompt_ids`` [P] (one forward pass; ``ddmrl.likelihood.token_logps``)."""
+    ``prompt_ids`` [P] (one forward pass, two with guidance ``cfg_scale``; ``ddmrl.likelihood.token_logps``)."""
     v = masks.shape[0]
     dev = next((p.device for p in model.parameters()), torch.device("cpu"))
     clean = continuation.to(dev).expand(v, -1)  # [V, L]
     view = torch.where(masks.to(dev), torch.full_like(clean, mask_id), clean)
     inputs = torch.cat([prompt_ids.to(dev).expand(v, -1), view], 1)  # [V, P + L]
-    return token_logps(model, inputs, clean, mask_id=mask_id, block_length=block_length).float().cpu()
+    return (
+        token_logps(model, inputs, clean, cfg_scale=cfg_scale, mask_id=mask_id, block_length=block_length)
+        .float()
+        .cpu()
+    )
 
 
 def elbo_terms(logps: torch.Tensor, masks: torch.Tensor, block_length: int | None) -> torch.Tensor:
@@ -81,7 +86,7 @@ def elbo_terms(logps: torch.Tensor, masks: torch.Tensor, block_length: int | Non
 @torch.no_grad()
 def mc_elbo(
     model, prompt_ids: torch.Tensor, continuation: torch.Tensor, mask_id: int, *, samples: int, batch_size: int,
-    gen: torch.Generator, block_length: int | None = None,
+    gen: torch.Generator, block_length: int | None = None, cfg_scale: float = 0.0,
 ) -> tuple[float, float]:  # fmt: skip
     """LLaDA's Monte Carlo ELBO of ``continuation`` [L] after ``prompt_ids`` [P] from ``samples`` views, drawn in
     batches of ``batch_size`` (stratified within a batch); returns (estimate, its standard error)."""
@@ -91,8 +96,8 @@ def mc_elbo(
         masks = torch.zeros(n, length, dtype=torch.bool)
         for span in spans(length, block_length):
             masks |= stratified_masks(n, span, length, gen)
-        terms.append(elbo_terms(view_logps(model, prompt_ids, continuation, masks, mask_id, block_length), masks,
-                                block_length))  # fmt: skip
+        logps = view_logps(model, prompt_ids, continuation, masks, mask_id, block_length, cfg_scale)  # [n, L]
+        terms.append(elbo_terms(logps, masks, block_length))
     t = torch.cat(terms)  # [samples]
     se = float(t.std() / math.sqrt(len(t))) if len(t) > 1 else float("nan")
     return float(t.mean()), se
@@ -118,7 +123,7 @@ def all_masks(span: tuple[int, int], length: int) -> tuple[torch.Tensor, torch.T
 @torch.no_grad()
 def exact_elbo(
     model, prompt_ids: torch.Tensor, continuation: torch.Tensor, mask_id: int, *, batch_size: int = 64,
-    block_length: int | None = None,
+    block_length: int | None = None, cfg_scale: float = 0.0,
 ) -> float:  # fmt: skip
     """The ELBO :func:`mc_elbo` estimates, every mask of every span enumerated: sum over the spans and their masks m
     (l tokens of S) of sum_{k in m} log p(o_k | view m) / (l C(S, l)), i.e. the mean over l of the mean over the
@@ -129,7 +134,7 @@ def exact_elbo(
         for lo in range(0, masks.shape[0], batch_size):
             m = masks[lo : lo + batch_size]
             # other spans clean: they are read in full (block diffusion: a block sees earlier blocks clean anyway)
-            lp = view_logps(model, prompt_ids, continuation, m, mask_id, block_length)  # [B, L]
+            lp = view_logps(model, prompt_ids, continuation, m, mask_id, block_length, cfg_scale)  # [B, L]
             total += float((weights[lo : lo + batch_size] * (lp.double() * m).sum(1)).sum())
     return total
 
@@ -137,7 +142,7 @@ def exact_elbo(
 @torch.no_grad()
 def left_to_right(
     model, prompt_ids: torch.Tensor, continuation: torch.Tensor, mask_id: int, *, batch_size: int = 64,
-    block_length: int | None = None,
+    block_length: int | None = None, cfg_scale: float = 0.0,
 ) -> tuple[float, bool]:  # fmt: skip
     """sum_k log p(o_k | prompt, o_<k, masks from k on) of ``continuation`` [L] (view k masks positions k..L-1), and
     whether every o_k is the argmax of its distribution (lm-eval's ``is_greedy``; a tie counts as the argmax)."""
@@ -147,7 +152,7 @@ def left_to_right(
     for lo in range(0, length, batch_size):
         m = masks[lo : lo + batch_size]
         rows, k = torch.arange(m.shape[0]), torch.arange(lo, lo + m.shape[0])
-        logp = view_log_softmax(model, prompt_ids, continuation, m, mask_id, block_length)[rows, k]  # [B, vocab]
+        logp = view_log_softmax(model, prompt_ids, continuation, m, mask_id, block_length, cfg_scale)[rows, k]
         own = logp.gather(-1, continuation[k, None]).squeeze(-1)  # [B]
         total += float(own.double().sum())
         greedy = greedy and bool((own >= logp.max(-1).values).all())
@@ -156,17 +161,20 @@ def left_to_right(
 
 def view_log_softmax(
     model, prompt_ids: torch.Tensor, continuation: torch.Tensor, masks: torch.Tensor, mask_id: int,
-    block_length: int | None = None,
+    block_length: int | None = None, cfg_scale: float = 0.0,
 ) -> torch.Tensor:  # fmt: skip
-    """[V, L, vocab] float32 log-softmax at the continuation positions of each view of ``masks`` [V, L] (a
-    block-diffusion model: each noised block against the clean earlier ones, ``ddmrl.likelihood.block``)."""
+    """[V, L, vocab] float32 log-softmax at the continuation positions of each view of ``masks`` [V, L] (guided with
+    ``cfg_scale``, LLaDA's; a block-diffusion model: each noised block against the clean earlier ones,
+    ``ddmrl.likelihood.block``, no guidance)."""
     v, p = masks.shape[0], prompt_ids.shape[0]
     dev = next((q.device for q in model.parameters()), torch.device("cpu"))
     clean = continuation.to(dev).expand(v, -1)  # [V, L]
     view = torch.where(masks.to(dev), torch.full_like(clean, mask_id), clean)
     prompt = prompt_ids.to(dev).expand(v, -1)  # [V, P]
     if block_length is None:
-        logits = model(torch.cat([prompt, view], 1)).logits[:, p:]
+        logits = guided_logits(model, torch.cat([prompt, view], 1), p, mask_id, cfg_scale)[:, p:]
+    elif cfg_scale:
+        raise ValueError("cfg_scale: a block-diffusion model has no classifier-free guidance")
     else:
         inp = block_diffusion_input(prompt, clean, view, block_length=block_length)
         logits = noised_logits(model, inp, p)

@@ -112,3 +112,31 @@ def test_block_diffusion_with_blocks_of_one_token_is_exact_autoregressive(tok):
         want = exact_elbo(model, PROMPT, CONT, mask, block_length=2)
         est, se = mc_elbo(model, PROMPT, CONT, mask, samples=1024, batch_size=256, gen=gen, block_length=2)
         assert abs(est - want) < 4 * se, (est, want, se)
+
+
+class Guided(torch.nn.Module):
+    """``model`` with LLaDA's guidance applied to its logits (u + (w + 1)(c - u), the prompt masked in u): what the
+    estimators with ``cfg_scale`` must read."""
+
+    def __init__(self, model, prompt_length: int, mask_id: int, cfg_scale: float) -> None:
+        super().__init__()
+        self.model, self.p, self.mask_id, self.w = model, prompt_length, mask_id, cfg_scale
+
+    def forward(self, x):
+        from types import SimpleNamespace
+
+        uncond = x.clone()
+        uncond[:, : self.p] = self.mask_id
+        c, u = self.model(x).logits, self.model(uncond).logits
+        return SimpleNamespace(logits=u + (self.w + 1) * (c - u))
+
+
+def test_guidance_reads_the_guided_model(sharp_model, tok):
+    """cfg_scale > 0: every estimator reads LLaDA's guided logits (the brute force run on the guided model)."""
+    mask, guided = tok.mask_token_id, Guided(sharp_model, len(PROMPT), tok.mask_token_id, 0.5)
+    with torch.no_grad():
+        want = brute_elbo(guided, PROMPT, CONT, mask)
+        assert math.isclose(exact_elbo(sharp_model, PROMPT, CONT, mask, cfg_scale=0.5), want, rel_tol=1e-5)
+        assert not math.isclose(exact_elbo(sharp_model, PROMPT, CONT, mask), want, rel_tol=1e-3)
+        l2r = left_to_right(sharp_model, PROMPT, CONT, mask, cfg_scale=0.5)[0]
+        assert math.isclose(l2r, brute_left_to_right(guided, PROMPT, CONT, mask), rel_tol=1e-5)
