@@ -89,7 +89,8 @@ def mc_elbo(
     gen: torch.Generator, block_length: int | None = None, cfg_scale: float = 0.0,
 ) -> tuple[float, float]:  # fmt: skip
     """LLaDA's Monte Carlo ELBO of ``continuation`` [L] after ``prompt_ids`` [P] from ``samples`` views, drawn in
-    batches of ``batch_size`` (stratified within a batch); returns (estimate, its standard error)."""
+    batches of ``batch_size`` (stratified within a batch); returns (estimate, its standard error by the
+    independent-views formula, which the stratification makes conservative)."""
     length, terms = continuation.shape[0], []
     for lo in range(0, samples, batch_size):
         n = min(batch_size, samples - lo)
