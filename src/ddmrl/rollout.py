@@ -108,6 +108,26 @@ def eot_id(tok) -> int:
     return token_id
 
 
+def token_kwargs(sampler: SamplerConfig, tok, completion_length: int) -> dict:
+    """:func:`sampler_kwargs` and the token ids the configured sampler reads from the tokenizer (EOS, LLaDA's EOT)."""
+    kw = sampler_kwargs(sampler, completion_length)
+    if sampler.eoser or sampler.logits_eos_inf or sampler.confidence_eos_eot_inf:
+        kw["eos_id"] = tok.eos_token_id
+    if sampler.confidence_eos_eot_inf:
+        kw["eot_id"] = eot_id(tok)
+    return kw
+
+
+def sample_ids(
+    model, tok, prompt_ids: torch.Tensor, completion_length: int, sampler: SamplerConfig, gen: torch.Generator
+) -> torch.Tensor:
+    """[N, L] completions of ``prompt_ids`` [N, P] (already encoded, on the model's device) from the configured
+    sampler, as :func:`rollout` samples them (an evaluation harness's prompts: ``ddmrl.lmeval``)."""
+    kw = token_kwargs(sampler, tok, completion_length)
+    out = SAMPLERS[sampler.name](model, prompt_ids, completion_length, mask_id=tok.mask_token_id, generator=gen, **kw)
+    return out.completion_ids
+
+
 def rollout(
     model,
     tok,
@@ -132,11 +152,7 @@ def rollout(
     sample each prompt's ``num_generations`` = prod(branching) rows as a tree (:class:`Tree`, :func:`tree_rollout`)."""
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     prompts = encode_prompts(tok, task, examples).repeat_interleave(num_generations, 0).to(device)  # [N, P]
-    kw = sampler_kwargs(sampler, task.completion_length)
-    if sampler.eoser or sampler.logits_eos_inf or sampler.confidence_eos_eot_inf:
-        kw["eos_id"] = tok.eos_token_id
-    if sampler.confidence_eos_eot_inf:
-        kw["eot_id"] = eot_id(tok)
+    kw = token_kwargs(sampler, tok, task.completion_length)
     if record_trajectory:
         if sampler.name != "llada":
             raise ValueError(f"stored trajectories come from the llada sampler, not {sampler.name!r}")

@@ -456,3 +456,27 @@ def test_training_stages_launch_with_python_unless_params_say_accelerate(tmp_pat
             "accelerate launch --config_file configs/accelerate/zero2.yaml --num_processes 8 stages/grpo.py --params"
         )
         assert after[n].resources == (("gpu", 8),)
+
+
+def test_lm_eval_stages_are_off_by_default_and_their_adapter_reruns_only_them(tmp_path, stages):
+    """lm_eval.tasks empty (params.yaml): no lm_eval stage. Named: one per model (base, SFT, every GRPO run), each
+    reading the model, the YAML tasks' folder and the keys it uses; editing the harness adapter (ddmrl.lmeval)
+    reruns those stages only, and nothing reads what they write."""
+    assert not any(s.kind.startswith("lm_eval") for s in stages)
+
+    def on(raw):
+        raw["lm_eval"] = {"tasks": ["gsm8k_local"], "include_path": "lm_tasks", "num_fewshot": {"gsm8k_local": 2}}
+
+    cfg = edited_config(tmp_path, on)
+    built = dag.build(cfg)
+    lm = {s.name: s for s in built if s.kind.startswith("lm_eval")}
+    evaluated = {dict(s.args)["--name"]: dict(s.args)["--model"] for s in built if s.kind.startswith("evaluate")}
+    assert set(lm) == {f"lm_eval_{name}" for name in evaluated}  # every model ddmrl evaluates
+    for s in lm.values():
+        name = dict(s.args)["--name"]
+        assert s.deps == (evaluated[name], "lm_tasks") and s.outputs == (f"data/lm_eval/{name}/results.json",)
+        assert s.params == ("profile", "seed", "lm_eval", "evaluate.sampler")
+    assert users(built, "src/ddmrl/lmeval.py") == set(lm)
+    assert users(built, "src/ddmrl/likelihood/sequence.py") == set(lm)
+    assert downstream(built, set(lm)) == set(lm)
+    assert {s.name for s in built} - set(lm) == {s.name for s in stages}  # every other stage as it was

@@ -110,3 +110,42 @@ rule evaluate:
     benchmark: benchmark_of("evaluate")
     conda: CONDA
     shell: SHELL
+
+
+# lm-evaluation-harness (lm_eval.tasks; off while it is empty): lm-eval's results JSON beside each model's metrics.
+
+
+rule lm_eval_base:
+    """lm-evaluation-harness's tasks on the base model (ddmrl.lmeval)."""
+    input: inputs("lm_eval_base")
+    output: outputs("lm_eval_base")
+    params: **params("lm_eval_base")
+    wildcard_constraints: **constraints("lm_eval_base")
+    log: log_of("lm_eval_base")
+    benchmark: benchmark_of("lm_eval_base")
+    conda: CONDA
+    shell: SHELL
+
+
+rule lm_eval_sft:
+    """lm-evaluation-harness's tasks on the SFT model."""
+    input: inputs("lm_eval_sft")
+    output: outputs("lm_eval_sft")
+    params: **params("lm_eval_sft")
+    wildcard_constraints: **constraints("lm_eval_sft")
+    log: log_of("lm_eval_sft")
+    benchmark: benchmark_of("lm_eval_sft")
+    conda: CONDA
+    shell: SHELL
+
+
+rule lm_eval:
+    """lm-evaluation-harness's tasks on a GRPO run's policy."""
+    input: inputs("lm_eval")
+    output: outputs("lm_eval")
+    params: **params("lm_eval")
+    wildcard_constraints: **constraints("lm_eval")
+    log: log_of("lm_eval")
+    benchmark: benchmark_of("lm_eval")
+    conda: CONDA
+    shell: SHELL

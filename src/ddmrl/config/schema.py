@@ -666,6 +666,31 @@ class EvaluateConfig(Section):
     )
 
 
+@section
+class LmEvalConfig(Section):
+    """lm-evaluation-harness on the text models (``ddmrl.lmeval``, the ``lmeval`` extra; docs/lmeval.md): one
+    ``lm_eval`` stage per model (base, SFT, each GRPO run), off while ``tasks`` is empty. It samples with
+    ``evaluate.sampler``, as ddmrl's own evaluation does."""
+
+    tasks: tuple[Str, ...] = Field((), description="lm-eval task names (empty: no lm_eval stage).")
+    include_path: Str = Field(
+        "",
+        description="Folder of lm-eval YAML tasks (over local data files: offline); empty: lm-eval's own tasks. "
+        "With a folder, lm-eval's own tasks are not indexed.",
+    )
+    num_fewshot: dict[Str, Int] = Field(
+        default_factory=dict, description="Few-shot examples per task (a task not named: its own default, else 0)."
+    )
+    limit: Int = Field(0, ge=0, description="Items per task (0: all).")
+    batch_size: Int = Field(16, ge=1, description="Prompts sampled together; Monte Carlo views per forward pass.")
+    loglikelihood: Literal["mc", "exact_elbo", "left_to_right"] = Field(
+        "mc",
+        description="mc: LLaDA's Monte Carlo ELBO; exact_elbo: every mask enumerated (short continuations); "
+        "left_to_right: exact, one token per step (ddmrl.likelihood.sequence).",
+    )
+    mc_num: Int = Field(128, ge=1, description="loglikelihood mc: views per (context, continuation) (LLaDA: 128).")
+
+
 # ------------------------------------------------------------------------------------------------ GRPO
 
 ViewOrDefault = Annotated[Str, WrapValidator(Registered(VIEWS, extra=("",)))]  # "": the method's own
@@ -1486,6 +1511,9 @@ class Config(Section):
     sft: SFTConfig = Field(default_factory=SFTConfig, description="The sft stage.")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="The rollout and reward stages.")
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="Held-out evaluation (text).")
+    lm_eval: LmEvalConfig = Field(
+        default_factory=LmEvalConfig, description="lm-evaluation-harness on the text models (off: no tasks)."
+    )
     grpo: GRPOSection = Field(default_factory=GRPOSection, description="The GRPO runs and their shared keys.")
     methods: dict[SectionName, MethodSection] = Field(
         default_factory=dict,

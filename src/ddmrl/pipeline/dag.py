@@ -152,6 +152,9 @@ def kinds(cfg: Config) -> list[Kind]:
         "evaluate_mar": bool(cfg.mar.methods),
         "evaluate_image_bench_base": bool(cfg.image.eval_tasks),
         "evaluate_image_bench": bool(cfg.image.eval_tasks),
+        "lm_eval_base": bool(cfg.tasks) and bool(cfg.lm_eval.tasks),
+        "lm_eval_sft": bool(cfg.tasks) and bool(cfg.sft.max_steps) and bool(cfg.lm_eval.tasks),
+        "lm_eval": bool(cfg.tasks) and bool(cfg.lm_eval.tasks),
         "tables": True,
     }
     return [k for k in all_kinds(cfg) if present[k.name]]
@@ -187,6 +190,9 @@ def all_kinds(cfg: Config) -> list[Kind]:
         Kind("evaluate_mar", mar_run, evaluate_mar),
         Kind("evaluate_image_bench_base", (bench,), evaluate_image_bench_base),
         Kind("evaluate_image_bench", (*image_run, bench), evaluate_image_bench),
+        Kind("lm_eval_base", per_base, lm_eval_base),
+        Kind("lm_eval_sft", per_base, lm_eval_sft),
+        Kind("lm_eval", run, lm_eval),
         Kind("tables", (), tables),
     ]
 
@@ -534,6 +540,38 @@ def _evaluate(new: StageFactory, kind: str, model: str, model_dir: str, wildcard
         kind, name, args, deps=(IMAGE_TASKS_DIR, model_dir), params=("profile", "image.evaluate"),
         outs=(generations, results), dir_outs=(images,), metrics=(metrics,), wildcards=wildcards,
         script="stages/evaluate.py", uses=new.uses((task,), new.cfg.image.evaluate.sampler.name, image=True, aux=aux),
+    )  # fmt: skip
+
+
+def lm_eval_base(new: StageFactory, seed: str | None = None) -> Stage:
+    """lm-evaluation-harness on the base model (of GRPO seed ``seed``, with ``download.base_per_seed``)."""
+    wildcards = {} if seed is None else {"seed": seed}
+    return _lm_eval(new, "lm_eval_base", layout.model_name("base", seed), layout.base_dir(seed), wildcards)
+
+
+def lm_eval_sft(new: StageFactory, seed: str | None = None) -> Stage:
+    wildcards = {} if seed is None else {"seed": seed}
+    return _lm_eval(new, "lm_eval_sft", layout.model_name("sft", seed), layout.sft_dir(seed), wildcards)
+
+
+def lm_eval(new: StageFactory, method: str, task: str, seed: str) -> Stage:
+    """lm-evaluation-harness on a GRPO run's policy (its adapters merged when it trained LoRA)."""
+    run = run_name(method, task, seed)
+    model = layout.run_dir(layout.GRPO_DIR, run) + "/model"
+    return _lm_eval(new, "lm_eval", run, model, {"method": method, "task": task, "seed": seed})
+
+
+def _lm_eval(new: StageFactory, kind: str, model: str, model_dir: str, wildcards: dict[str, str]) -> Stage:
+    """``lm_eval.tasks`` of lm-evaluation-harness on ``model`` (``ddmrl.lmeval``); lm-eval's results JSON in
+    ``data/lm_eval/<model>/results.json``, the tree beside ddmrl's ``data/evaluate/<model>/``. The folder of its YAML
+    tasks is a dep."""
+    out = layout.lm_eval_results(model)
+    include = new.cfg.lm_eval.include_path
+    return new(
+        kind, f"lm_eval_{model}", {"--model": model_dir, "--name": model, "--out": out},
+        deps=(model_dir, *((include,) if include else ())), params=("profile", "seed", "lm_eval", "evaluate.sampler"),
+        metrics=(out,), wildcards=wildcards, script="stages/lm_eval.py",
+        uses=new.uses(sampler=new.cfg.evaluate.sampler.name),
     )  # fmt: skip
 
 

@@ -24,6 +24,7 @@ MAR_TASKS_DIR = f"{MAR_DIR}/tasks"
 MAR_BASE_DIR = f"{MAR_DIR}/base"
 MAR_BASE = "mar_base"  # the MAR base model's name in data/evaluate/ and the image table
 EVALUATE_DIR = "data/evaluate"
+LM_EVAL_DIR = "data/lm_eval"
 GRPO_DIR = "data/grpo"
 CREDIT_DIR = "data/credit"
 TABLES_DIR = "data/tables"
@@ -122,6 +123,13 @@ def curve(root: str, run: str) -> str:
 def evaluation(root: str, model: str, task: str) -> str:
     """Held-out metrics of ``model`` (base, sft or a run name) on ``task``; the generations are the ``.jsonl``."""
     return f"{root}/{model}/{task}.json"
+
+
+def lm_eval_results(model: str) -> str:
+    """lm-evaluation-harness's results JSON of ``model`` (base, sft or a run name): ``data/lm_eval/<model>/``
+    mirrors ``data/evaluate/<model>/`` (its own tree, by the path convention, so that the tables, whose DVC deps are
+    the directory data/evaluate, never rerun for it)."""
+    return f"{LM_EVAL_DIR}/{model}/results.json"
 
 
 def generations(root: str, model: str, task: str) -> str:
