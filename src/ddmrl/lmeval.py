@@ -76,7 +76,7 @@ def sampler_config(args: dict[str, Any], base: SamplerConfig | None = None) -> S
 
 
 def encode_context(tok, text: str, bos: bool) -> list[int]:
-    """Token ids of a harness context as ddmrl encodes a prompt (``ddmrl.training.data.encode_prompts``): a real
+    """Token ids of a harness context as ddmrl encodes a prompt (``ddmrl.tasks.encoding.encode_prompts``): a real
     checkpoint's with the tokenizer's defaults (``bos`` False), the embedded tokenizer's (which adds nothing) after
     BOS (``bos`` True)."""
     ids = tok(text)["input_ids"]

@@ -120,7 +120,7 @@ LAYERS = (
     {"objectives", "methods", "rollout", "evaluation"},
     {"augmenters"},
     {"training", "plan", "diagnostics", "mar"},
-    {"pipeline", "tables", "base_models", "score", "cli", "embedded"},
+    {"pipeline", "tables", "base_models", "score", "cli", "embedded", "lmeval"},
 )
 #: the registry modules (a package's ``__init__`` holding its registry, light by contract): importing from one is a
 #: look-up (the registry, or the records and helpers it declares), not a dependency on its members

@@ -22,7 +22,7 @@ from ddmrl.lmeval import DdmrlLM, check_tasks, cut_at, request_seed, sampler_con
 from ddmrl.models.checkpoint import save_checkpoint  # noqa: E402
 from ddmrl.models.tokenizer import build_tokenizer  # noqa: E402
 from ddmrl.tasks import make_task  # noqa: E402
-from ddmrl.training.data import prompt_length  # noqa: E402
+from ddmrl.tasks.encoding import prompt_length  # noqa: E402
 
 SAMPLER = {"sampler.block_length": 10, "sampler.steps": 15}  # arith: 30 completion tokens, 3 blocks, 2 per step
 
