@@ -34,6 +34,8 @@ from ddmrl.tables import (
     image_frame,
     image_scores,
     image_table,
+    lm_eval_long,
+    lm_eval_table,
     main_table,
     pass_at_k_table,
     plot_credit,
@@ -64,6 +66,12 @@ Per base model (seeds 0 / 1 / 2): the row's accuracy, and its gain over its own 
 * when that interval excludes 0). Over base models: bootstrapped over the base models (each with its one RL seed)
 and the items, each gain paired with its own base model's start model: the text table's Δ vs start.
 """
+LM_EVAL_NOTE = """
+lm-evaluation-harness's own metrics (fractions) on the tasks of lm_eval.tasks, through the ddmrl model class
+(docs/lmeval.md): the mean over a row's models, with their range where a row has several (seeds, base models).
+Every model's value and lm-eval's standard error are in lm_eval.csv. Not comparable with the accuracy columns of the
+text table: another scoring rule, and the tasks lm_eval.tasks names.
+"""
 IMAGE_NOTE = (
     "\nEach accuracy with its 95 % bootstrap interval over the image slots (prompt, sample), stratified by tag, and"
     " over seeds; Δ Overall vs base: paired on the same slots (* excludes 0). UniGRPO's final rollout reward (mean"
@@ -78,10 +86,11 @@ def main() -> None:
     ap.add_argument("--grpo", required=True, help="directory of the GRPO runs (data/grpo)")
     ap.add_argument("--reward", help="directory of the start model's scored rollouts (data/reward/sft)")
     ap.add_argument("--credit", help="directory of the credit measurements (data/credit)")
+    ap.add_argument("--lm-eval", help="directory of lm-evaluation-harness's results (data/lm_eval; lm_eval.tasks)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     cfg = config.load(args.params)
-    files = tables_inputs(cfg, args.evaluate, args.grpo, args.reward, args.credit or "")
+    files = tables_inputs(cfg, args.evaluate, args.grpo, args.reward, args.credit or "", args.lm_eval or "")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -119,6 +128,11 @@ def main() -> None:
                     f"{cfg.evaluate.pass_at_k.temperature}; unbiased estimator (Chen et al. 2021), 95 % bootstrap "
                     "interval over the items and seeds.\n")  # fmt: skip
             write_text(out / "pass_at_k.md", "# pass@k (text tasks)\n\n" + to_markdown(passes) + note)
+    if files["lm_eval"]:  # lm-evaluation-harness's metrics of every text model (lm_eval.tasks)
+        long = lm_eval_long(cfg, {Path(p).parent.name: read_json(p) for p in files["lm_eval"]})
+        write_csv(out / "lm_eval.csv", long)
+        title = "lm-evaluation-harness (lm_eval.tasks): its own metrics per model row"
+        write_text(out / "lm_eval.md", f"# {title}\n\n" + to_markdown(lm_eval_table(long)) + LM_EVAL_NOTE)
     if files["credit"]:
         credit = pd.concat([pd.read_csv(p) for p in files["credit"]])
         write_csv(out / "credit.csv", credit.assign(series=credit["method"] + " " + credit["task"]))

@@ -327,6 +327,45 @@ def pass_at_k_table(cfg: Config, frame: pd.DataFrame, evals: list[dict[str, Any]
     return _fill(pd.DataFrame(md)), records
 
 
+def lm_eval_long(cfg: Config, results: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """One row per (model, lm-eval task, metric) of lm-evaluation-harness's results JSONs (``results`` of
+    ``model -> results.json``): the value and lm-eval's own standard error, with the model's table row, the task its
+    RL run trained on ("" for base and SFT) and its seed."""
+    records = []
+    for model, out in results.items():
+        run = run_of(cfg, model)
+        row, seed = row_and_seed(cfg, model)
+        for task, metrics in out["results"].items():
+            for key, value in metrics.items():
+                metric, _, flt = key.partition(",")
+                if "_stderr" in metric or not isinstance(value, int | float) or isinstance(value, bool):
+                    continue
+                stderr = metrics.get(f"{metric}_stderr,{flt}" if flt else f"{metric}_stderr")
+                stderr = float(stderr) if isinstance(stderr, int | float) else math.nan  # lm-eval writes "N/A" too
+                name = metric if flt in ("", "none") else f"{metric} ({flt})"
+                records.append({"model": model, "row": row, "trained_on": run[1] if run else "", "seed": seed,
+                                "task": task, "metric": name, "value": float(value), "stderr": stderr})  # fmt: skip
+    columns = ["model", "row", "trained_on", "seed", "task", "metric", "value", "stderr"]
+    return pd.DataFrame(records, columns=columns)
+
+
+def lm_eval_table(long: pd.DataFrame) -> pd.DataFrame:
+    """One column per (lm-eval task, metric), one row per table row (base, SFT, each method and the task its runs
+    trained on): the mean over the row's models (its seeds and base models), with their range when there are
+    several."""
+
+    def cell(values: pd.Series) -> str:
+        mean = f"{values.mean():.3f}"
+        return mean if len(values) == 1 else f"{mean} ({values.min():.3f}-{values.max():.3f}, {len(values)} models)"
+
+    label = long["row"].map(display) + long["trained_on"].map(lambda t: f" (RL on {t})" if t else "")
+    table = long.assign(model=label, column=long["task"] + " " + long["metric"]).pivot_table(
+        index="model", columns="column", values="value", aggfunc=cell, sort=False
+    )
+    table.columns.name = None
+    return table.reindex(list(dict.fromkeys(label))).reset_index()
+
+
 def versus_table(
     cfg: Config, frame: pd.DataFrame, scores: dict[Any, Scores], tasks: tuple[str, ...], reference: str = "unigrpo"
 ) -> tuple[pd.DataFrame, list[dict[str, Any]]]:

@@ -460,8 +460,8 @@ def test_training_stages_launch_with_python_unless_params_say_accelerate(tmp_pat
 
 def test_lm_eval_stages_are_off_by_default_and_their_adapter_reruns_only_them(tmp_path, stages):
     """lm_eval.tasks empty (params.yaml): no lm_eval stage. Named: one per model (base, SFT, every GRPO run), each
-    reading the model, the YAML tasks' folder and the keys it uses; editing the harness adapter (ddmrl.lmeval)
-    reruns those stages only, and nothing reads what they write."""
+    reading the model, the YAML tasks' folder and the keys it uses; the harness adapter (ddmrl.lmeval) is a dep of
+    those stages only, and the tables stage alone reads what they write (its lm_eval table)."""
     assert not any(s.kind.startswith("lm_eval") for s in stages)
 
     def on(raw):
@@ -478,5 +478,8 @@ def test_lm_eval_stages_are_off_by_default_and_their_adapter_reruns_only_them(tm
         assert s.params == ("profile", "seed", "lm_eval", "evaluate.sampler")
     assert users(built, "src/ddmrl/lmeval.py") == set(lm)
     assert users(built, "src/ddmrl/likelihood/sequence.py") == set(lm)
-    assert downstream(built, set(lm)) == set(lm)
+    assert downstream(built, set(lm)) == {*lm, "tables"}
+    tables = next(s for s in built if s.name == "tables")
+    assert {s.outputs[0] for s in lm.values()} <= set(tables.deps) and dict(tables.args)["--lm-eval"] == "data/lm_eval"
+    assert {"data/tables/lm_eval.md", "data/tables/lm_eval.csv"} <= set(tables.outputs)
     assert {s.name for s in built} - set(lm) == {s.name for s in stages}  # every other stage as it was

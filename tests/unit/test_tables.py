@@ -20,6 +20,8 @@ from ddmrl.tables import (
     gain_interval,
     image_scores,
     image_table,
+    lm_eval_long,
+    lm_eval_table,
     main_table,
     results_frame,
     row_interval,
@@ -215,3 +217,23 @@ def test_with_a_base_model_per_seed_each_gain_is_paired_with_its_own_start_model
         [scores[f"sft_s{s}", "sudoku4"] for s in range(3)],
     )
     assert unpaired.low < 0 < unpaired.high  # the spread of the base models swamps the gain
+
+
+def test_lm_evals_metrics_are_a_row_per_model_row_and_a_column_per_task_and_metric(cfg):
+    """lm-evaluation-harness's results JSONs: every numeric metric but the standard errors (which go to the long
+    frame; lm-eval writes "N/A" where it has none), base and SFT rows, RL rows by method and training task, the mean
+    over a row's models with their range."""
+    results = {
+        "base": {"results": {"arith": {"alias": "arith", "acc,none": 0.5, "acc_stderr,none": 0.05}}},
+        "unigrpo_arith_s0": {"results": {"arith": {"acc,none": 0.6, "acc_stderr,none": "N/A"}}},
+        "unigrpo_arith_s1": {"results": {"arith": {"acc,none": 0.8, "exact_match,strict-match": 0.25}}},
+        "unigrpo_sudoku4_s0": {"results": {"arith": {"acc,none": 0.7}}},
+    }
+    long = lm_eval_long(cfg, results)
+    assert list(long["metric"]) == ["acc", "acc", "acc", "exact_match (strict-match)", "acc"]
+    assert long["stderr"].iloc[0] == 0.05 and long["stderr"].iloc[1:].isna().all()
+    assert list(long["trained_on"]) == ["", "arith", "arith", "arith", "sudoku4"]
+    table = lm_eval_table(long)
+    assert list(table["model"]) == ["base", "UniGRPO (RL on arith)", "UniGRPO (RL on sudoku4)"]
+    assert list(table["arith acc"]) == ["0.500", "0.700 (0.600-0.800, 2 models)", "0.700"]
+    assert table["arith exact_match (strict-match)"].iloc[1] == "0.250"

@@ -638,6 +638,7 @@ TABLES_TEXT = (
 )  # fmt: skip
 TABLES_CREDIT = ("credit.csv", "credit_by_reveal_step.png", "credit_summary.csv", "credit_summary.md")
 TABLES_PASS_AT_K = ("pass_at_k.md", "pass_at_k.csv")  # with evaluate.pass_at_k.n > 0
+TABLES_LM_EVAL = ("lm_eval.md", "lm_eval.csv")  # with lm_eval.tasks
 TABLES_IMAGE = (
     "image_table.md", "image_table.csv", "image_table.html", "image_results_long.csv", "image_reward_curves.png",
     "image_kl_curves.png", "image_loss_curves.png", "image_clip_ratio_curves.png",
@@ -658,10 +659,13 @@ def tables(new: StageFactory) -> Stage:
         args["--reward"] = layout.reward_dir(layout.first_start_model(cfg)[0])
     if layout.has_credit(cfg):
         args["--credit"] = layout.CREDIT_DIR
+    if reads["lm_eval"]:
+        args["--lm-eval"] = layout.LM_EVAL_DIR
     names = (*TABLES_TEXT,) if cfg.tasks else ()
     names += ("base_models.md",) if cfg.tasks and layout.per_seed_bases(cfg) else ()
     names += TABLES_CREDIT if layout.has_credit(cfg) else ()
     names += TABLES_PASS_AT_K if cfg.tasks and cfg.evaluate.pass_at_k.n else ()
+    names += TABLES_LM_EVAL if reads["lm_eval"] else ()
     names += (*TABLES_IMAGE,) if cfg.image.tasks else ()
     return new(
         "tables", "tables", {**args, "--out": out}, deps=tuple(p for v in reads.values() for p in v),

@@ -125,11 +125,11 @@ def evaluation(root: str, model: str, task: str) -> str:
     return f"{root}/{model}/{task}.json"
 
 
-def lm_eval_results(model: str) -> str:
+def lm_eval_results(model: str, root: str = LM_EVAL_DIR) -> str:
     """lm-evaluation-harness's results JSON of ``model`` (base, sft or a run name): ``data/lm_eval/<model>/``
-    mirrors ``data/evaluate/<model>/`` (its own tree, by the path convention, so that the tables, whose DVC deps are
-    the directory data/evaluate, never rerun for it)."""
-    return f"{LM_EVAL_DIR}/{model}/results.json"
+    mirrors ``data/evaluate/<model>/`` (its own tree, by the path convention: the tables read it only when
+    ``lm_eval.tasks`` names tasks)."""
+    return f"{root}/{model}/results.json"
 
 
 def generations(root: str, model: str, task: str) -> str:
@@ -153,6 +153,7 @@ def tables_inputs(
     grpo: str = GRPO_DIR,
     reward: str | None = None,
     credits: str = CREDIT_DIR,
+    lm_eval: str = LM_EVAL_DIR,
 ) -> dict[str, list[str]]:
     """The files the tables stage aggregates, under the given directories (``reward``: the start model's).
 
@@ -160,7 +161,8 @@ def tables_inputs(
     run's curve; ``rollouts`` the (first) start model's reward metrics per task; ``credit`` every method section's
     credit per text task; ``image_results`` and ``image_folders`` GenEval's results and folders of the image base
     model and runs, then of the MAR base model and runs (``mar:``); ``image_benchmarks`` the image base model's and
-    runs' metrics on every benchmark of ``image.eval_tasks``."""
+    runs' metrics on every benchmark of ``image.eval_tasks``; ``lm_eval`` lm-evaluation-harness's results of every
+    text model (``lm_eval.tasks``)."""
     reward = reward or reward_dir(first_start_model(cfg)[0])
     runs = [(run_name(m, t, s), t) for m, t, s in cfg.runs()]
     mar = [(mar_run_name(m, MAR_TASK, s), MAR_TASK) for m, s in cfg.mar.runs()]
@@ -182,4 +184,7 @@ def tables_inputs(
         "image_results": [image_results(evaluate, m, t) for m, t in image_models],
         "image_folders": [image_folder(evaluate, m, t) for m, t in image_models],
         "image_benchmarks": benchmarks,
+        "lm_eval": [lm_eval_results(m, lm_eval) for m in dict.fromkeys(m for m, _ in models)]
+        if cfg.lm_eval.tasks
+        else [],
     }
