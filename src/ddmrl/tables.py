@@ -458,7 +458,7 @@ def mean_curve(
     """``key`` against ``x`` (samples, rollout_batch or step) for one row label (a method section, or
     ``mar_<section>``) and task, averaged over its seeds (None: no run)."""
     runs = [curves.get(name) for label, t, _, name in labelled_runs(cfg) if (label, t) == (method, task)]
-    runs = [r for r in runs if r is not None]
+    runs = [r for r in runs if r is not None and key in r]  # a method's curve has its objective's terms only
     if not runs:
         return None
     return pd.concat([r.set_index(x)[key] for r in runs], axis=1).mean(axis=1)

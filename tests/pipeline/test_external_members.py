@@ -1,16 +1,16 @@
 """A researcher's own members, from modules outside ``src/ddmrl`` (``tests/pipeline/external/mylab``, copied into
 the workspace and put on ``PYTHONPATH``): validated, run and rerun like built-in ones.
 
-A method (``method: mylab.methods:REBALANCED``) with a rollout augmenter of its own, drawing its views with a view
-sampler of its own (``remasking: mylab.views:halves``) and its rollouts with a sampler of its own (``sampler: {name:
-mylab.samplers:generate}``, with an option of its own); UniGRPO training an auxiliary policy of the researcher's
-(``aux_policy: {kind: mylab.aux_policies:ThresholdPolicy}``); both on a task of its own (``tasks: [reverse]``, an
-entry point of ``ddmrl.tasks`` declared by ``external/mylab-0.1.dist-info``); and UniGRPO on geneval-mini rewarded
-by an image reward model of the researcher's (``reward_models: {colour: {model: mylab.rewards:ColourShare}}``). The
-workspace is the smoke profile on that one text task, the two sections beside UniGRPO and one image method (a few
-minutes on 2 cores), run by Snakemake and recorded in ``dvc.lock``, so that both engines are asked what an edit
-reruns.
-"""
+A method (``method: mylab.methods:REBALANCED``) with a weighting, group advantages and an objective of its own
+(``mylab.objectives``; the objective logs a term of its own to the curve), a rollout augmenter of its own, drawing its
+views with a view sampler of its own (``remasking: mylab.views:halves``) and its rollouts with a sampler of its own
+(``sampler: {name: mylab.samplers:generate}``, with an option of its own); UniGRPO training an auxiliary policy of the
+researcher's (``aux_policy: {kind: mylab.aux_policies:ThresholdPolicy}``); both on a task of its own (``tasks:
+[reverse]``, an entry point of ``ddmrl.tasks`` declared by ``external/mylab-0.1.dist-info``); and UniGRPO on
+geneval-mini rewarded by an image reward model of the researcher's (``reward_models: {colour: {model:
+mylab.rewards:ColourShare}}``). The workspace is the smoke profile on that one text task, the two sections beside
+UniGRPO and one image method (a few minutes on 2 cores), run by Snakemake and recorded in ``dvc.lock``, so that both
+engines are asked what an edit reruns."""
 
 from __future__ import annotations
 
@@ -35,13 +35,15 @@ REWARD = "mylab.rewards:ColourShare"
 IMAGE_STAGES = {"download_image", "grpo_unigrpo_geneval_mini_s0", "evaluate_base_geneval_mini",
                 "evaluate_unigrpo_geneval_mini_s0"}  # fmt: skip
 TASK = "reverse"  # mylab.tasks:Reverse, by its entry point
+RANKS = "mylab.objectives:ranks"
 
 
 def _own_method(raw: dict) -> None:
     raw.update(profile="smoke", seed=0)
     raw["grpo"] = {**raw.get("grpo", {}), "methods": ["unigrpo", "mine", "policy"], "seeds": [0]}
     sampler = {"name": SAMPLER, "kv_cache": "none", "options": {SAMPLER: {"order": "random"}}}
-    mine = {"method": MINE, "remasking": HALVES, "sampler": sampler}
+    # its own advantages named again: grpo:'s scale_rewards (params.yaml) wins over a method's defaults
+    mine = {"method": MINE, "remasking": HALVES, "sampler": sampler, "scale_rewards": RANKS}
     policy = {"method": "unigrpo", "aux_policy": {"kind": POLICY}, "sampler": {"kv_cache": "none"}}
     raw["methods"] = {**(raw.get("methods") or {}), "mine": mine, "policy": policy}
     image_params = {"geneval_mini": {"reward_models": {"colour": {"model": REWARD, "floor": 0.01}}}}
@@ -107,6 +109,16 @@ def test_an_outside_method_runs_through_the_dag_tables_included(workspace):
     assert "mylab/tasks.py" in dag.code(stages["download"], ws)  # the task's module: a code dep of its stages
     curve = (ws / "data" / "grpo" / "mine_reverse_s0" / "curve.csv").read_text()
     assert "augment/tied_groups" in curve.splitlines()[0]  # its augmenter's counts, a column of the curve
+    # its objective's own term, logged as the built-in ones are; its weighting, advantages and objective resolved
+    header = curve.splitlines()[0].split(",")
+    assert {"kl", "clip_ratio", "mylab/confidence"} <= set(header)
+    confidence = [float(row.split(",")[header.index("mylab/confidence")]) for row in curve.splitlines()[1:]]
+    assert confidence and all(c < 0 for c in confidence)  # a mean log-prob
+    assert f"scale_rewards: {RANKS}" in resolved
+    code = dag.code(stages["grpo_mine_reverse_s0"], ws)
+    assert "mylab/objectives.py" in code and "mylab/objectives.py" not in dag.code(
+        stages["grpo_unigrpo_reverse_s0"], ws
+    )
 
 
 def test_an_outside_reward_model_rewards_the_image_run(workspace):
@@ -143,6 +155,7 @@ def test_an_outside_aux_policy_is_trained_saved_and_evaluated(workspace):
     [
         ("methods.py", {"grpo_mine_reverse_s0", "credit_mine_reverse", "tables"}),  # tables: the display name
         ("views.py", {"grpo_mine_reverse_s0", "credit_mine_reverse"}),
+        ("objectives.py", {"grpo_mine_reverse_s0", "credit_mine_reverse"}),  # its weighting, advantages, objective
         ("samplers.py", {"grpo_mine_reverse_s0"}),  # the credit stage reads the stored rollouts
         ("augmenters.py", {"grpo_mine_reverse_s0"}),
         ("aux_policies.py", {"grpo_policy_reverse_s0", "evaluate_policy_reverse_s0"}),  # evaluated with it

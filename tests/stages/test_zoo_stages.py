@@ -40,7 +40,11 @@ def test_each_run_trains_with_finite_losses_and_writes_its_model(workspace, meth
     """4 optimiser steps, 2 per rollout batch (num_iterations 2): two curve rows, finite losses, the trained model."""
     rows = curve(workspace, method)
     assert [int(r["step"]) for r in rows] == [2, 4]
-    assert all(math.isfinite(float(r["loss"])) and 0 <= float(r["clip_ratio"]) <= 1 for r in rows)
+    assert all(math.isfinite(float(r["loss"])) and 0 <= float(r.get("clip_ratio", 0)) <= 1 for r in rows)
     assert (workspace / "data" / "grpo" / f"{method}_sudoku4_s0" / "model").is_dir()
-    if method == "bgpo":  # no KL: its recipes have none (the method fixes beta 0)
-        assert all(float(r["kl"]) == 0.0 for r in rows)
+    # the objective's own terms: no KL or clip column where it has none (SPG, wd1: neither; VRPO: no clip; BGPO: no
+    # KL, its recipes fix beta 0), d-TreeRPO's self-distillation loss besides
+    terms = {"kl", "clip_ratio"} - {"spg": {"kl", "clip_ratio"}, "wd1": {"kl", "clip_ratio"}, "vrpo": {"clip_ratio"},
+                                     "bgpo": {"kl"}}.get(method, set())  # fmt: skip
+    terms |= {"self_distillation"} if method == "treerpo" else set()
+    assert terms <= set(rows[0]) and not ({"kl", "clip_ratio", "self_distillation"} - terms) & set(rows[0])

@@ -60,8 +60,9 @@ class ObjectiveInputs(NamedTuple):
 
 
 class ObjectiveOutput(NamedTuple):
-    """loss (with gradient), and detached diagnostics kl and clip_ratio (0 where they do not apply)."""
+    """loss (with gradient), and the objective's own detached diagnostics by name (the terms it has: ``kl``,
+    ``clip_ratio``, d-TreeRPO's ``self_distillation``, ...), which the GRPO loop logs to the curve and the trackers
+    as they are: the same names on every call of a run (they are the curve's columns)."""
 
     loss: torch.Tensor
-    kl: float
-    clip_ratio: float
+    terms: dict[str, float]

@@ -55,4 +55,4 @@ def bgpo(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
         per_view = -(psi * length).sum(1) / length.sum().clamp_min(1)  # [V]
     else:
         per_view = -psi.mean(1)
-    return ObjectiveOutput(per_view.mean(), 0.0, (clipped < unclipped).float().mean().item())
+    return ObjectiveOutput(per_view.mean(), {"clip_ratio": (clipped < unclipped).float().mean().item()})

@@ -33,4 +33,4 @@ def coupled_clip(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
     )
     tokens = x.targets.any(0).float()  # [N, L]
     kl, clipped = aggregate(tl.kl, tokens).item(), aggregate(tl.clipped, tokens).item()
-    return ObjectiveOutput(aggregate(tl.loss, tokens, cfg.loss_type, x.z), kl, clipped)
+    return ObjectiveOutput(aggregate(tl.loss, tokens, cfg.loss_type, x.z), {"kl": kl, "clip_ratio": clipped})

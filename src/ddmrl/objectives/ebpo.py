@@ -43,4 +43,4 @@ def ebpo_clip(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
         kl = k3_kl(elbo, composite_elbo(x.ref, x.weights, m))
         loss = loss + cfg.beta * kl.mean()
     clipped = ((log_ratio < log_low) & (a < 0)) | ((log_ratio > log_high) & (a > 0))
-    return ObjectiveOutput(loss, kl.mean().item(), clipped.float().mean().item())
+    return ObjectiveOutput(loss, {"kl": kl.mean().item(), "clip_ratio": clipped.float().mean().item()})

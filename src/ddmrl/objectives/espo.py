@@ -41,4 +41,4 @@ def espo_clip(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
         kl = k2_kl(elbo, sequence_elbo(x.ref, x.weights)) / length
         loss = loss + cfg.beta * kl.mean()
     clipped = ((ratio < low) & (a < 0)) | ((ratio > high) & (a > 0))
-    return ObjectiveOutput(loss, kl.mean().item(), clipped.float().mean().item())
+    return ObjectiveOutput(loss, {"kl": kl.mean().item(), "clip_ratio": clipped.float().mean().item()})

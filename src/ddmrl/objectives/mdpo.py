@@ -49,4 +49,4 @@ def mdpo(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
         kls.append(((targets * kl).sum() / count).item())
         clips.append(((targets * (clipped < unclipped).float()).sum() / count).item())
     n = len(losses)
-    return ObjectiveOutput(torch.stack(losses).mean(), sum(kls) / n, sum(clips) / n)
+    return ObjectiveOutput(torch.stack(losses).mean(), {"kl": sum(kls) / n, "clip_ratio": sum(clips) / n})

@@ -24,4 +24,5 @@ def sequence_clip(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
     psi = torch.minimum(unclipped, clipped)
     kl = k3_kl(elbo, sequence_elbo(x.ref, x.weights)) if x.ref is not None and cfg.beta else torch.zeros_like(elbo)
     loss = (-(psi - cfg.beta * kl) / length).mean()
-    return ObjectiveOutput(loss, (kl / length).mean().item(), (clipped < unclipped).float().mean().item())
+    clip_ratio = (clipped < unclipped).float().mean().item()
+    return ObjectiveOutput(loss, {"kl": (kl / length).mean().item(), "clip_ratio": clip_ratio})

@@ -22,4 +22,4 @@ def spg(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
     proxy = torch.where(x.advantages > 0, elbo, negative)
     # weighted by completion length (tokens up to EOS included), as SPG's trainer: sum_i |y_i| (-A_i p_i) / sum |y|
     length = x.completion_mask.sum(1).to(proxy.dtype)  # [N]
-    return ObjectiveOutput(-(x.advantages * proxy * length).sum() / length.sum().clamp_min(1), 0.0, 0.0)
+    return ObjectiveOutput(-(x.advantages * proxy * length).sum() / length.sum().clamp_min(1), {})

@@ -25,4 +25,4 @@ def token_clip(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
         kls.append(aggregate(tl.kl, x.weights[v], "token_mean").item())
         clips.append(aggregate(tl.clipped, x.weights[v], "token_mean").item())
     n = len(losses)
-    return ObjectiveOutput(torch.stack(losses).mean(), sum(kls) / n, sum(clips) / n)
+    return ObjectiveOutput(torch.stack(losses).mean(), {"kl": sum(kls) / n, "clip_ratio": sum(clips) / n})

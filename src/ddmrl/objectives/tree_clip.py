@@ -112,6 +112,9 @@ def tree_clip(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
             )
             sd_total, sd_count = sd_total + sd, sd_count + c
     loss = num / den
+    terms = {"kl": float(kl_num / den), "clip_ratio": float(clip_num / clip_den.clamp_min(1))}
     if lam > 0 and sd_count:
         loss = loss + lam * sd_total / sd_count
-    return ObjectiveOutput(loss, float(kl_num / den), float(clip_num / clip_den.clamp_min(1)))
+    if cfg.sd_lambda_max > 0:  # the distillation loss (0 before its weight rises, or with no child to distil from)
+        terms["self_distillation"] = float(sd_total / sd_count) if lam > 0 and sd_count else 0.0
+    return ObjectiveOutput(loss, terms)

@@ -58,9 +58,9 @@ def vrpo(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
     chosen, rejected, valid = preference_pairs(x.advantages, x.num_generations)
     chosen, rejected = chosen[valid], rejected[valid]
     if chosen.numel() == 0:
-        return ObjectiveOutput(elbo.sum() * 0.0, 0.0, 0.0)
+        return ObjectiveOutput(elbo.sum() * 0.0, {"kl": 0.0})  # no pair: no loss, no log-ratio (the same terms)
     loss = dpo_loss(elbo, elbo_ref, chosen, rejected, cfg.beta).mean()
     rows = torch.cat([chosen, rejected])
     length = x.completion_mask[rows].sum(1).clamp_min(1)
     kl = ((elbo - elbo_ref)[rows].detach() / length).mean().item()
-    return ObjectiveOutput(loss, kl, 0.0)
+    return ObjectiveOutput(loss, {"kl": kl})

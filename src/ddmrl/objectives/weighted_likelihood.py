@@ -18,4 +18,4 @@ def weighted_likelihood(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
     a = x.advantages.view(-1, x.num_generations)  # [B, G]
     w_pos, w_neg = torch.softmax(a, 1), torch.softmax(-a, 1)
     loss = ((-w_pos + w_neg) * logpi.view_as(a)).sum(1).mean() / x.num_generations
-    return ObjectiveOutput(loss, 0.0, 0.0)
+    return ObjectiveOutput(loss, {})

@@ -244,9 +244,10 @@ def views_objective(run: Loop, b: Batch, old, kl_ref, ids: tuple[int, ...], rows
 
 
 def with_parts(parts: dict[str, float], out, part: tuple[int, ...], ids: tuple[int, ...]) -> dict[str, float]:
-    """The step's diagnostics so far plus those of its views ``part``, weighted by their share of its ``ids``."""
+    """The step's diagnostics so far plus the objective's terms on its views ``part`` (whichever it has),
+    weighted by their share of its ``ids``."""
     share = len(part) / len(ids)
-    return {k: parts.get(k, 0.0) + getattr(out, k) * share for k in ("kl", "clip_ratio")}
+    return parts | {k: parts.get(k, 0.0) + v * share for k, v in out.terms.items()}
 
 
 def objective_inputs(
@@ -413,8 +414,7 @@ def update(run: Loop, b: Batch, old, kl_ref, steps: int, optimisers: list, bar, 
     micro_rows = [slice(a * rows_per_micro, (a + 1) * rows_per_micro) for a in range(ga)]
     if not run.frozen:
         policy.train()
-    keys = ["loss", "kl", "clip_ratio"] + ([] if aux is None else ["aux_loss", "aux_clip_ratio"])
-    stats, skipped = dict.fromkeys(keys, 0.0), 0
+    stats, skipped = {"loss": 0.0}, 0  # then the objective's own terms, in its order, and the auxiliary policy's
     trained = [m for m in (None if run.frozen else policy, aux) if m is not None]
     for s in range(steps):
         acc.sync_gradients = True
@@ -452,7 +452,7 @@ def update(run: Loop, b: Batch, old, kl_ref, steps: int, optimisers: list, bar, 
                     break
                 acc.backward(loss)  # divides by gradient_accumulation_steps
             for key, value in {"loss": loss.item() + done, **parts}.items():
-                stats[key] += value / (ga * steps)
+                stats[key] = stats.get(key, 0.0) + value / (ga * steps)
         acc.sync_gradients = True
         if finite:
             for model, o in zip(trained, optimisers, strict=True):
@@ -594,7 +594,11 @@ def train_grpo(
         curve.append(row)
         run_log.log(row)
         bar.set_postfix(
-            {"reward": f"{row['reward']:.3f}", "kl": f"{row['kl']:.4f}", "s/step": f"{(t3 - t0) / u.steps:.2f}"}
+            {
+                "reward": f"{row['reward']:.3f}",
+                **({"kl": f"{row['kl']:.4f}"} if "kl" in row else {}),
+                "s/step": f"{(t3 - t0) / u.steps:.2f}",
+            }  # fmt: skip
         )
         it += 1
         due = cfg.save_steps and step // cfg.save_steps > saved_at // cfg.save_steps

@@ -169,7 +169,7 @@ def test_loss_by_hand_one_rollout_two_tokens():
     out = mdpo(x, method_config("mdpo", {"beta": 0.1, "epsilon": 0.2}))
     want = (0.5 * (-math.exp(0.1) * 2) + 1.0 * (-1.2 * 2 + 0.1 * 0.045)) / 2
     assert out.loss.item() == pytest.approx(want, rel=1e-9)
-    assert out.clip_ratio == pytest.approx(0.5) and out.kl == pytest.approx(0.045 / 2)
+    assert out.terms["clip_ratio"] == pytest.approx(0.5) and out.terms["kl"] == pytest.approx(0.045 / 2)
     assert k2_kl(torch.tensor([0.0]), torch.tensor([0.3])).item() == pytest.approx(0.045)
 
 

@@ -235,7 +235,9 @@ def both_sides(models, prompt, completion, completion_mask, advantages, mask_id,
     positions = prompt_length + length
     cond = condition(out.loss, logps, params, positions) if logps.dtype == torch.float64 else None
     pooled_scale = float_error.weighted_scale(weights, old, 0)
-    return Sides(ours, release, (weights * old).sum(0), old_rel, pooled_scale, out.clip_ratio, out.kl, cond)
+    return Sides(
+        ours, release, (weights * old).sum(0), old_rel, pooled_scale, out.terms["clip_ratio"], out.terms["kl"], cond
+    )
 
 
 @pytest.mark.parametrize("mask_seed", [3, 42, 4095])

@@ -200,7 +200,7 @@ def both_sides(models, prompt, completion, completion_mask, views, advantages, m
     dare = Computed(loss_dare.detach(), torch.autograd.grad(loss_dare, params))
     positions = prompt.shape[1] + completion.shape[1]
     cond = condition(out.loss, logps, params, positions) if logps.dtype == torch.float64 else None
-    return Sides(ours, dare, out.clip_ratio, float(clipfrac), out.kl, cond)
+    return Sides(ours, dare, out.terms["clip_ratio"], float(clipfrac), out.terms["kl"], cond)
 
 
 @pytest.mark.parametrize("seed", [2, 6])

@@ -284,8 +284,8 @@ def legacy_sides(cfg, models, prompt, completion, advantages, mask_id, seed) -> 
     release = Computed(loss_rel.detach(), torch.autograd.grad(loss_rel, params))
     positions = prompt.shape[1] + length
     cond = condition(step.out.loss, step.logps, params, positions) if dtype == torch.float64 else None
-    elbos, kl = (step.old, step.ref), step.out.kl
-    return Sides(ours, release, elbos, (old_rel, ref_rel), step.scales, step.out.clip_ratio, kl, cond)
+    elbos, kl = (step.old, step.ref), step.out.terms["kl"]
+    return Sides(ours, release, elbos, (old_rel, ref_rel), step.scales, step.out.terms["clip_ratio"], kl, cond)
 
 
 @pytest.mark.parametrize("seed", [3, 8])

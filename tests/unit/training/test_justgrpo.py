@@ -305,7 +305,7 @@ def test_loss_gradient_and_log_probs_equal_the_release_on_identical_inputs(tok, 
     agree("the old log-probs", *diagonal, scale(f64.diagonal), forward_terms(model, prompt_length + length))
     (out,) = f32.steps
     assert f32.views == [length]  # mu = 1: one forward pass per completion token in the step
-    assert out.kl == 0.0 and out.clip_ratio == 0.0  # ratio 1 at the first step: no clipping, no KL
+    assert out.terms == {"kl": 0.0, "clip_ratio": 0.0}  # ratio 1 at the first step: no clipping, no KL
     if case == "unbalanced":  # the release's L N terms -A_i / (L (valid + 1e-5)) of ratio 1, summed in float32
         valid = int((advantages != 0).sum())
         want, s = -float(advantages.double().sum()) / valid, float(advantages.abs().double().sum()) / valid

@@ -406,6 +406,9 @@ def both_sides(models, batch, prompts, branching, rewards, cfg, t, mask_id, pad_
     logps = torch.stack([token_logps(model, inputs[v], targets[v]) for v in ids])
     out = OBJECTIVES[METHOD.objective](objective_inputs(b, old, ref, logps, ids, slice(None), g, t / 10), cfg)
     ours = computed(out.loss, params)
+    # its terms, logged to the curve: the self-distillation loss too, 0 while its weight is (t = 0)
+    assert set(out.terms) == {"kl", "clip_ratio", "self_distillation"}
+    assert (out.terms["self_distillation"] > 0) == (t > 0), (t, out.terms)
 
     # the release
     gens = {(0, 0): torch.cat([prompts, torch.full((n_prompts, length), mask_id)], 1)}
