@@ -46,7 +46,8 @@ rewarded, and the curve gains the share of rollouts an earlier step's prediction
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
@@ -83,11 +84,24 @@ class NonFiniteError(RuntimeError):
 
 @dataclass
 class Timing:
-    """Seconds spent per phase (verl's phase names)."""
+    """Seconds spent per phase (verl's phase names), each timed by :meth:`phase`."""
 
     gen: float = 0.0
     old_ref_logp: float = 0.0
     update: float = 0.0
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Add the time the block takes to phase ``name``."""
+        start = time.time()
+        try:
+            yield
+        finally:
+            setattr(self, name, getattr(self, name) + time.time() - start)
+
+    @property
+    def total(self) -> float:
+        return self.gen + self.old_ref_logp + self.update
 
 
 class Batch(NamedTuple):
@@ -485,7 +499,7 @@ def curve_row(run: Loop, s: Scored, u: Update, step: int, it: int, skipped: int,
         **({} if run.acting is None else dist.mean_over_processes(acc, run.acting.summary(s.batch.aux))),
         **{k: dist.gather(acc, torch.tensor([v])).sum().item() for k, v in s.augmented.items()},
         "nonfinite_skipped": skipped,
-        "time": timing.gen + timing.old_ref_logp + timing.update,
+        "time": timing.total,
     }
 
 
@@ -569,27 +583,27 @@ def train_grpo(
         total=cfg.max_steps, initial=step, desc=f"grpo {cfg.method}", mininterval=5, disable=not acc.is_main_process
     )
     while step < cfg.max_steps:
-        saved_at = step
-        t0 = time.time()
-        examples = dist.shard(draw_prompts(it), rank, world, "grpo.num_prompts")  # this process's share
-        s = score(run, examples, sample(run, examples, it), it)
-        if not dist.all_processes(acc, bool(torch.isfinite(s.rewards).all() and torch.isfinite(s.advantages).all())):
+        saved_at, before = step, timing.total
+        with timing.phase("gen"):
+            examples = dist.shard(draw_prompts(it), rank, world, "grpo.num_prompts")  # this process's share
+            s = score(run, examples, sample(run, examples, it), it)
+            finite = dist.all_processes(
+                acc, bool(torch.isfinite(s.rewards).all() and torch.isfinite(s.advantages).all())
+            )
+            if finite:
+                b = views(run, s, it)
+                schedule = ((),) * cfg.num_iterations if frozen else b.views.steps  # the views of every step
+                _same_schedule(acc, len(schedule))
+        if not finite:
             skipped, consecutive, it = skipped + 1, consecutive + 1, it + 1
             _nonfinite(cfg, f"rollout batch {it - 1}: non-finite reward or advantage", consecutive)
             continue
         consecutive = 0
-        b = views(run, s, it)
-        schedule = ((),) * cfg.num_iterations if frozen else b.views.steps  # the views of every optimiser step
-        _same_schedule(acc, len(schedule))
-        t1 = time.time()
-        b, old, kl_ref = old_and_reference(run, b)
-        t2 = time.time()
-        u = update(run, b, old, kl_ref, min(len(schedule), cfg.max_steps - step), optimisers, bar, step)
+        with timing.phase("old_ref_logp"):
+            b, old, kl_ref = old_and_reference(run, b)
+        with timing.phase("update"):
+            u = update(run, b, old, kl_ref, min(len(schedule), cfg.max_steps - step), optimisers, bar, step)
         step, skipped = step + u.steps, skipped + u.skipped
-        t3 = time.time()
-        timing.gen += t1 - t0
-        timing.old_ref_logp += t2 - t1
-        timing.update += t3 - t2
         row = curve_row(run, s, u, step, it, skipped, timing)
         curve.append(row)
         run_log.log(row)
@@ -597,8 +611,8 @@ def train_grpo(
             {
                 "reward": f"{row['reward']:.3f}",
                 **({"kl": f"{row['kl']:.4f}"} if "kl" in row else {}),
-                "s/step": f"{(t3 - t0) / u.steps:.2f}",
-            }  # fmt: skip
+                "s/step": f"{(timing.total - before) / u.steps:.2f}",
+            }
         )
         it += 1
         due = cfg.save_steps and step // cfg.save_steps > saved_at // cfg.save_steps
