@@ -70,10 +70,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
 import torch
+from pydantic import Field
 
+from ddmrl.config._base import Bool, Section, section
 from ddmrl.samplers.base import SampleOutput, init_canvas
 
 if TYPE_CHECKING:
@@ -81,10 +83,17 @@ if TYPE_CHECKING:
 
 ALIGNS = ("completion", "sequence")
 PARALLEL_RULES = ("none", "threshold")
+Selection = Literal["lowest_index_first", "release_topk"]
+SoftmaxDtype = Literal["float32", "logits"]
+SELECTIONS: tuple[str, ...] = get_args(Selection)
+SOFTMAX_DTYPES: tuple[str, ...] = get_args(SoftmaxDtype)
 
 __all__ = [
     "ALIGNS",
+    "SELECTIONS",
+    "SOFTMAX_DTYPES",
     "BlockModel",
+    "Params",
     "Recomputed",
     "block_attention",
     "block_index",
@@ -93,8 +102,37 @@ __all__ = [
     "generate",
     "positions",
     "propose",
+    "release_topk",
     "transfer_counts",
 ]
+
+
+@section
+class Params(Section):
+    """The block sampler's own keys (``sampler.options.block``, used with ``sampler.name: block``, every block family:
+    TinyBlockDDM, SDAR / TraDo, LLaDA 2.x). Each default is ddmrl's rule; the other values reproduce a release's
+    arithmetic where it differs (docs/families.md, "Block diffusion", and docs/reproduction.md)."""
+
+    kv_cache: Bool = Field(
+        True,
+        description="Cache the keys and values of finished blocks (exact in real arithmetic; SDAR's generate does the "
+        "same). false: recompute the canvas up to the block's end at every pass, as LLaDA 2.x's generate does: in "
+        "bfloat16 the cache moves the logits by rounding (up to 0.09 on the tiny LLaDA 2.0), so false is the exact "
+        "mode for LLaDA 2.x's tokens.",
+    )
+    selection: Selection = Field(
+        "lowest_index_first",
+        description="Which masked positions a pass commits among equal confidences: lowest_index_first (a stable "
+        "ranking, the same on every device) or release_topk (the releases' quirk: torch.topk row by row over the "
+        "confidences in their dtype, -inf off the masks, the threshold compared in that dtype, as SDAR's and LLaDA "
+        "2.0's generate; torch.topk's order among ties is unspecified, on this CPU the last tied position first).",
+    )
+    softmax_dtype: SoftmaxDtype = Field(
+        "float32",
+        description="Dtype of the proposal distribution (softmax, top-k / top-p, the draw, the confidence): float32, "
+        "or logits, the logits' own dtype (SDAR's released sampler: its model does not upcast its logits, so a "
+        "bfloat16 SDAR samples from a bfloat16 softmax; LLaDA 2.x upcasts, float32 either way).",
+    )
 
 
 class BlockModel(Protocol):
@@ -201,14 +239,16 @@ def propose(
     top_k: int | None,
     top_p: float | None,
     generator: torch.Generator | None,
+    keep_dtype: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(tokens [N, K], confidences [N, K]) from ``logits`` [N, K, V], as SDAR's and LLaDA 2.x's
     ``sample_with_temperature_topk_topp``: logits / temperature, the ``top_k`` best kept, then the ``top_p``
     nucleus (the token crossing the threshold kept), softmax, one multinomial draw per position (all positions of
     the block, in order); the confidence is the drawn token's probability. Temperature 0: the argmax, its confidence
-    the untempered (filtered) probability."""
+    the untempered (filtered) probability. In float32, or with ``keep_dtype`` in the logits' dtype (SDAR's
+    ``generate.py`` on its model's un-upcast logits: a bfloat16 softmax and draw for a bfloat16 model)."""
     n, k, v = logits.shape
-    z = logits.float().reshape(n * k, v)
+    z = (logits if keep_dtype else logits.float()).reshape(n * k, v)
     if temperature > 0:
         z = z / temperature
     if top_k:
@@ -228,16 +268,39 @@ def propose(
     return token.view(n, k), probs.gather(-1, token).view(n, k)
 
 
-def _commits(conf: torch.Tensor, masked: torch.Tensor, count: int, threshold: float | None) -> torch.Tensor:
-    """[N, K] the masked positions a pass commits: the ``count`` most confident (at most the masked count), or,
-    with a ``threshold``, every masked one above it when there are at least ``count`` of them."""
+def lowest_index_first(conf: torch.Tensor, masked: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """[N, K] each row's ``k`` [N, 1] most confident ``masked`` positions by ``conf`` [N, K], ties to the lower
+    index (a stable ranking in float64: the same choice on every device)."""
     conf = conf.double().masked_fill(~masked, -torch.inf)
-    k = masked.sum(1, keepdim=True).clamp_max(count)  # [N, 1]
     rank = conf.argsort(dim=1, descending=True, stable=True).argsort(dim=1)  # [N, K] 0 = most confident
-    top = (rank < k) & masked
+    return (rank < k) & masked
+
+
+def release_topk(conf: torch.Tensor, masked: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """[N, K] each row's ``k`` [N, 1] most confident ``masked`` positions as SDAR's ``block_diffusion_generate``
+    (JetAstra/SDAR ``generate.py``) and LLaDA 2.0's ``generate`` (``modeling_llada2_moe.py``) choose them:
+    ``torch.topk`` row by row over ``torch.where(mask, conf, -inf)`` in the confidences' own dtype. Among equal
+    confidences ``torch.topk``'s order is unspecified (on this CPU: the last tied position first), so this is the
+    release's choice only where the arithmetic is (same device and kernels)."""
+    scored = torch.where(masked, conf, -torch.inf)  # [N, K] in conf's dtype, as the releases' confidence
+    top = torch.zeros_like(masked)
+    for j in range(scored.shape[0]):  # the releases' loop over rows
+        top[j, torch.topk(scored[j], int(k[j])).indices] = True
+    return top & masked
+
+
+def _commits(
+    conf: torch.Tensor, masked: torch.Tensor, count: int, threshold: float | None, selection: str
+) -> torch.Tensor:
+    """[N, K] the masked positions a pass commits: the ``count`` most confident (at most the masked count; ties by
+    ``selection``: :func:`lowest_index_first` or :func:`release_topk`), or, with a ``threshold``, every masked one
+    above it when there are at least ``count`` of them (compared in float64, or with ``release_topk`` in the
+    confidences' dtype, as the releases' ``confidence > threshold``)."""
+    k = masked.sum(1, keepdim=True).clamp_max(count)  # [N, 1]
+    top = (release_topk if selection == "release_topk" else lowest_index_first)(conf, masked, k)
     if threshold is None:
         return top
-    above = (conf > threshold) & masked
+    above = ((conf if selection == "release_topk" else conf.double()) > threshold) & masked
     return torch.where(above.sum(1, keepdim=True) >= count, above, top)
 
 
@@ -275,6 +338,8 @@ def generate(
     threshold: float = 0.9,
     align: str = "completion",
     kv_cache: bool = True,
+    selection: str = "lowest_index_first",
+    softmax_dtype: str = "float32",
     attention_mask: torch.Tensor | None = None,
     cfg_scale: float = 0.0,
     generator: torch.Generator | None = None,
@@ -285,12 +350,17 @@ def generate(
     [N, P] 0 at pads, None: no pads) block by block, ``steps`` denoising passes per block (see the module
     docstring). ``parallel``: none (a fixed count per pass) or threshold (``threshold``, at least that count).
     ``align``: completion | sequence. ``kv_cache``: the exact cache of finished blocks (False: recompute).
+    ``selection``, ``softmax_dtype``: the tie rule and the proposal's dtype (:class:`Params`).
     ``editing_threshold`` (None: off): LLaDA 2.1's token editing, up to ``max_post_steps`` passes once a block has
     no mask left (the module docstring)."""
     if parallel not in PARALLEL_RULES:
         raise ValueError(f"sampler.parallel = {parallel!r}: the block sampler takes one of {PARALLEL_RULES}")
     if cfg_scale:
         raise ValueError("sampler.cfg_scale: the block sampler has no classifier-free guidance (set 0)")
+    choices = (("selection", selection, SELECTIONS), ("softmax_dtype", softmax_dtype, SOFTMAX_DTYPES))
+    for key, value, allowed in choices:
+        if value not in allowed:
+            raise ValueError(f"sampler.options.block.{key} = {value!r}: choose one of {allowed}")
     if steps < 1 or block_length < 1 or completion_length < 1:
         raise ValueError(
             f"block sampler: steps = {steps}, block_length = {block_length}, completion_length = {completion_length} "
@@ -335,10 +405,11 @@ def generate(
                 att = block_attention(blocks[:hi], blocks[:hi], valid[:, :hi])  # [N, hi, hi]
                 logits = model.block_forward(x[:, :hi], pos[:, :hi], att, None, False)[0][:, lo:hi]
             nfe += 1
-            logits = logits.float().clone()
+            keep = softmax_dtype == "logits"
+            logits = (logits if keep else logits.float()).clone()
             logits[..., mask_id] = -torch.inf  # never propose the mask token itself
-            proposal, conf = propose(logits, temperature, top_k, top_p, generator)  # [N, K] each
-            commit = _commits(conf, masked, counts[s] if s < len(counts) else 1, threshold_or_none)
+            proposal, conf = propose(logits, temperature, top_k, top_p, generator, keep)  # [N, K] each
+            commit = _commits(conf, masked, counts[s] if s < len(counts) else 1, threshold_or_none, selection)
             change = commit
             if editing_threshold is not None:
                 commit &= ~done[:, None]
