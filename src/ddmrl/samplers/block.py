@@ -100,6 +100,7 @@ __all__ = [
     "block_spans",
     "edits",
     "generate",
+    "lowest_index_first",
     "positions",
     "propose",
     "release_topk",

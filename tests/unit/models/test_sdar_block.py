@@ -485,3 +485,60 @@ def test_training_mode_gives_logits_and_gradients(sdar):
     finally:
         sdar.zero_grad(set_to_none=True)
         sdar.eval()
+
+
+# ------------------------------------------------------------------------------------------------ the releases' quirks
+
+
+@pytest.mark.parametrize("steps", [4, 2])
+def test_all_ties_follow_the_releases_topk_with_release_topk(sdar, steps):
+    """Top-k 1: every proposal's confidence is exactly 1, so which positions a pass of SDAR's static rule commits is
+    only torch.topk's order among ties (on this CPU the last tied position first). ``selection: release_topk`` gives
+    the release's tokens; the default (ties to the lower index) differs from it (measured: 7 of 8 tokens at 4 steps,
+    one prompt)."""
+    p, gen = 8, 8
+    x = prompts(1, p, seed=5)
+    torch.manual_seed(0)
+    ref = block_diffusion_generate(
+        MaskNeverProposed(sdar), {"input_ids": x}, MASK, gen_length=gen, block_length=4, denoising_steps=steps,
+        top_k=1, remasking_strategy="low_confidence_static",
+    )[0, p:]  # fmt: skip
+    kw = dict(mask_id=MASK, block_length=4, steps=steps, temperature=1.0, top_k=1, align="sequence")
+    release = generate(SDARBlockModel(sdar), x, gen, selection="release_topk", **kw).completion_ids[0]
+    stable = generate(SDARBlockModel(sdar), x, gen, **kw).completion_ids[0]
+    assert torch.equal(release, ref)
+    assert int((stable != ref).sum()) > 0, "the all-ties case must separate the two rules"
+
+
+@pytest.fixture(scope="module")
+def sdar_bf16(sdar):
+    import copy
+
+    return copy.deepcopy(sdar).to(torch.bfloat16)
+
+
+def test_bfloat16_softmax_is_sdars_with_softmax_dtype_logits(sdar_bf16):
+    """A bfloat16 SDAR: the release samples from its model's bfloat16 softmax (SDAR does not upcast its logits) with
+    its own KV cache, as ddmrl's cached sampler does. ``softmax_dtype: logits`` with ``selection: release_topk``
+    (ties are common among bfloat16 confidences) gives the release's tokens in all 36 sampled completions here (the
+    4 SAMPLED settings x 9 seeds); ddmrl's float32 softmax (the default) differs in some (measured on a CPU: 3 of
+    these 36, 15 tokens; 6 of 144 completions over 36 seeds per setting, 31 tokens)."""
+    differ = 0
+    for block, steps, strategy, threshold, top_k, top_p, seed0 in SAMPLED:
+        for seed in range(40 * seed0 + 16, 40 * seed0 + 25):
+            x = prompts(1, 8, seed=100 + seed)
+            torch.manual_seed(seed)
+            ref = block_diffusion_generate(
+                MaskNeverProposed(sdar_bf16), {"input_ids": x}, MASK, gen_length=8, block_length=block,
+                denoising_steps=steps, top_k=top_k, top_p=top_p, remasking_strategy=strategy,
+                confidence_threshold=threshold or 0.9,
+            )[0, 8:]  # fmt: skip
+            kw = dict(mask_id=MASK, block_length=block, steps=steps, temperature=1.0, top_k=top_k or None, top_p=top_p,
+                      parallel="none" if threshold is None else "threshold", threshold=threshold or 0.9,
+                      align="sequence")  # fmt: skip
+            release = generate(SDARBlockModel(sdar_bf16), x, 8, softmax_dtype="logits", selection="release_topk",
+                               generator=torch.Generator().manual_seed(seed), **kw)  # fmt: skip
+            assert torch.equal(release.completion_ids[0], ref), (block, steps, strategy, seed)
+            plain = generate(SDARBlockModel(sdar_bf16), x, 8, generator=torch.Generator().manual_seed(seed), **kw)
+            differ += not torch.equal(plain.completion_ids[0], ref)
+    assert differ > 0, "the bfloat16 softmax matters on this model (3 of 36 measured on a CPU)"
