@@ -104,6 +104,8 @@ __all__ = [
     "positions",
     "propose",
     "release_topk",
+    "row_shifts",
+    "shift_left",
     "transfer_counts",
 ]
 
@@ -222,6 +224,32 @@ def positions(valid: torch.Tensor) -> torch.Tensor:
     [[0, 0, 1], [0, 1, 2]]
     """
     return (valid.long().cumsum(1) - 1).clamp_min(0)
+
+
+def row_shifts(valid: torch.Tensor, block_length: int, align: str) -> torch.Tensor:
+    """[N] how far each row of a left-padded canvas moves left (``valid`` [N, P] False at pads) so that its first
+    real token starts a block: under ``align: sequence`` its pad count modulo ``block_length`` (SDAR's
+    ``block_diffusion_generate`` and LLaDA 2.x's ``generate`` take one prompt and count blocks from its first token),
+    under ``completion`` 0 (the blocks start at the completion, shared by every row).
+
+    >>> row_shifts(torch.tensor([[True] * 4, [False] * 3 + [True], [False] * 2 + [True] * 2]), 2, "sequence").tolist()
+    [0, 1, 0]
+    """
+    if align != "sequence":
+        return torch.zeros(valid.shape[0], dtype=torch.long, device=valid.device)
+    return (~valid).sum(1) % block_length
+
+
+def shift_left(x: torch.Tensor, shift: torch.Tensor, fill: Any) -> torch.Tensor:
+    """[N, T] row r of ``x`` [N, T] moved left by ``shift[r]`` positions (only pads leave at the front), the freed
+    end set to ``fill`` (a void: the caller marks it invalid, never attended, never denoised).
+
+    >>> shift_left(torch.tensor([[1, 2, 3], [4, 5, 6]]), torch.tensor([0, 1]), 0).tolist()
+    [[1, 2, 3], [5, 6, 0]]
+    """
+    t = x.shape[1]
+    src = torch.arange(t, device=x.device)[None] + shift[:, None]  # [N, T] the source of every position
+    return x.gather(1, src.clamp_max(t - 1)).masked_fill(src >= t, fill)
 
 
 def transfer_counts(length: int, steps: int) -> list[int]:
@@ -368,15 +396,20 @@ def generate(
             "must be >= 1"
         )
     n, p = prompt_ids.shape
-    x, reveal = init_canvas(prompt_ids, completion_length, mask_id)  # [N, T], [N, L]
+    x, _ = init_canvas(prompt_ids, completion_length, mask_id)  # [N, T]
     t = x.shape[1]
     dev = x.device
     valid = torch.ones(n, t, dtype=torch.bool, device=dev)
     if attention_mask is not None:
         valid[:, :p] = attention_mask.bool()
+    shift = row_shifts(valid[:, :p], block_length, align)  # [N]
+    x, valid = shift_left(x, shift, mask_id), shift_left(valid, shift, False)  # each row's blocks from its first token
+    first = p - shift  # [N] each row's first completion position
+    is_completion = (torch.arange(t, device=dev)[None] >= first[:, None]) & valid  # [N, T]
+    reveal = torch.full((n, t), -1, dtype=torch.long, device=dev)  # [N, T]
     pos = positions(valid)  # [N, T]
     blocks = block_index(p, t, block_length, align).to(dev)  # [T]
-    spans = block_spans(blocks, p)
+    spans = block_spans(blocks, int(first.min()))
     threshold_or_none = threshold if parallel == "threshold" else None
     cache, nfe, step = None, 0, 0
     start = spans[0][0]
@@ -388,9 +421,9 @@ def generate(
         counts = transfer_counts(hi - lo, steps)
         done = torch.zeros(n, dtype=torch.bool, device=dev)  # editing: the rows whose block is final
         post = torch.zeros(n, dtype=torch.long, device=dev)  # editing: passes over a row's block without masks
-        completion = torch.arange(lo, hi, device=dev) >= p  # [K] the block's completion positions
+        completion = is_completion[:, lo:hi]  # [N, K] the block's completion positions
         for s in itertools.count():
-            masked = x[:, lo:hi] == mask_id  # [N, K]
+            masked = (x[:, lo:hi] == mask_id) & completion  # [N, K]
             if editing_threshold is None:
                 if s >= len(counts) or not bool(masked.any()):
                     break
@@ -418,11 +451,11 @@ def generate(
                 change = commit | edit
                 done |= ~masked.any(1) & ~edit.any(1)
             x[:, lo:hi] = torch.where(change, proposal, x[:, lo:hi])
-            a = max(lo, p)  # the block's completion positions (align sequence: the prompt's tail comes first)
-            reveal[:, a - p : hi - p][commit[:, a - lo :]] = step
+            reveal[:, lo:hi][commit] = step
             step += 1
         if kv_cache and hi < t:  # the finished block joins the cache
             att = block_attention(blocks[lo:hi], blocks[:hi], valid[:, :hi])
             _, cache = model.block_forward(x[:, lo:hi], pos[:, lo:hi], att, cache, True)
             nfe += 1
-    return SampleOutput(x[:, p:], reveal, nfe)
+    at = first[:, None] + torch.arange(completion_length, device=dev)  # [N, L] each row's completion
+    return SampleOutput(x.gather(1, at), reveal.gather(1, at), nfe)

@@ -542,3 +542,36 @@ def test_bfloat16_softmax_is_sdars_with_softmax_dtype_logits(sdar_bf16):
             plain = generate(SDARBlockModel(sdar_bf16), x, 8, generator=torch.Generator().manual_seed(seed), **kw)
             differ += not torch.equal(plain.completion_ids[0], ref)
     assert differ > 0, "the bfloat16 softmax matters on this model (3 of 36 measured on a CPU)"
+
+
+#: (block_length, padded prompt length, each row's prompt length, gen_length): rows with several pad counts modulo
+#: the block, and (7, 3, 7) + 9: every row padded and filling whole blocks
+PADDED = [(4, 8, (8, 5, 6), 8), (4, 8, (7, 3, 7), 9), (2, 8, (8, 5, 6, 7), 8)]
+
+
+@pytest.mark.parametrize(("block", "p", "lengths", "gen"), PADDED)
+def test_padded_rows_take_sdars_grid_from_their_first_token(sdar, monkeypatch, block, p, lengths, gen):
+    """``align: sequence`` on a left-padded batch: SDAR's ``block_diffusion_generate`` takes one prompt and counts
+    blocks from its first token, so each row's blocks count from its first real token (the row moved left by its pad
+    count modulo the block). Greedy, static rule, one token per pass: each row equals the release on its prompt
+    alone, every token where prompt + completion fill whole blocks, and the tokens before the last (partial) block
+    elsewhere (the release rounds the canvas up and denoises extra masks there: docs/families.md). Blocks counted
+    from the padded canvas's start (ddmrl before) differed from the release (measured: 4 of 8 tokens of the 5-token
+    row beside the 8-token one)."""
+    x = prompts(len(lengths), p, seed=11)
+    pads = torch.tensor([p - n for n in lengths])
+    mask = (torch.arange(p)[None] >= pads[:, None]).long()
+    x = x.masked_fill(mask == 0, EOS)
+    out = generate(
+        SDARBlockModel(sdar), x, gen, mask_id=MASK, block_length=block, steps=block, temperature=0.0,
+        align="sequence", attention_mask=mask,
+    )  # fmt: skip
+    monkeypatch.setattr(torch, "multinomial", lambda probs, num_samples: probs.argmax(-1, keepdim=True))
+    for row, n in enumerate(lengths):
+        whole = (n + gen) // block * block - n  # the completion tokens before a partial last block
+        extra = -(n + gen) % block  # the masks the release adds to fill the last block
+        ref = block_diffusion_generate(
+            MaskNeverProposed(sdar), {"input_ids": x[row : row + 1, p - n :]}, MASK, gen_length=gen + extra,
+            block_length=block, denoising_steps=block, remasking_strategy="low_confidence_static",
+        )[0, n : n + gen]  # fmt: skip
+        assert torch.equal(out.completion_ids[row, :whole], ref[:whole]), (row, out.completion_ids[row], ref)
