@@ -223,3 +223,24 @@ def test_bfloat16_cache_moves_the_logits_by_rounding(llada20):
                 _, cache = model.block_forward(x[:, lo:hi], pos[:, lo:hi], att, cache, True)
         gaps[dtype] = gap
     assert gaps[torch.float32] < 1e-5 < 1e-3 < gaps[torch.bfloat16], gaps
+
+
+@pytest.mark.parametrize(("block_length", "lengths"), [(4, (6, 5, 3)), (4, (6, 4, 1)), (2, (6, 5, 3))])
+def test_llada20_padded_batch_counts_blocks_from_each_rows_first_token(llada20, block_length, lengths):
+    """A left-padded batch under ``align: sequence``: 2.0's ``generate`` takes one prompt and counts blocks from its
+    first token, and so does ddmrl's sampler per row. In float32 (greedy, top-k 1) each padded row equals the row
+    sampled alone, every token, with and without the cache (the row alone equals the release: the tests above). In
+    bfloat16 a padded row's keys and scores are rounded otherwise than the row's alone, as with the cache (measured
+    here: 1 of the 9 rows leaves the release at a near-tie, (4, (6, 4, 1)) row 2, the same row in float32 does not)."""
+    model = LLaDA2BlockModel(copy.deepcopy(llada20).float())
+    x = prompts()
+    pads = torch.tensor([P - n for n in lengths])
+    mask = (torch.arange(P)[None] >= pads[:, None]).long()
+    x = x.masked_fill(mask == 0, EOS)
+    kw = dict(mask_id=MASK, block_length=block_length, steps=4, temperature=0.0, top_k=1, parallel="threshold",
+              threshold=0.95, align="sequence")  # fmt: skip
+    for kv_cache in (False, True):
+        got = generate(model, x, L, attention_mask=mask, kv_cache=kv_cache, **kw).completion_ids
+        for row, n in enumerate(lengths):
+            alone = generate(model, x[row : row + 1, P - n :], L, kv_cache=kv_cache, **kw).completion_ids[0]
+            assert torch.equal(got[row], alone), (kv_cache, row, got[row], alone)
