@@ -31,6 +31,10 @@ dLLM-RL ``train/rl_sdar.py`` ``make_basic_block_attention``); ``align: sequence`
 canvas (SDAR's ``block_diffusion_generate``, LLaDA 2.x's ``generate``: the prompt's tail then shares a block with
 the first completion tokens, and is re-read with them). A query attends every key of its own or an earlier block
 that is not a pad (:func:`block_attention`); positions count from each row's first real token (:func:`positions`).
+Under ``align: sequence`` blocks do too, as the releases count them for a prompt alone: each left-padded row is
+moved left by its pad count modulo ``block_length`` (:func:`row_shifts`, :func:`shift_left`), so that its first
+real token starts a block; the positions it frees at the canvas's end are a void, never attended or denoised, and
+each row's completion is read back from where it then starts.
 
 **The sampler.** The part of the canvas before the first block holding a completion position is prefilled into the
 cache in one call (block-causal inside). Each block is then denoised in ``steps`` passes (a pass evaluates the block
@@ -43,7 +47,17 @@ block's length split over the steps, the first ``remainder`` steps one more. Wit
 commits instead every masked proposal whose confidence exceeds ``threshold`` when there are at least ``k_s`` of
 them (SDAR's ``low_confidence_dynamic``, LLaDA 2.0's rule). ``kv_cache=False`` evaluates the whole canvas up to the
 block's end at every pass, with the full block-causal mask and no cache (LLaDA 2.x's ``generate``): the same tokens
-(tested), more compute.
+in float32 (tested), more compute. In bfloat16 the cached keys and values and the shorter calls round otherwise
+(measured on the tiny LLaDA 2.0: logits up to 0.0078 apart, 3 of 18 sampled completions changed), so
+``kv_cache=False`` is the exact mode for LLaDA 2.x's tokens; SDAR's ``generate`` caches as this sampler does.
+
+**The releases' arithmetic, behind switches** (:class:`Params`, ``sampler.options.block``). ``selection``: among
+equal confidences the default commits the lowest positions first (a stable ranking); ``release_topk`` runs
+``torch.topk`` row by row over the masked confidences in their own dtype, as SDAR's and LLaDA 2.0's ``generate``
+(:func:`release_topk`; its order among ties is unspecified: on this CPU the last tied position first). With top-k
+1 every confidence is exactly 1 and only this rule decides what a pass commits. ``softmax_dtype: logits``: the
+proposal distribution in the logits' own dtype, as SDAR's sampler on its model's un-upcast (bfloat16) logits;
+LLaDA 2.x upcasts its logits to float32 in ``forward``, the default's dtype.
 
 **Token editing** (LLaDA 2.1, ``editing_threshold``; None, the default, leaves the sampler as above). Every pass
 also rewrites each already committed completion position of the block whose new proposal differs from its token
@@ -55,7 +69,8 @@ schedule: its count is ``num_to_transfer`` = 1, so ``steps: block_length`` repro
 the pass that unmasked a token; an edit is no reveal (a trajectory method reading reveal steps does not see it).
 
 Deviations from the released samplers (docs/families.md, "Block diffusion"): a batch of left-padded prompts (theirs
-take one prompt; pads are never attended, positions count from the first real token); the last block ends with the
+take one prompt; pads are never attended, positions and, under ``sequence``, blocks count from the first real
+token); the defaults of ``selection`` and ``softmax_dtype`` (above); the last block ends with the
 completion (they round the canvas up to whole blocks and denoise the extra masks too); temperature 0 is the argmax
 (SDAR divides by 0, LLaDA 2.0 draws from softmax(logits)); the mask token is never proposed; a step commits at most
 the masked count (SDAR's ``low_confidence_static`` can overwrite committed or prompt positions when ``k_s`` exceeds

@@ -556,8 +556,8 @@ def test_padded_rows_take_sdars_grid_from_their_first_token(sdar, monkeypatch, b
     count modulo the block). Greedy, static rule, one token per pass: each row equals the release on its prompt
     alone, every token where prompt + completion fill whole blocks, and the tokens before the last (partial) block
     elsewhere (the release rounds the canvas up and denoises extra masks there: docs/families.md). Blocks counted
-    from the padded canvas's start (ddmrl before) differed from the release (measured: 4 of 8 tokens of the 5-token
-    row beside the 8-token one)."""
+    from the padded canvas's start (ddmrl before) differed from the release (measured: the 5-token row beside the
+    8-token one in 3 of its 7 tokens before the partial last block with blocks of 4)."""
     x = prompts(len(lengths), p, seed=11)
     pads = torch.tensor([p - n for n in lengths])
     mask = (torch.arange(p)[None] >= pads[:, None]).long()
