@@ -342,14 +342,16 @@ def trace_sampling(model: nn.Module, rows: int, prompt_length: int, completion_l
 
 
 def trace_block_sampling(model: nn.Module, rows: int, prompt_length: int, completion_length: int, block_length: int,
-                         steps: int, vocab_size: int, count: bool = True,
-                         shortcut: bool = True) -> SampleTrace:  # fmt: skip
+                         steps: int, vocab_size: int, count: bool = True, shortcut: bool = True,
+                         kv_cache: bool = True) -> SampleTrace:  # fmt: skip
     """The model calls of ddmrl's block sampler (``ddmrl.samplers.block.generate``: its exact cache, blocks aligned at
     the completion, ``steps`` passes per block) on ``rows`` prompts, without gradients: the prompt stored in one call,
     then per block ``steps`` passes over the block against the cache, each pass's logits in float32 (what the sampler
-    proposes from), and one call that stores the block. The sampler's choice of positions reads token values, which
-    fake tensors do not have; the calls and their shapes do not depend on it. The passes over one block have equal
-    shapes, hence equal bytes and FLOPs: with ``shortcut`` one is traced and its FLOPs counted ``steps`` times."""
+    proposes from), and one call that stores the block. Without ``kv_cache`` (``sampler.options.block.kv_cache:
+    false``) each pass evaluates the canvas up to the block's end and nothing is stored. The sampler's choice of
+    positions reads token values, which fake tensors do not have; the calls and their shapes do not depend on it.
+    The passes over one block have equal shapes, hence equal bytes and FLOPs: with ``shortcut`` one is traced and its
+    FLOPs counted ``steps`` times."""
     device = next(model.parameters()).device
     p, t = prompt_length, prompt_length + completion_length
     ids = torch.randint(0, vocab_size, (rows, t), device=device)
@@ -364,22 +366,29 @@ def trace_block_sampling(model: nn.Module, rows: int, prompt_length: int, comple
         att = block_attention(blocks[lo:hi], blocks[:hi], valid[:, :hi])  # [N, hi - lo, hi]
         return model.block_forward(ids[:, lo:hi], pos[:, lo:hi], att, cache, store)
 
+    def recomputed(lo: int, hi: int) -> torch.Tensor:
+        att = block_attention(blocks[:hi], blocks[:hi], valid[:, :hi])  # [N, hi, hi]
+        return model.block_forward(ids[:, :hi], pos[:, :hi], att, None, False)[0][:, lo:hi]
+
     with torch.no_grad(), counter:
-        _, cache = call(0, p, None, True)
-        nfe += 1
+        cache = None
+        if kv_cache:
+            _, cache = call(0, p, None, True)
+            nfe += 1
         for lo in range(p, t, block_length):
             hi = min(lo + block_length, t)
             before = counter.flops
             for _ in range(1 if shortcut else steps):
-                logits = call(lo, hi, cache, False)[0].float().clone()  # [N, K, V]
+                logits = call(lo, hi, cache, False)[0] if kv_cache else recomputed(lo, hi)  # [N, K, V]
+                logits = logits.float().clone()
                 del logits
             if shortcut:
                 counter.flops += (steps - 1) * (counter.flops - before)
             nfe += steps
-            if hi < t:
+            if kv_cache and hi < t:
                 _, cache = call(lo, hi, cache, True)
                 nfe += 1
-        kv = _bytes([x for x in tree_flatten(cache)[0] if isinstance(x, torch.Tensor)]) if count else 0
+        kv = _bytes([x for x in tree_flatten(cache)[0] if isinstance(x, torch.Tensor)]) if count and kv_cache else 0
         del cache
     return SampleTrace(counter.peak - base, counter.flops, kv, nfe)
 
@@ -397,9 +406,11 @@ def trace_sampler(model: nn.Module, sampler: Any, rows: int, prompt_length: int,
         trace = trace_sampling(model, rows, prompt_length, completion_length, mask_id, kwargs, vocab_size)
         return trace, f"sampler llada, {shape}: {kwargs}"
     if sampler.name == "block":
+        cached = kwargs.get("kv_cache", True)
         trace = trace_block_sampling(model, rows, prompt_length, completion_length, kwargs["block_length"],
-                                     kwargs["steps"], vocab_size)  # fmt: skip
-        return trace, f"sampler block, {shape}: blocks of {kwargs['block_length']}, {kwargs['steps']} passes each"
+                                     kwargs["steps"], vocab_size, kv_cache=cached)  # fmt: skip
+        how = "" if cached else ", no KV cache (the canvas recomputed at every pass)"
+        return trace, f"sampler block, {shape}: blocks of {kwargs['block_length']}, {kwargs['steps']} passes each{how}"
     stand_in = {"steps": kwargs["steps"], "temperature": sampler.temperature, "block_length": completion_length,
                 "kv_cache": "none", "cfg_scale": sampler.cfg_scale}  # fmt: skip
     trace = trace_sampling(model, rows, prompt_length, completion_length, mask_id, stand_in, vocab_size)

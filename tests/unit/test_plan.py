@@ -90,9 +90,10 @@ def test_the_sampler_flops_shortcut_equals_the_full_trace(chain, kv_cache, paral
 def test_the_block_trace_makes_the_block_samplers_model_calls(chain):
     """``trace_block_sampling`` (the planner's trace of ``SAMPLERS["block"]``, whose position choices fake tensors
     cannot follow) makes the model calls of the real sampler: on TinyBlockDDM and real tensors, the same number of
-    calls and the same FLOPs as ``ddmrl.samplers.block.generate`` with its cache; its shortcut (one traced pass per
-    block) equals tracing every pass. (Fake tensors: the real families, tests/pipeline/test_paper_launch.py;
-    TinyBlockDDM reads its position values.)"""
+    calls and the same FLOPs as ``ddmrl.samplers.block.generate`` with its cache and without
+    (``sampler.options.block.kv_cache: false``); its shortcut (one traced pass per block) equals tracing every pass.
+    (Fake tensors: the real families, tests/pipeline/test_paper_launch.py; TinyBlockDDM reads its position
+    values.)"""
     from ddmrl.models.tiny_block import TinyBlockDDMConfig, TinyBlockDDMForMaskedLM
     from ddmrl.samplers.block import generate as block_generate
 
@@ -101,13 +102,20 @@ def test_the_block_trace_makes_the_block_samplers_model_calls(chain):
                                 max_position_embeddings=64, block_size=4)  # fmt: skip
     model = TinyBlockDDMForMaskedLM(config).eval()
     prompts = torch.randint(0, len(tok), (3, task.prompt_length))
-    counter = plan.LiveBytes()
-    with counter:
-        out = block_generate(model, prompts, 12, mask_id=tok.mask_token_id, block_length=4, steps=2)
-    shortcut, full = (plan.trace_block_sampling(model, 3, task.prompt_length, 12, 4, 2, len(tok), shortcut=s)
-                      for s in (True, False))  # fmt: skip
-    assert (full.nfe, full.flops) == (out.nfe, counter.flops) and full.flops > 0
-    assert shortcut == full
+    flops = []
+    for kv_cache in (True, False):
+        counter = plan.LiveBytes()
+        with counter:
+            out = block_generate(model, prompts, 12, mask_id=tok.mask_token_id, block_length=4, steps=2,
+                                 kv_cache=kv_cache)  # fmt: skip
+        shortcut, full = (
+            plan.trace_block_sampling(model, 3, task.prompt_length, 12, 4, 2, len(tok), shortcut=s, kv_cache=kv_cache)
+            for s in (True, False)
+        )  # fmt: skip
+        assert (full.nfe, full.flops) == (out.nfe, counter.flops) and full.flops > 0
+        assert shortcut == full and (full.kv_cache > 0) == kv_cache
+        flops.append(full.flops)
+    assert flops[1] > flops[0], "recomputing costs more than the cache"
 
 
 def test_flops_are_torchs_and_cpu_attention_counts_as_flash_attention(chain):

@@ -528,7 +528,8 @@ class SamplerConfig(Section):
     options: dict[str, dict[str, Any] | None] = Field(
         default_factory=dict,
         description="Each sampler's own keys under its name, validated by the Params of its module; only the named "
-        "sampler's entry is used (dream: alg, top_p, top_k, alg_temp, eps; ddmrl.samplers.dream).",
+        "sampler's entry is used (dream: alg, top_p, top_k, alg_temp, eps; ddmrl.samplers.dream; block: kv_cache, "
+        "selection, softmax_dtype; ddmrl.samplers.block).",
         json_schema_extra={"type": "mapping: sampler name to its keys"},
     )
 
@@ -539,7 +540,8 @@ class SamplerConfig(Section):
             raise refuse(
                 "kv_cache",
                 self.kv_cache,
-                f"only the llada sampler has semi-autoregressive blocks to cache (name = {self.name!r})",
+                f"only the llada sampler has semi-autoregressive blocks to cache (name = {self.name!r}; the block "
+                "sampler's exact cache is options.block.kv_cache)",
             )
         if self.name == "block" and (self.parallel == "factor" or self.cfg_scale):
             key = "parallel" if self.parallel == "factor" else "cfg_scale"

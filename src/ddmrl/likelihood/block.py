@@ -11,7 +11,11 @@ it. All blocks are trained in one forward pass over the concatenation [noised | 
 * a noised query of block b attends the noised keys of block b (bidirectionally) and the clean keys of blocks
   before b; a clean query attends the clean keys of its own and earlier blocks (block-causal), never a noised key;
 * both copies keep the canvas positions (the noised token at canvas position t has position id t, counted from the
-  row's first real token), pads are never attended (``ddmrl.samplers.block.block_attention``).
+  row's first real token), pads are never attended (``ddmrl.samplers.block.block_attention``);
+* under ``align: sequence`` with a ``prompt_mask``, each row's blocks count from its first real token, as the block
+  sampler's (``ddmrl.samplers.block.row_shifts``): the rows are moved left by their pad count modulo the block
+  before the input is built, and each row's log-probs read back from where its completion then starts
+  (:func:`block_token_logps`).
 
 So each noised block sees exactly what the sampler's pass over that block sees (the finished blocks as the cache,
 the block itself): :func:`block_token_logps` equals running each block's noisy tokens against its clean context
@@ -25,7 +29,7 @@ from typing import NamedTuple
 
 import torch
 
-from ddmrl.samplers.block import BlockModel, block_index, positions
+from ddmrl.samplers.block import BlockModel, block_index, positions, row_shifts, shift_left
 
 
 class BlockInput(NamedTuple):
@@ -46,15 +50,18 @@ def block_diffusion_input(
     block_length: int,
     align: str = "completion",
     prompt_mask: torch.Tensor | None = None,
+    valid: torch.Tensor | None = None,
 ) -> BlockInput:
     """The [noised | clean] input of ``prompt_ids`` [N, P] (left-padded, ``prompt_mask`` [N, P] 0 at pads), the clean
-    ``completion_ids`` [N, L] and its masked ``view_ids`` [N, L] (see the module docstring)."""
+    ``completion_ids`` [N, L] and its masked ``view_ids`` [N, L] (see the module docstring). ``valid`` [N, P + L]
+    (False: never attended) replaces ``prompt_mask`` where positions after P are not all real (a moved row's void)."""
     n, p = prompt_ids.shape
     t = p + completion_ids.shape[1]
     dev = prompt_ids.device
-    valid = torch.ones(n, t, dtype=torch.bool, device=dev)
-    if prompt_mask is not None:
-        valid[:, :p] = prompt_mask.bool()
+    if valid is None:
+        valid = torch.ones(n, t, dtype=torch.bool, device=dev)
+        if prompt_mask is not None:
+            valid[:, :p] = prompt_mask.bool()
     blocks = block_index(p, t, block_length, align).to(dev)  # [T]
     # the first position of the block holding position p (arithmetic: no tensor read, so ddmrl.plan traces it)
     start = p - (p - (p if align == "completion" else 0)) % block_length if t > p else t
@@ -96,12 +103,44 @@ def block_token_logps(
     block-diffusion counterpart of ``token_logps``, the log-softmax in float32. Callers weight the masked positions
     (every position gets a value; an unmasked one is read from its own clean token)."""
     p = input_ids.shape[1] - completion_ids.shape[1]
+    if align == "sequence" and prompt_mask is not None:
+        shift = row_shifts(prompt_mask.bool(), block_length, align)  # [N]
+        if bool(shift.any()):  # a tensor read: only for padded rows on the sequence grid
+            logits = _shifted_logits(model, input_ids, completion_ids, prompt_mask, shift, block_length)
+            return torch.log_softmax(logits.float(), -1).gather(-1, completion_ids[..., None]).squeeze(-1)
     inp = block_diffusion_input(
         input_ids[:, :p], completion_ids, input_ids[:, p:], block_length=block_length, align=align,
         prompt_mask=prompt_mask,
     )  # fmt: skip
     logp = torch.log_softmax(noised_logits(model, inp, p).float(), -1)  # [N, L, V]
     return logp.gather(-1, completion_ids[..., None]).squeeze(-1)
+
+
+def _shifted_logits(
+    model: BlockModel,
+    input_ids: torch.Tensor,
+    completion_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    shift: torch.Tensor,
+    block_length: int,
+) -> torch.Tensor:
+    """[N, L, V] the noised completion logits under ``align: sequence`` with each row's blocks counted from its first
+    real token: view, clean canvas and validity moved left by ``shift`` [N] (``ddmrl.samplers.block.shift_left``; the
+    freed end is a never-attended void), the input built with the split at P - max(shift) (each row's positions after
+    it: its prompt's tail, its completion, its void), each row's completion read back from P - shift."""
+    n, t = input_ids.shape
+    length, p = completion_ids.shape[1], t - completion_ids.shape[1]
+    valid = torch.ones(n, t, dtype=torch.bool, device=input_ids.device)
+    valid[:, :p] = prompt_mask.bool()
+    view, valid = shift_left(input_ids, shift, 0), shift_left(valid, shift, False)  # [N, T]
+    clean = shift_left(torch.cat([input_ids[:, :p], completion_ids], 1), shift, 0)  # [N, T]
+    split = p - int(shift.max())
+    inp = block_diffusion_input(
+        clean[:, :split], clean[:, split:], view[:, split:], block_length=block_length, align="sequence", valid=valid
+    )
+    logits = noised_logits(model, inp, split)  # [N, T - split, V]
+    at = (p - shift - split)[:, None] + torch.arange(length, device=logits.device)  # [N, L]
+    return logits.gather(1, at[..., None].expand(-1, -1, logits.shape[-1]))
 
 
 def sequence_logits(

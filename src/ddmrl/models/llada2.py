@@ -171,7 +171,9 @@ class LLaDA2BlockModel:
         extra = {}
         if self.released_21_mask:
             if cache is not None or store:
-                raise ValueError("released_21_mask: LLaDA 2.1's mask has no exact cache (set sampler.kv_cache: false)")
+                raise ValueError(
+                    "released_21_mask: LLaDA 2.1's mask has no exact cache (set sampler.options.block.kv_cache: false)"
+                )
             bias, extra = attention.to(dtype)[:, None], {"output_attentions": True}  # [N, 1, n, C + n]
         else:
             bias = torch.zeros(attention.shape, dtype=dtype, device=attention.device)

@@ -31,6 +31,10 @@ dLLM-RL ``train/rl_sdar.py`` ``make_basic_block_attention``); ``align: sequence`
 canvas (SDAR's ``block_diffusion_generate``, LLaDA 2.x's ``generate``: the prompt's tail then shares a block with
 the first completion tokens, and is re-read with them). A query attends every key of its own or an earlier block
 that is not a pad (:func:`block_attention`); positions count from each row's first real token (:func:`positions`).
+Under ``align: sequence`` blocks do too, as the releases count them for a prompt alone: each left-padded row is
+moved left by its pad count modulo ``block_length`` (:func:`row_shifts`, :func:`shift_left`), so that its first
+real token starts a block; the positions it frees at the canvas's end are a void, never attended or denoised, and
+each row's completion is read back from where it then starts.
 
 **The sampler.** The part of the canvas before the first block holding a completion position is prefilled into the
 cache in one call (block-causal inside). Each block is then denoised in ``steps`` passes (a pass evaluates the block
@@ -43,7 +47,17 @@ block's length split over the steps, the first ``remainder`` steps one more. Wit
 commits instead every masked proposal whose confidence exceeds ``threshold`` when there are at least ``k_s`` of
 them (SDAR's ``low_confidence_dynamic``, LLaDA 2.0's rule). ``kv_cache=False`` evaluates the whole canvas up to the
 block's end at every pass, with the full block-causal mask and no cache (LLaDA 2.x's ``generate``): the same tokens
-(tested), more compute.
+in float32 (tested), more compute. In bfloat16 the cached keys and values and the shorter calls round otherwise
+(measured on the tiny LLaDA 2.0: logits up to 0.0078 apart, 3 of 18 sampled completions changed), so
+``kv_cache=False`` is the exact mode for LLaDA 2.x's tokens; SDAR's ``generate`` caches as this sampler does.
+
+**The releases' arithmetic, behind switches** (:class:`Params`, ``sampler.options.block``). ``selection``: among
+equal confidences the default commits the lowest positions first (a stable ranking); ``release_topk`` runs
+``torch.topk`` row by row over the masked confidences in their own dtype, as SDAR's and LLaDA 2.0's ``generate``
+(:func:`release_topk`; its order among ties is unspecified: on this CPU the last tied position first). With top-k
+1 every confidence is exactly 1 and only this rule decides what a pass commits. ``softmax_dtype: logits``: the
+proposal distribution in the logits' own dtype, as SDAR's sampler on its model's un-upcast (bfloat16) logits;
+LLaDA 2.x upcasts its logits to float32 in ``forward``, the default's dtype.
 
 **Token editing** (LLaDA 2.1, ``editing_threshold``; None, the default, leaves the sampler as above). Every pass
 also rewrites each already committed completion position of the block whose new proposal differs from its token
@@ -55,7 +69,8 @@ schedule: its count is ``num_to_transfer`` = 1, so ``steps: block_length`` repro
 the pass that unmasked a token; an edit is no reveal (a trajectory method reading reveal steps does not see it).
 
 Deviations from the released samplers (docs/families.md, "Block diffusion"): a batch of left-padded prompts (theirs
-take one prompt; pads are never attended, positions count from the first real token); the last block ends with the
+take one prompt; pads are never attended, positions and, under ``sequence``, blocks count from the first real
+token); the defaults of ``selection`` and ``softmax_dtype`` (above); the last block ends with the
 completion (they round the canvas up to whole blocks and denoise the extra masks too); temperature 0 is the argmax
 (SDAR divides by 0, LLaDA 2.0 draws from softmax(logits)); the mask token is never proposed; a step commits at most
 the masked count (SDAR's ``low_confidence_static`` can overwrite committed or prompt positions when ``k_s`` exceeds
@@ -70,10 +85,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
 import torch
+from pydantic import Field
 
+from ddmrl.config._base import Bool, Section, section
 from ddmrl.samplers.base import SampleOutput, init_canvas
 
 if TYPE_CHECKING:
@@ -81,20 +98,59 @@ if TYPE_CHECKING:
 
 ALIGNS = ("completion", "sequence")
 PARALLEL_RULES = ("none", "threshold")
+Selection = Literal["lowest_index_first", "release_topk"]
+SoftmaxDtype = Literal["float32", "logits"]
+SELECTIONS: tuple[str, ...] = get_args(Selection)
+SOFTMAX_DTYPES: tuple[str, ...] = get_args(SoftmaxDtype)
 
 __all__ = [
     "ALIGNS",
+    "SELECTIONS",
+    "SOFTMAX_DTYPES",
     "BlockModel",
+    "Params",
     "Recomputed",
     "block_attention",
     "block_index",
     "block_spans",
     "edits",
     "generate",
+    "lowest_index_first",
     "positions",
     "propose",
+    "release_topk",
+    "row_shifts",
+    "shift_left",
     "transfer_counts",
 ]
+
+
+@section
+class Params(Section):
+    """The block sampler's own keys (``sampler.options.block``, used with ``sampler.name: block``, every block family:
+    TinyBlockDDM, SDAR / TraDo, LLaDA 2.x). Each default is ddmrl's rule; the other values reproduce a release's
+    arithmetic where it differs (docs/families.md, "Block diffusion", and docs/reproduction.md)."""
+
+    kv_cache: Bool = Field(
+        True,
+        description="Cache the keys and values of finished blocks (exact in real arithmetic; SDAR's generate does the "
+        "same). false: recompute the canvas up to the block's end at every pass, as LLaDA 2.x's generate does: in "
+        "bfloat16 the cache moves the logits by rounding (up to 0.09 on the tiny LLaDA 2.0), so false is the exact "
+        "mode for LLaDA 2.x's tokens.",
+    )
+    selection: Selection = Field(
+        "lowest_index_first",
+        description="Which masked positions a pass commits among equal confidences: lowest_index_first (a stable "
+        "ranking, the same on every device) or release_topk (the releases' quirk: torch.topk row by row over the "
+        "confidences in their dtype, -inf off the masks, the threshold compared in that dtype, as SDAR's and LLaDA "
+        "2.0's generate; torch.topk's order among ties is unspecified, on this CPU the last tied position first).",
+    )
+    softmax_dtype: SoftmaxDtype = Field(
+        "float32",
+        description="Dtype of the proposal distribution (softmax, top-k / top-p, the draw, the confidence): float32, "
+        "or logits, the logits' own dtype (SDAR's released sampler: its model does not upcast its logits, so a "
+        "bfloat16 SDAR samples from a bfloat16 softmax; LLaDA 2.x upcasts, float32 either way).",
+    )
 
 
 class BlockModel(Protocol):
@@ -185,6 +241,32 @@ def positions(valid: torch.Tensor) -> torch.Tensor:
     return (valid.long().cumsum(1) - 1).clamp_min(0)
 
 
+def row_shifts(valid: torch.Tensor, block_length: int, align: str) -> torch.Tensor:
+    """[N] how far each row of a left-padded canvas moves left (``valid`` [N, P] False at pads) so that its first
+    real token starts a block: under ``align: sequence`` its pad count modulo ``block_length`` (SDAR's
+    ``block_diffusion_generate`` and LLaDA 2.x's ``generate`` take one prompt and count blocks from its first token),
+    under ``completion`` 0 (the blocks start at the completion, shared by every row).
+
+    >>> row_shifts(torch.tensor([[True] * 4, [False] * 3 + [True], [False] * 2 + [True] * 2]), 2, "sequence").tolist()
+    [0, 1, 0]
+    """
+    if align != "sequence":
+        return torch.zeros(valid.shape[0], dtype=torch.long, device=valid.device)
+    return (~valid).sum(1) % block_length
+
+
+def shift_left(x: torch.Tensor, shift: torch.Tensor, fill: Any) -> torch.Tensor:
+    """[N, T] row r of ``x`` [N, T] moved left by ``shift[r]`` positions (only pads leave at the front), the freed
+    end set to ``fill`` (a void: the caller marks it invalid, never attended, never denoised).
+
+    >>> shift_left(torch.tensor([[1, 2, 3], [4, 5, 6]]), torch.tensor([0, 1]), 0).tolist()
+    [[1, 2, 3], [5, 6, 0]]
+    """
+    t = x.shape[1]
+    src = torch.arange(t, device=x.device)[None] + shift[:, None]  # [N, T] the source of every position
+    return x.gather(1, src.clamp_max(t - 1)).masked_fill(src >= t, fill)
+
+
 def transfer_counts(length: int, steps: int) -> list[int]:
     """Tokens to commit at each of ``steps`` passes over a block of ``length`` positions: SDAR's and LLaDA 2.x's
     ``get_num_transfer_tokens`` (``length // steps``, the first ``length % steps`` one more).
@@ -201,14 +283,16 @@ def propose(
     top_k: int | None,
     top_p: float | None,
     generator: torch.Generator | None,
+    keep_dtype: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(tokens [N, K], confidences [N, K]) from ``logits`` [N, K, V], as SDAR's and LLaDA 2.x's
     ``sample_with_temperature_topk_topp``: logits / temperature, the ``top_k`` best kept, then the ``top_p``
     nucleus (the token crossing the threshold kept), softmax, one multinomial draw per position (all positions of
     the block, in order); the confidence is the drawn token's probability. Temperature 0: the argmax, its confidence
-    the untempered (filtered) probability."""
+    the untempered (filtered) probability. In float32, or with ``keep_dtype`` in the logits' dtype (SDAR's
+    ``generate.py`` on its model's un-upcast logits: a bfloat16 softmax and draw for a bfloat16 model)."""
     n, k, v = logits.shape
-    z = logits.float().reshape(n * k, v)
+    z = (logits if keep_dtype else logits.float()).reshape(n * k, v)
     if temperature > 0:
         z = z / temperature
     if top_k:
@@ -228,16 +312,39 @@ def propose(
     return token.view(n, k), probs.gather(-1, token).view(n, k)
 
 
-def _commits(conf: torch.Tensor, masked: torch.Tensor, count: int, threshold: float | None) -> torch.Tensor:
-    """[N, K] the masked positions a pass commits: the ``count`` most confident (at most the masked count), or,
-    with a ``threshold``, every masked one above it when there are at least ``count`` of them."""
+def lowest_index_first(conf: torch.Tensor, masked: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """[N, K] each row's ``k`` [N, 1] most confident ``masked`` positions by ``conf`` [N, K], ties to the lower
+    index (a stable ranking in float64: the same choice on every device)."""
     conf = conf.double().masked_fill(~masked, -torch.inf)
-    k = masked.sum(1, keepdim=True).clamp_max(count)  # [N, 1]
     rank = conf.argsort(dim=1, descending=True, stable=True).argsort(dim=1)  # [N, K] 0 = most confident
-    top = (rank < k) & masked
+    return (rank < k) & masked
+
+
+def release_topk(conf: torch.Tensor, masked: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """[N, K] each row's ``k`` [N, 1] most confident ``masked`` positions as SDAR's ``block_diffusion_generate``
+    (JetAstra/SDAR ``generate.py``) and LLaDA 2.0's ``generate`` (``modeling_llada2_moe.py``) choose them:
+    ``torch.topk`` row by row over ``torch.where(mask, conf, -inf)`` in the confidences' own dtype. Among equal
+    confidences ``torch.topk``'s order is unspecified (on this CPU: the last tied position first), so this is the
+    release's choice only where the arithmetic is (same device and kernels)."""
+    scored = torch.where(masked, conf, -torch.inf)  # [N, K] in conf's dtype, as the releases' confidence
+    top = torch.zeros_like(masked)
+    for j in range(scored.shape[0]):  # the releases' loop over rows
+        top[j, torch.topk(scored[j], int(k[j])).indices] = True
+    return top & masked
+
+
+def _commits(
+    conf: torch.Tensor, masked: torch.Tensor, count: int, threshold: float | None, selection: str
+) -> torch.Tensor:
+    """[N, K] the masked positions a pass commits: the ``count`` most confident (at most the masked count; ties by
+    ``selection``: :func:`lowest_index_first` or :func:`release_topk`), or, with a ``threshold``, every masked one
+    above it when there are at least ``count`` of them (compared in float64, or with ``release_topk`` in the
+    confidences' dtype, as the releases' ``confidence > threshold``)."""
+    k = masked.sum(1, keepdim=True).clamp_max(count)  # [N, 1]
+    top = (release_topk if selection == "release_topk" else lowest_index_first)(conf, masked, k)
     if threshold is None:
         return top
-    above = (conf > threshold) & masked
+    above = ((conf if selection == "release_topk" else conf.double()) > threshold) & masked
     return torch.where(above.sum(1, keepdim=True) >= count, above, top)
 
 
@@ -275,6 +382,8 @@ def generate(
     threshold: float = 0.9,
     align: str = "completion",
     kv_cache: bool = True,
+    selection: str = "lowest_index_first",
+    softmax_dtype: str = "float32",
     attention_mask: torch.Tensor | None = None,
     cfg_scale: float = 0.0,
     generator: torch.Generator | None = None,
@@ -285,27 +394,37 @@ def generate(
     [N, P] 0 at pads, None: no pads) block by block, ``steps`` denoising passes per block (see the module
     docstring). ``parallel``: none (a fixed count per pass) or threshold (``threshold``, at least that count).
     ``align``: completion | sequence. ``kv_cache``: the exact cache of finished blocks (False: recompute).
+    ``selection``, ``softmax_dtype``: the tie rule and the proposal's dtype (:class:`Params`).
     ``editing_threshold`` (None: off): LLaDA 2.1's token editing, up to ``max_post_steps`` passes once a block has
     no mask left (the module docstring)."""
     if parallel not in PARALLEL_RULES:
         raise ValueError(f"sampler.parallel = {parallel!r}: the block sampler takes one of {PARALLEL_RULES}")
     if cfg_scale:
         raise ValueError("sampler.cfg_scale: the block sampler has no classifier-free guidance (set 0)")
+    choices = (("selection", selection, SELECTIONS), ("softmax_dtype", softmax_dtype, SOFTMAX_DTYPES))
+    for key, value, allowed in choices:
+        if value not in allowed:
+            raise ValueError(f"sampler.options.block.{key} = {value!r}: choose one of {allowed}")
     if steps < 1 or block_length < 1 or completion_length < 1:
         raise ValueError(
             f"block sampler: steps = {steps}, block_length = {block_length}, completion_length = {completion_length} "
             "must be >= 1"
         )
     n, p = prompt_ids.shape
-    x, reveal = init_canvas(prompt_ids, completion_length, mask_id)  # [N, T], [N, L]
+    x, _ = init_canvas(prompt_ids, completion_length, mask_id)  # [N, T]
     t = x.shape[1]
     dev = x.device
     valid = torch.ones(n, t, dtype=torch.bool, device=dev)
     if attention_mask is not None:
         valid[:, :p] = attention_mask.bool()
+    shift = row_shifts(valid[:, :p], block_length, align)  # [N]
+    x, valid = shift_left(x, shift, mask_id), shift_left(valid, shift, False)  # each row's blocks from its first token
+    first = p - shift  # [N] each row's first completion position
+    is_completion = (torch.arange(t, device=dev)[None] >= first[:, None]) & valid  # [N, T]
+    reveal = torch.full((n, t), -1, dtype=torch.long, device=dev)  # [N, T]
     pos = positions(valid)  # [N, T]
     blocks = block_index(p, t, block_length, align).to(dev)  # [T]
-    spans = block_spans(blocks, p)
+    spans = block_spans(blocks, int(first.min()))
     threshold_or_none = threshold if parallel == "threshold" else None
     cache, nfe, step = None, 0, 0
     start = spans[0][0]
@@ -317,9 +436,9 @@ def generate(
         counts = transfer_counts(hi - lo, steps)
         done = torch.zeros(n, dtype=torch.bool, device=dev)  # editing: the rows whose block is final
         post = torch.zeros(n, dtype=torch.long, device=dev)  # editing: passes over a row's block without masks
-        completion = torch.arange(lo, hi, device=dev) >= p  # [K] the block's completion positions
+        completion = is_completion[:, lo:hi]  # [N, K] the block's completion positions
         for s in itertools.count():
-            masked = x[:, lo:hi] == mask_id  # [N, K]
+            masked = (x[:, lo:hi] == mask_id) & completion  # [N, K]
             if editing_threshold is None:
                 if s >= len(counts) or not bool(masked.any()):
                     break
@@ -335,10 +454,11 @@ def generate(
                 att = block_attention(blocks[:hi], blocks[:hi], valid[:, :hi])  # [N, hi, hi]
                 logits = model.block_forward(x[:, :hi], pos[:, :hi], att, None, False)[0][:, lo:hi]
             nfe += 1
-            logits = logits.float().clone()
+            keep = softmax_dtype == "logits"
+            logits = (logits if keep else logits.float()).clone()
             logits[..., mask_id] = -torch.inf  # never propose the mask token itself
-            proposal, conf = propose(logits, temperature, top_k, top_p, generator)  # [N, K] each
-            commit = _commits(conf, masked, counts[s] if s < len(counts) else 1, threshold_or_none)
+            proposal, conf = propose(logits, temperature, top_k, top_p, generator, keep)  # [N, K] each
+            commit = _commits(conf, masked, counts[s] if s < len(counts) else 1, threshold_or_none, selection)
             change = commit
             if editing_threshold is not None:
                 commit &= ~done[:, None]
@@ -346,11 +466,11 @@ def generate(
                 change = commit | edit
                 done |= ~masked.any(1) & ~edit.any(1)
             x[:, lo:hi] = torch.where(change, proposal, x[:, lo:hi])
-            a = max(lo, p)  # the block's completion positions (align sequence: the prompt's tail comes first)
-            reveal[:, a - p : hi - p][commit[:, a - lo :]] = step
+            reveal[:, lo:hi][commit] = step
             step += 1
         if kv_cache and hi < t:  # the finished block joins the cache
             att = block_attention(blocks[lo:hi], blocks[:hi], valid[:, :hi])
             _, cache = model.block_forward(x[:, lo:hi], pos[:, lo:hi], att, cache, True)
             nfe += 1
-    return SampleOutput(x[:, p:], reveal, nfe)
+    at = first[:, None] + torch.arange(completion_length, device=dev)  # [N, L] each row's completion
+    return SampleOutput(x.gather(1, at), reveal.gather(1, at), nfe)

@@ -2,7 +2,8 @@
 
 * identity: the token log-probs of a view from the one [noised | clean] pass equal, block by block, the model run on
   that block's noisy tokens against its clean earlier context alone (the clean prefix cached, then the block: the
-  sampler's pass), for both alignments and left-padded prompts;
+  sampler's pass), for both alignments and left-padded prompts (under ``sequence`` each row's blocks from its first
+  real token, as the block sampler's);
 * the mask against the released ones: SDAR's ``block_diff_mask`` (JetAstra/SDAR at c2041a8,
   ``training/model/SDAR-8B-Chat/modeling_sdar.py``; [x_t | x_0], blocks from position 0) is ``align: sequence``
   restricted to the noised blocks that hold completion positions, and TraceRL's ``make_basic_block_attention`` with
@@ -19,7 +20,7 @@ from float_error import forward_passes_agree
 
 from ddmrl.likelihood.block import block_diffusion_input, block_token_logps, sequence_logits
 from ddmrl.models.tiny_block import TinyBlockDDMConfig, TinyBlockDDMForMaskedLM
-from ddmrl.samplers.block import block_attention, block_index, block_spans, positions
+from ddmrl.samplers.block import block_attention, block_index, block_spans, positions, row_shifts, shift_left
 
 MASK, V, B = 0, 40, 4
 
@@ -43,24 +44,27 @@ def batch(p: int = 6, length: int = 10, n: int = 3, seed: int = 0):
 
 
 def separately(model, prompt, completion, view, mask, align):
-    """[N, L] each block's log-probs from the clean context before it (cached) and the block's noisy tokens."""
-    p = prompt.shape[1]
-    clean, noisy = torch.cat([prompt, completion], 1), torch.cat([prompt, view], 1)
-    t = clean.shape[1]
+    """[N, L] each block's log-probs from the clean context before it (cached) and the block's noisy tokens, on the
+    block sampler's grid (under ``sequence`` each row's blocks from its first real token: the rows moved left by
+    ``row_shifts``, their completions read back from where they then start)."""
+    p, length = prompt.shape[1], completion.shape[1]
     valid = torch.cat([mask.bool(), torch.ones_like(completion, dtype=torch.bool)], 1)
+    shift = row_shifts(mask.bool(), B, align)
+    clean = shift_left(torch.cat([prompt, completion], 1), shift, 0)
+    noisy = shift_left(torch.cat([prompt, view], 1), shift, 0)
+    valid = shift_left(valid, shift, False)
+    t, first = clean.shape[1], p - shift
     blocks, pos = block_index(p, t, B, align), positions(valid)
-    out = torch.zeros(completion.shape)
-    for lo, hi in block_spans(blocks, p):
+    out = torch.zeros(clean.shape)
+    for lo, hi in block_spans(blocks, int(first.min())):
         cache = None
         if lo:
             att = block_attention(blocks[:lo], blocks[:lo], valid[:, :lo])
             _, cache = model.block_forward(clean[:, :lo], pos[:, :lo], att, None, True)
         att = block_attention(blocks[lo:hi], blocks[:hi], valid[:, :hi])
         logits = model.block_forward(noisy[:, lo:hi], pos[:, lo:hi], att, cache, False)[0]
-        logp = torch.log_softmax(logits.float(), -1).gather(-1, clean[:, lo:hi, None]).squeeze(-1)
-        a = max(lo, p)
-        out[:, a - p : hi - p] = logp[:, a - lo :]
-    return out
+        out[:, lo:hi] = torch.log_softmax(logits.float(), -1).gather(-1, clean[:, lo:hi, None]).squeeze(-1)
+    return out.gather(1, first[:, None] + torch.arange(length))
 
 
 @pytest.mark.parametrize("align", ["completion", "sequence"])

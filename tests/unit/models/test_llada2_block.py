@@ -135,18 +135,18 @@ def test_dares_concatenated_view_equals_each_block_with_its_clean_prefix(model, 
     assert (got != 0).sum() == masked.sum()
 
 
-@pytest.mark.parametrize("block_size", [4, 8])
-def test_block_token_logps_equal_dares_transcription(model, block_size):
+@pytest.mark.parametrize(("block_size", "pads"), [(4, (0, 4, 0)), (8, (0, 0, 0)), (4, (0, 1, 3)), (8, (0, 5, 2))])
+def test_block_token_logps_equal_dares_transcription(model, block_size, pads):
     """ddmrl's block-diffusion view (``ddmrl.likelihood.block.block_token_logps``, ``align: sequence``) through
-    ``LLaDA2BlockModel`` equals DARE's computation at every masked position, rows left-padded by whole blocks
-    (DARE's blocks count from each row's first real token, ddmrl's from the canvas's first position: the same
-    blocks when the pads fill whole blocks) and responses unpadded (DARE drops right pads, ddmrl attends them)."""
+    ``LLaDA2BlockModel`` equals DARE's computation at every masked position, rows left-padded by whole blocks or not
+    (DARE's blocks count from each row's first real token, and so do ddmrl's: the rows moved left by their pad count
+    modulo the block) and responses unpadded (DARE drops right pads, ddmrl attends them)."""
     g = torch.Generator().manual_seed(2)
     prompt_section, response = 8, 12
     ids = torch.randint(8, 100, (3, prompt_section + response), generator=g)
     mask = torch.ones_like(ids)
-    pads = block_size if block_size < prompt_section else 0
-    ids[1, :pads], mask[1, :pads] = EOS, 0
+    for row, n in enumerate(pads):
+        ids[row, :n], mask[row, :n] = EOS, 0
     position_ids = (mask.cumsum(1) - 1).clamp_min(0)
     masked = torch.rand(ids.shape, generator=g) < 0.5
     masked[:, :prompt_section] = False

@@ -485,3 +485,93 @@ def test_training_mode_gives_logits_and_gradients(sdar):
     finally:
         sdar.zero_grad(set_to_none=True)
         sdar.eval()
+
+
+# ------------------------------------------------------------------------------------------------ the releases' quirks
+
+
+@pytest.mark.parametrize("steps", [4, 2])
+def test_all_ties_follow_the_releases_topk_with_release_topk(sdar, steps):
+    """Top-k 1: every proposal's confidence is exactly 1, so which positions a pass of SDAR's static rule commits is
+    only torch.topk's order among ties (on this CPU the last tied position first). ``selection: release_topk`` gives
+    the release's tokens; the default (ties to the lower index) differs from it (measured: 7 of 8 tokens at 4 steps,
+    one prompt)."""
+    p, gen = 8, 8
+    x = prompts(1, p, seed=5)
+    torch.manual_seed(0)
+    ref = block_diffusion_generate(
+        MaskNeverProposed(sdar), {"input_ids": x}, MASK, gen_length=gen, block_length=4, denoising_steps=steps,
+        top_k=1, remasking_strategy="low_confidence_static",
+    )[0, p:]  # fmt: skip
+    kw = dict(mask_id=MASK, block_length=4, steps=steps, temperature=1.0, top_k=1, align="sequence")
+    release = generate(SDARBlockModel(sdar), x, gen, selection="release_topk", **kw).completion_ids[0]
+    stable = generate(SDARBlockModel(sdar), x, gen, **kw).completion_ids[0]
+    assert torch.equal(release, ref)
+    assert int((stable != ref).sum()) > 0, "the all-ties case must separate the two rules"
+
+
+@pytest.fixture(scope="module")
+def sdar_bf16(sdar):
+    import copy
+
+    return copy.deepcopy(sdar).to(torch.bfloat16)
+
+
+def test_bfloat16_softmax_is_sdars_with_softmax_dtype_logits(sdar_bf16):
+    """A bfloat16 SDAR: the release samples from its model's bfloat16 softmax (SDAR does not upcast its logits) with
+    its own KV cache, as ddmrl's cached sampler does. ``softmax_dtype: logits`` with ``selection: release_topk``
+    (ties are common among bfloat16 confidences) gives the release's tokens in all 36 sampled completions here (the
+    4 SAMPLED settings x 9 seeds); ddmrl's float32 softmax (the default) differs in some (measured on a CPU: 3 of
+    these 36, 15 tokens; 6 of 144 completions over 36 seeds per setting, 31 tokens)."""
+    differ = 0
+    for block, steps, strategy, threshold, top_k, top_p, seed0 in SAMPLED:
+        for seed in range(40 * seed0 + 16, 40 * seed0 + 25):
+            x = prompts(1, 8, seed=100 + seed)
+            torch.manual_seed(seed)
+            ref = block_diffusion_generate(
+                MaskNeverProposed(sdar_bf16), {"input_ids": x}, MASK, gen_length=8, block_length=block,
+                denoising_steps=steps, top_k=top_k, top_p=top_p, remasking_strategy=strategy,
+                confidence_threshold=threshold or 0.9,
+            )[0, 8:]  # fmt: skip
+            kw = dict(mask_id=MASK, block_length=block, steps=steps, temperature=1.0, top_k=top_k or None, top_p=top_p,
+                      parallel="none" if threshold is None else "threshold", threshold=threshold or 0.9,
+                      align="sequence")  # fmt: skip
+            release = generate(SDARBlockModel(sdar_bf16), x, 8, softmax_dtype="logits", selection="release_topk",
+                               generator=torch.Generator().manual_seed(seed), **kw)  # fmt: skip
+            assert torch.equal(release.completion_ids[0], ref), (block, steps, strategy, seed)
+            plain = generate(SDARBlockModel(sdar_bf16), x, 8, generator=torch.Generator().manual_seed(seed), **kw)
+            differ += not torch.equal(plain.completion_ids[0], ref)
+    assert differ > 0, "the bfloat16 softmax matters on this model (3 of 36 measured on a CPU)"
+
+
+#: (block_length, padded prompt length, each row's prompt length, gen_length): rows with several pad counts modulo
+#: the block, and (7, 3, 7) + 9: every row padded and filling whole blocks
+PADDED = [(4, 8, (8, 5, 6), 8), (4, 8, (7, 3, 7), 9), (2, 8, (8, 5, 6, 7), 8)]
+
+
+@pytest.mark.parametrize(("block", "p", "lengths", "gen"), PADDED)
+def test_padded_rows_take_sdars_grid_from_their_first_token(sdar, monkeypatch, block, p, lengths, gen):
+    """``align: sequence`` on a left-padded batch: SDAR's ``block_diffusion_generate`` takes one prompt and counts
+    blocks from its first token, so each row's blocks count from its first real token (the row moved left by its pad
+    count modulo the block). Greedy, static rule, one token per pass: each row equals the release on its prompt
+    alone, every token where prompt + completion fill whole blocks, and the tokens before the last (partial) block
+    elsewhere (the release rounds the canvas up and denoises extra masks there: docs/families.md). Blocks counted
+    from the padded canvas's start (ddmrl before) differed from the release (measured: the 5-token row beside the
+    8-token one in 3 of its 7 tokens before the partial last block with blocks of 4)."""
+    x = prompts(len(lengths), p, seed=11)
+    pads = torch.tensor([p - n for n in lengths])
+    mask = (torch.arange(p)[None] >= pads[:, None]).long()
+    x = x.masked_fill(mask == 0, EOS)
+    out = generate(
+        SDARBlockModel(sdar), x, gen, mask_id=MASK, block_length=block, steps=block, temperature=0.0,
+        align="sequence", attention_mask=mask,
+    )  # fmt: skip
+    monkeypatch.setattr(torch, "multinomial", lambda probs, num_samples: probs.argmax(-1, keepdim=True))
+    for row, n in enumerate(lengths):
+        whole = (n + gen) // block * block - n  # the completion tokens before a partial last block
+        extra = -(n + gen) % block  # the masks the release adds to fill the last block
+        ref = block_diffusion_generate(
+            MaskNeverProposed(sdar), {"input_ids": x[row : row + 1, p - n :]}, MASK, gen_length=gen + extra,
+            block_length=block, denoising_steps=block, remasking_strategy="low_confidence_static",
+        )[0, n : n + gen]  # fmt: skip
+        assert torch.equal(out.completion_ids[row, :whole], ref[:whole]), (row, out.completion_ids[row], ref)

@@ -30,7 +30,9 @@ from ddmrl.samplers.block import (
     block_attention,
     block_index,
     generate,
+    lowest_index_first,
     positions,
+    release_topk,
     transfer_counts,
 )
 
@@ -384,3 +386,43 @@ def test_equals_sdar_with_two_tokens_per_pass(model, strategy):
                    parallel="threshold" if strategy.endswith("dynamic") else "none", threshold=0.5,
                    generator=torch.Generator().manual_seed(2))  # fmt: skip
     assert torch.equal(out.completion_ids, ref[:, 8:])
+
+
+# ------------------------------------------------------------------------------------------------ the sampler's keys
+
+
+def test_the_block_keys_reach_generate_and_bad_values_are_refused(model):
+    """``sampler.options.block`` (kv_cache, selection, softmax_dtype) by the module's ``Params``: the rollout's
+    keywords carry them; kv_cache false recomputes (no prefill, no appends: fewer calls, the same tokens here in
+    float32); a bad value is one line naming the key."""
+    from ddmrl.config import SamplerConfig
+    from ddmrl.errors import ConfigError
+    from ddmrl.rollout import sampler_kwargs
+
+    default = sampler_kwargs(SamplerConfig(name="block", block_length=4, steps=8), 12)
+    assert {k: default[k] for k in ("kv_cache", "selection", "softmax_dtype")} == {
+        "kv_cache": True, "selection": "lowest_index_first", "softmax_dtype": "float32"}  # fmt: skip
+    options = {"block": {"kv_cache": False, "selection": "release_topk", "softmax_dtype": "logits"}}
+    kw = sampler_kwargs(SamplerConfig(name="block", block_length=4, steps=8, options=options), 12)
+    assert (kw["kv_cache"], kw["selection"], kw["softmax_dtype"]) == (False, "release_topk", "logits")
+    x = prompts()
+    cached, plain = (generate(model, x, 12, mask_id=MASK, **k) for k in (default, kw))
+    assert torch.equal(cached.completion_ids, plain.completion_ids) and plain.nfe < cached.nfe
+    with pytest.raises(ConfigError, match=r"options\.block\.selection = 'topk'"):
+        SamplerConfig(name="block", options={"block": {"selection": "topk"}})
+    with pytest.raises(ValueError, match=r"sampler.options.block.softmax_dtype = 'float16'"):
+        generate(model, x, 4, mask_id=MASK, block_length=4, steps=1, softmax_dtype="float16")
+
+
+def test_release_topk_is_torch_topk_row_by_row():
+    """The releases' selection on all-equal confidences: torch.topk's own order (here checked against it, whatever
+    the device's), only masked positions, at most the masked count; the default takes the lowest indices."""
+    conf = torch.ones(2, 8)
+    masked = torch.ones(2, 8, dtype=torch.bool)
+    masked[1, :5] = False
+    k = torch.tensor([[3], [3]])
+    got = release_topk(conf, masked, k)
+    assert got[0].nonzero().flatten().tolist() == sorted(torch.topk(conf[0], 3).indices.tolist())
+    scored = torch.where(masked[1], conf[1], -torch.inf)
+    assert got[1].nonzero().flatten().tolist() == sorted(torch.topk(scored, 3).indices.tolist()) == [5, 6, 7]
+    assert lowest_index_first(conf, masked, k)[0].nonzero().flatten().tolist() == [0, 1, 2]

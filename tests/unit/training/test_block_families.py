@@ -87,3 +87,22 @@ def test_justgrpo_runs_left_to_right_on_the_family(setup):
     without flash_attn through ``ddmrl.models.sdar._single_position``)."""
     unchanged = run(setup, "justgrpo", SamplerConfig(name="block", block_length=1, temperature=1.0))
     assert expected_still(setup[0], unchanged), sorted(unchanged)
+
+
+@pytest.mark.parametrize("kv_cache", [True, False])
+def test_the_kv_cache_key_reaches_the_familys_sampler(family, monkeypatch, kv_cache):
+    """``sampler.options.block.kv_cache`` through a rollout on the loaded family: true (the default) prefills and
+    appends to a cache; false calls the model with no cache at all (LLaDA 2.x's generate, the exact mode in
+    bfloat16: tests/unit/samplers/test_llada2_sampler.py)."""
+    from ddmrl.rollout import rollout
+
+    _, model, tok = family
+    calls = []
+    forward = model.block_forward
+    monkeypatch.setattr(model, "block_forward", lambda *a: calls.append(a) or forward(*a))  # the sampler's calls
+    task = make_task("sudoku4")
+    monkeypatch.setattr(task, "prompt_length", 32)
+    sampler = SamplerConfig(name="block", block_length=4, steps=4, options={"block": {"kv_cache": kv_cache}})
+    rollout(model, tok, task, task.generate(1, seed=0), 2, sampler, torch.Generator().manual_seed(0))
+    cached = [cache is not None or store for *_, cache, store in calls]  # (ids, positions, attention, cache, store)
+    assert calls and any(cached) == kv_cache

@@ -107,10 +107,12 @@ def test_credit_diagnostic_reads_views_through_the_block_input(setup, monkeypatc
 
 
 def test_rollout_keywords_split_the_budget_over_the_blocks():
-    """``steps`` in params.yaml is over the completion (0: L / 2); the block sampler's are per block."""
+    """``steps`` in params.yaml is over the completion (0: L / 2); the block sampler's are per block; its own keys
+    (``sampler.options.block``) follow with their defaults."""
     kw = sampler_kwargs(SamplerConfig(name="block", block_length=4, parallel="threshold", threshold=0.8), 20)
     assert kw == {"steps": 2, "temperature": 0.0, "cfg_scale": 0.0, "block_length": 4, "parallel": "threshold",
-                  "threshold": 0.8}  # fmt: skip
+                  "threshold": 0.8, "kv_cache": True, "selection": "lowest_index_first",
+                  "softmax_dtype": "float32"}  # fmt: skip
     assert sampler_kwargs(SamplerConfig(name="block", block_length=4, steps=3), 20)["steps"] == 1
 
 
