@@ -48,8 +48,8 @@ from common import flops, interleaved, machine_info, matmul_peak  # noqa: E402
 
 from ddmrl import config  # noqa: E402
 from ddmrl.config import GRPOConfig, SamplerConfig  # noqa: E402
-from ddmrl.config.schema import STATE_VIEWS  # noqa: E402
 from ddmrl.likelihood import token_logps  # noqa: E402
+from ddmrl.masking import view_sampler  # noqa: E402
 from ddmrl.methods import METHODS  # noqa: E402
 from ddmrl.models.checkpoint import load_checkpoint  # noqa: E402
 from ddmrl.models.tiny import new_tiny_model  # noqa: E402
@@ -184,7 +184,9 @@ def grpo_config(cfg: config.Config, method: str, num_prompts: int, g: int, mu: i
     own = METHODS[method].params()
     if own.sampler != GRPOConfig().sampler:  # a method with its own sampler (JustGRPO: left to right) keeps it
         shared.pop("sampler", None)
-    if own.remasking in (*STATE_VIEWS, "tree"):  # the sampler's stored or resumed states: the plain sampler
+    if (
+        view_sampler(own.remasking).states or own.remasking == "tree"
+    ):  # the sampler's stored or resumed states: the plain sampler
         shared["sampler"] = {**shared.get("sampler", {}), "kv_cache": "none", "parallel": "none"}
     if method in cfg.methods:
         base = cfg.methods[method]

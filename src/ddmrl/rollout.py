@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 
 from ddmrl.config import SamplerConfig
-from ddmrl.config.schema import sampler_params
+from ddmrl.config.sampler import sampler_params
 from ddmrl.samplers import SAMPLERS
 from ddmrl.samplers.schedules import ass_steps
 from ddmrl.samplers.trajectory import Trajectory

@@ -16,7 +16,7 @@ import pytest
 
 from ddmrl import config
 from ddmrl.augmenters import AUGMENTERS
-from ddmrl.config.schema import named_reward_models
+from ddmrl.config.tasks import named_reward_models
 from ddmrl.methods import METHODS
 from ddmrl.objectives import OBJECTIVES
 from ddmrl.pipeline import dag

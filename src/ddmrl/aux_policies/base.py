@@ -30,7 +30,7 @@ from ddmrl.aux_policies import AUX_POLICIES
 from ddmrl.models.checkpoint import AUX_DIR
 
 if TYPE_CHECKING:
-    from ddmrl.config.schema import AuxPolicyConfig
+    from ddmrl.config.grpo import AuxPolicyConfig
 
 
 class AuxTrace(NamedTuple):

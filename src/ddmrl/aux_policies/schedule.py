@@ -34,7 +34,7 @@ from torch import nn
 from ddmrl.aux_policies.base import AuxPolicy, AuxTrace
 
 if TYPE_CHECKING:
-    from ddmrl.config.schema import AuxPolicyConfig
+    from ddmrl.config.grpo import AuxPolicyConfig
 
 ACTIONS = ("ratio", "temperature", "cfg")
 OBS = 4  # (r, masked fraction, previous confidence, a later step follows)

@@ -40,7 +40,7 @@ from ddmrl.aux_policies.base import AuxPolicy, AuxTrace
 from ddmrl.models.tiny import rotary_angles, rotate
 
 if TYPE_CHECKING:
-    from ddmrl.config.schema import AuxPolicyConfig
+    from ddmrl.config.grpo import AuxPolicyConfig
 
 
 def bernoulli_logp(logits: torch.Tensor, unmask: torch.Tensor, select: torch.Tensor, fallback: bool) -> torch.Tensor:

@@ -15,7 +15,9 @@ the method's defaults, then the ``grpo:`` keys except what the method fixes (SPG
 keys, which may not contradict what the method fixes. Every resolved run is a flat :class:`GRPOConfig` that holds
 every knob of every method, so library code reads ``cfg.gamma`` or ``cfg.shrink`` on any run.
 
-The schema (``ddmrl.config.schema``) is a leaf: it imports only the standard library, yaml, pydantic,
+The schema (``ddmrl.config``'s modules, one per section, in verl's manner: ``names`` (the registered names and
+shared types), ``model``, ``scale``, ``download``, ``sampler``, ``evaluate``, ``grpo``, ``tasks``, ``mar`` and
+``root`` (the whole file)) is a leaf: it imports only the standard library, yaml, pydantic,
 ``ddmrl.errors`` and the registries of methods, tasks, reward models, model families and samplers (which import none
 of their members); validating a method section imports its method's module, validating a task's name or parameters
 its task's module (``task_params.<name>`` is validated by the task's ``Params``), neither of which imports torch; an
@@ -25,39 +27,25 @@ follow TRL's ``GRPOConfig`` where the concept matches.
 """
 
 from ddmrl.config._base import deep_merge, refuse, section
+from ddmrl.config.download import DownloadConfig, SFTConfig, TrainConfig
+from ddmrl.config.evaluate import EvaluateConfig, PassAtKConfig
+from ddmrl.config.grpo import GRPOConfig, GRPOSection
 from ddmrl.config.loader import load, method_config, profile_path, read_params
-from ddmrl.config.schema import (
-    DEFAULT_PROFILE,
-    DEFAULT_TRACKERS,
+from ddmrl.config.mar import (
     MAR_TASK,
-    TRACKERS,
-    TRAIN_LOSSES,
-    Config,
-    DownloadConfig,
-    EvaluateConfig,
-    GRPOConfig,
-    GRPOSection,
-    HubItem,
-    ImageConfig,
-    LaunchConfig,
-    LoraConfig,
     MarConfig,
     MarEvaluateConfig,
     MarModelConfig,
     MarPretrainConfig,
     MarRunConfig,
     MarSamplerConfig,
-    ModelConfig,
-    ModelSpec,
-    PassAtKConfig,
-    RolloutConfig,
-    SamplerConfig,
-    SFTConfig,
-    TrainConfig,
-    is_commit,
     mar_run_name,
-    run_name,
 )
+from ddmrl.config.model import HubItem, ModelConfig, ModelSpec
+from ddmrl.config.names import DEFAULT_PROFILE, DEFAULT_TRACKERS, TRACKERS, TRAIN_LOSSES, is_commit, run_name
+from ddmrl.config.root import Config, ImageConfig
+from ddmrl.config.sampler import RolloutConfig, SamplerConfig
+from ddmrl.config.scale import LaunchConfig, LoraConfig
 from ddmrl.errors import ConfigError
 
 __all__ = [

@@ -18,7 +18,9 @@ from typing import Any
 import yaml
 
 from ddmrl.config._base import bounds, choices, field_type, fields_of, is_section, strip, union_members
-from ddmrl.config.schema import Config, GRPOConfig, TaskParams, tasks_of
+from ddmrl.config.grpo import GRPOConfig
+from ddmrl.config.root import Config
+from ddmrl.config.tasks import TaskParams, tasks_of
 from ddmrl.methods import METHODS
 from ddmrl.tasks import TASKS
 
@@ -26,10 +28,10 @@ OUT = Path("docs/params.md")
 
 HEADER = """# Parameter reference
 
-Every key of `params.yaml` (and of the `profiles/*.yaml` overlays), generated from the schema in
-`src/ddmrl/config/schema.py` by `python -m ddmrl.config.docs`; do not edit by hand (a test fails when this file is
-stale). `ddmrl.config.load` validates the file before any stage runs and refuses an unknown key or a bad value with
-one line naming it. *Default* is the value a key takes when the file leaves it out; a section given in part keeps
+Every key of `params.yaml` (and of the `profiles/*.yaml` overlays), generated from the schema in `src/ddmrl/config/`
+(a module per section) by `python -m ddmrl.config.docs`; do not edit by hand (a test fails when this file is stale).
+`ddmrl.config.load` validates the file before any stage runs and refuses an unknown key or a bad value with one line
+naming it. *Default* is the value a key takes when the file leaves it out; a section given in part keeps
 the defaults of the keys it leaves out.
 
 Method sections: `grpo.methods` names sections of `methods:`; a section's `method` defaults to its name (so
@@ -171,7 +173,7 @@ def _methods() -> str:
 def _type(tp: Any, info: Any = None) -> str:
     """A type as users read it: ``integer (>= 1)``, ``one of `a`, `b```, ``list of string``, a link to a section."""
     named = [v.func.choices() for v in strip(tp)[1] if hasattr(getattr(v, "func", None), "choices")]
-    if named:  # a registry member's name (ddmrl.config.schema.TaskNamed, RewardName)
+    if named:  # a registry member's name (ddmrl.config.tasks.TaskNamed, RewardName)
         optional = type(None) in typing.get_args(tp)
         return "one of " + ", ".join(_value(c) for c in named[0]) + (" or null" if optional else "")
     while typing.get_origin(tp) is typing.Annotated:

@@ -12,7 +12,9 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from ddmrl.config._base import deep_merge, describe, fields_of
-from ddmrl.config.schema import DEFAULT_PROFILE, Config, GRPOConfig, GRPOSection
+from ddmrl.config.grpo import GRPOConfig, GRPOSection
+from ddmrl.config.names import DEFAULT_PROFILE
+from ddmrl.config.root import Config
 from ddmrl.errors import ConfigError
 from ddmrl.methods import METHODS
 

@@ -33,7 +33,7 @@ class Method:
             rollout batch's rewards and structure (d-TreeRPO's per-edge advantages of a tree), or "" (none).
         augmenter: key in ``ddmrl.augmenters.AUGMENTERS``: edits the scored groups before the advantages (IGPO's
             inpainting of all-wrong groups), or "" (none).
-        switches: the reproduction switches of ``GRPOConfig`` it accepts (``ddmrl.config.schema.SWITCHES``: its
+        switches: the reproduction switches of ``GRPOConfig`` it accepts (``ddmrl.config.names.SWITCHES``: its
             release's quirks, e.g. ``loss_after_eos``); the others refuse them.
     """
 

@@ -27,7 +27,8 @@ from typing import Any, Literal
 from pydantic import Field
 
 from ddmrl.config._base import Float, Int, Str, refuse, section
-from ddmrl.config.schema import GRPOConfig, ViewSampler
+from ddmrl.config.grpo import GRPOConfig
+from ddmrl.config.names import ViewSampler
 from ddmrl.methods.base import Method
 
 

@@ -4,7 +4,8 @@ definition fixes, its checks) and its training components (``METHOD``), register
 from __future__ import annotations
 
 from ddmrl.config._base import Str, section
-from ddmrl.config.schema import GRPOConfig, ViewSampler
+from ddmrl.config.grpo import GRPOConfig
+from ddmrl.config.names import ViewSampler
 from ddmrl.methods.base import Method
 
 

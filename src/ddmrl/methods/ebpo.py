@@ -23,7 +23,7 @@ from typing import Literal
 from pydantic import Field
 
 from ddmrl.config._base import Int, Str, refuse, section
-from ddmrl.config.schema import GRPOConfig
+from ddmrl.config.grpo import GRPOConfig
 from ddmrl.methods.base import Method
 
 

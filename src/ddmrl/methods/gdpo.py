@@ -8,7 +8,8 @@ from typing import Literal
 from pydantic import Field
 
 from ddmrl.config._base import Int, Str, section
-from ddmrl.config.schema import GRPOConfig, ViewSampler
+from ddmrl.config.grpo import GRPOConfig
+from ddmrl.config.names import ViewSampler
 from ddmrl.methods.base import Method
 
 

@@ -8,7 +8,8 @@ from typing import Literal
 from pydantic import Field
 
 from ddmrl.config._base import Bool, Str, refuse, section
-from ddmrl.config.schema import GRPOConfig, SamplerConfig
+from ddmrl.config.grpo import GRPOConfig
+from ddmrl.config.sampler import SamplerConfig
 from ddmrl.methods.base import Method
 
 

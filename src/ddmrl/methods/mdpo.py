@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from ddmrl.config._base import Bool, Str, section
-from ddmrl.config.schema import GRPOConfig
+from ddmrl.config.grpo import GRPOConfig
 from ddmrl.methods.base import Method
 
 

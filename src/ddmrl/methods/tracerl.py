@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Literal
 
 from ddmrl.config._base import Str, section
-from ddmrl.config.schema import GRPOConfig, ViewSampler
+from ddmrl.config.grpo import GRPOConfig
+from ddmrl.config.names import ViewSampler
 from ddmrl.methods.base import Method
 
 

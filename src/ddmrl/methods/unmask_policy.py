@@ -8,7 +8,9 @@ from typing import Literal
 from pydantic import Field
 
 from ddmrl.config._base import Str, refuse, section
-from ddmrl.config.schema import AuxPolicyConfig, GRPOConfig, SamplerConfig, ViewSampler
+from ddmrl.config.grpo import AuxPolicyConfig, GRPOConfig
+from ddmrl.config.names import ViewSampler
+from ddmrl.config.sampler import SamplerConfig
 from ddmrl.methods.base import Method
 
 

@@ -27,7 +27,7 @@ from typing import Any
 from ddmrl.augmenters import AUGMENTERS
 from ddmrl.aux_policies import AUX_POLICIES
 from ddmrl.config import DEFAULT_PROFILE, MAR_TASK, Config, LaunchConfig, mar_run_name, run_name
-from ddmrl.config.schema import named_reward_models
+from ddmrl.config.tasks import named_reward_models
 from ddmrl.masking import VIEWS, view_sampler
 from ddmrl.methods import METHODS
 from ddmrl.models import FAMILIES

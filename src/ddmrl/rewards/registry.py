@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddmrl.config import ConfigError
-from ddmrl.config.schema import is_reward_model, reward_models
+from ddmrl.config.tasks import is_reward_model, reward_models
 from ddmrl.rewards import REWARD_MODELS
 from ddmrl.rewards.combine import WeightedSum
 from ddmrl.rewards.interface import ImageRewardModel

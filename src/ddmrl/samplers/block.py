@@ -94,7 +94,7 @@ from ddmrl.config._base import Bool, Section, section
 from ddmrl.samplers.base import SampleOutput, init_canvas
 
 if TYPE_CHECKING:
-    from ddmrl.config.schema import SamplerConfig
+    from ddmrl.config.sampler import SamplerConfig
 
 ALIGNS = ("completion", "sequence")
 PARALLEL_RULES = ("none", "threshold")

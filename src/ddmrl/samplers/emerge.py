@@ -29,7 +29,7 @@ from ddmrl.samplers.base import SampleOutput, guided_logits, init_canvas
 from ddmrl.samplers.maskgit import allowed_vocab, mask_schedule, sample_tokens, uniform
 
 if TYPE_CHECKING:
-    from ddmrl.config.schema import SamplerConfig
+    from ddmrl.config.sampler import SamplerConfig
 
 
 def reveal_probability(schedule: str, step: int, steps: int) -> float:

@@ -73,7 +73,7 @@ PARALLEL_FLOORS = ("schedule", "one")
 
 if TYPE_CHECKING:
     from ddmrl.aux_policies.base import AuxPolicy
-    from ddmrl.config.schema import SamplerConfig
+    from ddmrl.config.sampler import SamplerConfig
 
 
 def transfer_schedule(num_masked: torch.Tensor, steps: int) -> torch.Tensor:

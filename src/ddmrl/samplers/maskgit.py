@@ -34,7 +34,7 @@ from ddmrl.samplers.parallel import PARALLEL_RULES, parallel_commits
 
 if TYPE_CHECKING:
     from ddmrl.aux_policies.schedule import SchedulePolicy
-    from ddmrl.config.schema import SamplerConfig
+    from ddmrl.config.sampler import SamplerConfig
 
 SCHEDULES = ("cosine", "linear")
 

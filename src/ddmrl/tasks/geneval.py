@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import Field, model_validator
 
 from ddmrl.config._base import Float, Int, Section, Str, section
-from ddmrl.config.schema import RewardEntry, check_reward_entries
+from ddmrl.config.tasks import RewardEntry, check_reward_entries
 from ddmrl.io import DataError, read_jsonl
 from ddmrl.rewards.geneval_bridge import GenEvalEnv, run_geneval, write_geneval_layout
 from ddmrl.rewards.registry import reward_from_params

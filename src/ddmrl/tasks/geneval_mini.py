@@ -45,7 +45,7 @@ from PIL import Image, UnidentifiedImageError
 from pydantic import Field, model_validator
 
 from ddmrl.config._base import Bool, Int, Section, Str, section
-from ddmrl.config.schema import RewardEntry, check_reward_entries
+from ddmrl.config.tasks import RewardEntry, check_reward_entries
 from ddmrl.io import DataError, atomic_path
 from ddmrl.rewards.registry import reward_from_params
 from ddmrl.tasks.base import Example, Task

@@ -19,7 +19,7 @@ from PIL import Image
 from pydantic import Field, model_validator
 
 from ddmrl.config._base import Int, Section, Str, section
-from ddmrl.config.schema import RewardEntry, check_reward_entries
+from ddmrl.config.tasks import RewardEntry, check_reward_entries
 from ddmrl.io import read_jsonl
 from ddmrl.rewards.local_models import HPSv3Score
 from ddmrl.rewards.registry import reward_from_params

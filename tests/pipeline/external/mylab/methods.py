@@ -6,7 +6,7 @@ and a rollout augmenter of its own (``mylab.augmenters``). A ``methods:`` sectio
 from __future__ import annotations
 
 from ddmrl.config import GRPOConfig, section
-from ddmrl.config.schema import Advantages, ViewSampler
+from ddmrl.config.names import Advantages, ViewSampler
 from ddmrl.methods.base import Method
 
 
