@@ -30,7 +30,6 @@ OBJECTIVES = Registry(
         "vrpo": "ddmrl.objectives.vrpo:vrpo",
         "espo_clip": "ddmrl.objectives.espo:espo_clip",
         "ebpo_clip": "ddmrl.objectives.ebpo:ebpo_clip",
-        "bgpo": "ddmrl.objectives.bgpo:bgpo",  # BGPO
         "tree_clip": "ddmrl.objectives.tree_clip:tree_clip",
     },
     group="ddmrl.objectives",
@@ -50,7 +49,6 @@ WEIGHTINGS = Registry(
         "vrpo_elbo": f"{_WEIGHTS}:vrpo_elbo_weights",
         "espo_elbo": f"{_WEIGHTS}:espo_elbo_weights",
         "ebpo_elbo": f"{_WEIGHTS}:ebpo_elbo_weights",
-        "bgpo_elbo": f"{_WEIGHTS}:bgpo_elbo_weights",  # BGPO
     },
     group="ddmrl.weightings",
     noun="weighting",

@@ -14,7 +14,6 @@
                    of the step's views: ESPO's sequence ELBO, the mean of the step's one-view estimates (``espo``)
   ebpo_elbo        omega_v(k) = delta_v(k) / t_v, t_v = c_b / l_b the masked share of the view's block: EBPO's block
                    ELBO terms (their mean over the step's views_per_step timesteps is the objective's, ``ebpo_clip``)
-  bgpo_elbo        omega_j(k) = delta_j(k) / (t_j L): BGPO's one-sample ELBO of view j over the completion length
   hint_entropy     d1's completion_mean, then (after the old pass, :func:`hint_entropy_filter`) only the top tau
                    highest-entropy hint positions of each view keep their weight (IGPO)
 
@@ -147,14 +146,6 @@ def ebpo_elbo_weights(views: Views, completion_mask: torch.Tensor, _mode: str):
     1 / p_mask, p_mask = c_b / l_b its block's masked share; summed over a Monte Carlo sample's block views this is
     sum_b of the block ELBOs (``ebpo_clip`` averages the views_per_step samples)."""
     return _targets(views, completion_mask) / views.t.clamp_min(1e-8)[..., None], None
-
-
-def bgpo_elbo_weights(views: Views, completion_mask: torch.Tensor, _mode: str):
-    """BGPO (Lin et al. 2025): omega_j(k) = delta_j(k) / (t_j L), t_j = x_j / T the view's masked fraction of the T
-    valid tokens and L the completion length, so that sum_k omega_j(k) log p_j(k) is the view's one-sample ELBO
-    (T / x_j) sum_{masked} log p divided by L (the release's ``loss_per_sample / response_length``)."""
-    targets = _targets(views, completion_mask)  # [V, N, L]
-    return targets / (views.t.clamp_min(1e-8)[..., None] * targets.shape[-1]), None
 
 
 def hint_entropy_filter(

@@ -50,10 +50,10 @@ from ddmrl.config import ConfigError, GRPOConfig, method_config
 from ddmrl.likelihood import token_logps
 from ddmrl.masking.views import Views, apply_view, build_views, stratified_counts
 from ddmrl.methods import METHODS
+from ddmrl.methods.bgpo.objective import bound_ratio, view_elbo_change
 from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.objectives import OBJECTIVES
 from ddmrl.objectives.base import ObjectiveInputs
-from ddmrl.objectives.bgpo import bound_ratio, view_elbo_change
 from ddmrl.objectives.weights import token_weights
 from ddmrl.tasks import make_task
 from ddmrl.training.grpo import train_grpo
@@ -170,7 +170,7 @@ def random_inputs(seed: int, v: int = 4, n: int = 6, length: int = 7, scale: flo
     targets[:, :, 0] = True
     t = targets.sum(-1) / completion_mask.sum(-1)[None]
     views = Views(targets, torch.zeros(v, n, 2, dtype=torch.bool), t.float(), 0)
-    weights, _ = token_weights("bgpo_elbo", views, completion_mask)
+    weights, _ = token_weights(METHOD.weighting, views, completion_mask)
     old = -torch.rand(v, n, length, generator=g) * 2
     logps = (old + scale * torch.randn(v, n, length, generator=g)).requires_grad_()
     advantages = torch.tensor([1.0, -0.5, 0.8, -1.2, 0.0, 2.0])[:n]
@@ -304,7 +304,7 @@ def both_sides(models, prompt, completion, completion_mask, advantages, views, m
     loss_rel = released_update(policy, old_rel, seq, masks, p_mask, advantages, completion_mask, cfg.epsilon)
     release = Computed(torch.tensor(loss_rel, dtype=torch.float64), tuple(p.grad for p in policy.parameters()))
 
-    weights, _ = token_weights("bgpo_elbo", views, completion_mask)
+    weights, _ = token_weights(METHOD.weighting, views, completion_mask)
     inputs = [apply_view(prompt, completion, views, v, mask_id) for v in range(m)]
     with torch.no_grad():
         old = torch.stack([token_logps(old_model, x, completion) for x in inputs])

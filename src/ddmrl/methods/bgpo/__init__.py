@@ -12,8 +12,9 @@ needs all m views' graphs at once. BGPO maximises instead the lower bound
                                    r_j = exp(l_j - l_j_old)     if A <= 0    (Jensen: e^{mean x} <= mean e^x)
 
 (each r_j PPO-clipped), linear in the views: each view's gradient is taken and freed on its own and accumulated,
-so memory does not grow with m; on policy it equals the ELBO objective in value and gradient. Objective
-``ddmrl.objectives.bgpo``, views ``stratified``, weights ``bgpo_elbo``.
+so memory does not grow with m; on policy it equals the ELBO objective in value and gradient. Views ``stratified``;
+its weighting and objective are its own (``ddmrl.methods.bgpo.objective``), named by where they live: BGPO is this
+package and its line in ``METHODS``.
 
 Release recipe (DARE ``recipe/llada/run_bgpo_llada_8b_instruct.sh``): LLaDA-8B-Instruct, lr 5e-7, weight decay 0.01,
 G 8, 16 prompts per step, one optimiser step per rollout batch, mc_num = n_l = 16 views, epsilon 0.2, dual clip 3,
@@ -69,8 +70,8 @@ METHOD = BGPO(
     name="bgpo",
     params=Params,
     display="BGPO",
-    weighting="bgpo_elbo",
-    objective="bgpo",
+    weighting="ddmrl.methods.bgpo.objective:bgpo_elbo_weights",
+    objective="ddmrl.methods.bgpo.objective:bgpo",
     paper="Lin et al. 2025, Boundary-Guided Policy Optimization for Memory-efficient RL of Diffusion Large Language "
     "Models (BGPO; ACL 2026, arXiv 2510.11683)",
     switches=("dual_clip",),

@@ -1,8 +1,8 @@
-"""BGPO's objective (Lin et al. 2025, Boundary-Guided Policy Optimization, arXiv 2510.11683): a lower bound of the
-ELBO-based GRPO objective that is linear in the Monte Carlo samples (the views), so each view's gradient can be
-taken and its graph freed on its own (``Method.separable_views``; ``ddmrl.training.grpo.update``).
+"""BGPO's weighting and objective (Lin et al. 2025, Boundary-Guided Policy Optimization, arXiv 2510.11683): a lower
+bound of the ELBO-based GRPO objective that is linear in the Monte Carlo samples (the views), so each view's gradient
+can be taken and its graph freed on its own (``Method.separable_views``; ``ddmrl.training.grpo.update``).
 
-With view j's one-sample ELBO l_j = sum_k omega_j(k) log p_j(k) (weighting ``bgpo_elbo``) and the ELBO the mean
+With view j's one-sample ELBO l_j = sum_k omega_j(k) log p_j(k) (:func:`bgpo_elbo_weights`) and the ELBO the mean
 over the m views, the sequence ratio exp(ELBO_theta - ELBO_old) = exp(mean_j Delta_j), Delta_j = l_j - l_j_old, is
 bounded per view by the sign of the advantage:
 
@@ -24,10 +24,19 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ddmrl.masking.views import Views
 from ddmrl.objectives.base import ObjectiveInputs, ObjectiveOutput
 
 if TYPE_CHECKING:
     from ddmrl.config import GRPOConfig
+
+
+def bgpo_elbo_weights(views: Views, completion_mask: torch.Tensor, _mode: str):
+    """BGPO (Lin et al. 2025): omega_j(k) = delta_j(k) / (t_j L), t_j = x_j / T the view's masked fraction of the T
+    valid tokens and L the completion length, so that sum_k omega_j(k) log p_j(k) is the view's one-sample ELBO
+    (T / x_j) sum_{masked} log p divided by L (the release's ``loss_per_sample / response_length``)."""
+    targets = (views.target_masks & completion_mask[None]).float()  # [V, N, L]
+    return targets / (views.t.clamp_min(1e-8)[..., None] * targets.shape[-1]), None
 
 
 def view_elbo_change(logps: torch.Tensor, old: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
