@@ -24,6 +24,7 @@ VIEWS = Registry(
         "espo": "ddmrl.masking.views:espo_views",
         "ebpo_blocks": "ddmrl.masking.views:ebpo_views",
         "tree": "ddmrl.masking.views:tree_views",
+        "dipo": "ddmrl.masking.views:dipo_views",  # DiPO
     },
     group="ddmrl.views",
 )

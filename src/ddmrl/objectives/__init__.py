@@ -18,6 +18,7 @@ OBJECTIVES = Registry(
         "ebpo_clip": "ddmrl.objectives.ebpo:ebpo_clip",
         "bgpo": "ddmrl.objectives.bgpo:bgpo",  # BGPO
         "tree_clip": "ddmrl.objectives.tree_clip:tree_clip",
+        "dipo": "ddmrl.objectives.dipo:dipo",  # DiPO
     }
 )
 

@@ -32,9 +32,18 @@ def group_advantages(
     return ADVANTAGES[scale_rewards](r, std, eps).flatten(), std.squeeze(1) < 1e-6
 
 
+def population_zscore(r: torch.Tensor, _std: torch.Tensor, _eps: float) -> torch.Tensor:
+    """DiRL's ``z_score_normalize`` (DiPO's release): (r - mean) / std with the population std (ddof 0) and no
+    epsilon, 0 for a group of equal rewards. [B, G] -> [B, G]."""
+    centred = r - r.mean(1, keepdim=True)
+    sd = r.std(1, correction=0, keepdim=True)
+    return torch.where(sd > 0, centred / sd.where(sd > 0, 1.0), 0.0)
+
+
 ADVANTAGES = {
     "group": lambda r, std, eps: (r - r.mean(1, keepdim=True)) / (std + eps),  # GRPO z-score
     "none": lambda r, std, eps: r - r.mean(1, keepdim=True),  # mean-only (d1's code, GDPO, wd1)
+    "population": population_zscore,  # DiPO's release: population std, no epsilon
 }
 
 
