@@ -31,12 +31,22 @@ from typing import NamedTuple
 
 import pytest
 import torch
-from float_error import Computed, Condition, InFloat64, computed, condition, loss_and_gradient_agree
+from float_error import (
+    Computed,
+    Condition,
+    InFloat64,
+    computed,
+    condition,
+    forward_passes_agree,
+    loss_and_gradient_agree,
+)
 
 from ddmrl.config import method_config
 from ddmrl.likelihood import token_logps
+from ddmrl.likelihood.block import block_token_logps
 from ddmrl.masking.views import dipo_rounds
 from ddmrl.methods import METHODS
+from ddmrl.models.tiny_block import TinyBlockDDMConfig, TinyBlockDDMForMaskedLM
 from ddmrl.objectives import OBJECTIVES
 from ddmrl.objectives.advantages import group_advantages
 from ddmrl.objectives.dipo import step_counts
@@ -325,3 +335,39 @@ def test_loss_and_gradient_equal_the_release_and_eq7_on_identical_inputs(tok, ma
     f64 = both_sides(tok, InFloat64(model), batch, adv.double(), release, beta, torch.float64)
     assert f32.ours.loss != 0
     loss_and_gradient_agree(f32.ours, f32.theirs, f64.ours, f64.theirs, f64.cond)
+
+
+# ------------------------------------------------------------------------------------------ (d) exact states
+
+
+def test_under_block_attention_a_round_view_scores_each_step_at_its_own_state(tok):
+    """On a block-diffusion model (TinyBlockDDM, ``ddmrl.likelihood.block``) the log-prob of every target of round
+    view rho equals its log-prob at the sampler's state before its step (every position revealed at that step or
+    later masked: the trajectory's own state, one view per sampler step): a noised block sees the clean blocks
+    before it and never a later one, so the other blocks' rounds do not reach it. Tolerance from float32's error
+    (two passes of one network on other inputs: tests/float_error.py)."""
+    prompt_length, length = 4, 12
+    torch.manual_seed(0)
+    cfg = TinyBlockDDMConfig(vocab_size=len(tok), hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32,
+                             max_position_embeddings=prompt_length + length, mask_token_id=tok.mask_token_id,
+                             block_size=BLOCK)  # fmt: skip
+    model = TinyBlockDDMForMaskedLM(cfg).eval()
+    batch = blockwise_rollouts(5, prompt_length, length, seed=7)
+    views, _, _, inputs = make_views(config(num_prompts=1, num_generations=5), batch, 3, tok.pad_token_id,
+                                     tok.mask_token_id)  # fmt: skip
+    steps = batch.reveal_step
+
+    def run(m):
+        ours, theirs = torch.zeros(5, length), torch.zeros(5, length)
+        with torch.no_grad():
+            for v in range(views.masks.shape[0]):
+                logp = block_token_logps(m, inputs[v], batch.completion_ids, block_length=BLOCK)
+                ours = torch.where(views.target_masks[v], logp.to(ours.dtype), ours)
+            for s in range(int(steps.max()) + 1):
+                state = torch.cat([batch.prompt_ids, batch.completion_ids.masked_fill(steps >= s, tok.mask_token_id)],
+                                  1)  # fmt: skip
+                logp = block_token_logps(m, state, batch.completion_ids, block_length=BLOCK)
+                theirs = torch.where(steps == s, logp.to(theirs.dtype), theirs)
+        return ours, theirs
+
+    forward_passes_agree("a round's log-probs", run, model, prompt_length + 2 * length)
