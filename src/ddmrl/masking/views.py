@@ -370,15 +370,15 @@ def dipo_rounds(reveal_step: torch.Tensor, block_length: int) -> torch.Tensor:
 
 
 def dipo_views(r: ViewRequest) -> Views:
-    """DiPO (Zhu et al. 2025, DiRL, arXiv 2512.22234, Sec. 3): the step-level views of a blockwise trajectory. Round
-    rho (:func:`dipo_rounds`) packs the rho-th sampler step of every block: it masks, in each block, every position
-    revealed at that block's rho-th step or later, and trains on the tokens that step revealed. Under block
-    attention (a block-diffusion model, ``ddmrl.likelihood.block``: each block's noised copy sees the clean blocks
-    before it) the view is, block by block, the exact state the sampler took that step from; on a full-sequence
-    model the other blocks are seen in the same round instead (docs/methods.md). Every rollout has ``block_length``
-    rounds (rounds a block does not reach are empty: the release's padding to block_size samples per response), so
-    that a rollout's loss is the mean over the rounds of each round's token mean. The rounds are spread over the mu
-    optimiser steps (:func:`spread`), each trained once per rollout batch."""
+    """DiPO (Zhu et al. 2025, DiRL, arXiv 2512.22234, Sec. 3.2, Eq. 6): the step-level views of a blockwise
+    trajectory. Round rho (:func:`dipo_rounds`) packs the rho-th sampler step of every block: it masks, in each
+    block, every position revealed at that block's rho-th step or later, and trains on the tokens that step revealed.
+    Under block attention (a block-diffusion model, ``ddmrl.likelihood.block``: each block's noised copy sees the
+    clean blocks before it) the view is, block by block, the exact state the sampler took that step from; on a
+    full-sequence model the other blocks are seen in the same round instead (docs/methods.md). Every rollout has
+    ``block_length`` rounds (rounds a block does not reach are empty: the release's padding to block_size samples
+    per response), so that a rollout's loss is the mean over the rounds of each round's token mean. The rounds are
+    spread over the mu optimiser steps (:func:`spread`), each trained once per rollout batch."""
     if r.reveal_step is None:
         raise ValueError("dipo views need the rollout's reveal_step")
     rounds = dipo_rounds(r.reveal_step, r.block_length)  # [N, L]

@@ -38,7 +38,8 @@ class Params(GRPOConfig):
     over the sampler steps (Eq. 7); rows of groups without reward spread leave the batch (DAPO's dynamic sampling,
     without its resampling). Release: KL 0, epsilon 0.2 with upper clip 0.28 (epsilon_high), population-std
     advantages (scale_rewards population), threshold decoding 0.9 in blocks of 4. ``dipo_release_loss``: the
-    release's per-(rollout, round) token means instead of Eq. 7."""
+    release's per-(rollout, round) token means instead of Eq. 7. ``loss_type`` does not apply (the aggregation is
+    Eq. 7's or the release's)."""
 
     method: Str = "dipo"
     remasking: Literal["dipo"] = "dipo"

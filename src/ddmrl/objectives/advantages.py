@@ -34,10 +34,12 @@ def group_advantages(
 
 def population_zscore(r: torch.Tensor, _std: torch.Tensor, _eps: float) -> torch.Tensor:
     """DiRL's ``z_score_normalize`` (DiPO's release): (r - mean) / std with the population std (ddof 0) and no
-    epsilon, 0 for a group of equal rewards. [B, G] -> [B, G]."""
+    epsilon, 0 for a group of equal rewards (tested as equality: the release's ``std != 0`` on a rounded mean would
+    z-score equal rewards whose sum is inexact). [B, G] -> [B, G]."""
     centred = r - r.mean(1, keepdim=True)
     sd = r.std(1, correction=0, keepdim=True)
-    return torch.where(sd > 0, centred / sd.where(sd > 0, 1.0), 0.0)
+    equal = (r == r[:, :1]).all(1, keepdim=True)  # [B, 1]
+    return torch.where(equal, 0.0, centred / sd.where(~equal, 1.0))
 
 
 ADVANTAGES = {

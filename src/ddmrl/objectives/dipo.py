@@ -9,7 +9,9 @@ C_eps(r, A) = min(r A, clip(r, 1 - eps, 1 + eps) A), |tau_i| the sampler steps o
 same sum. It reads the packed views of ``ddmrl.masking.views.dipo_views``: in a view every block holding a target
 contributes the targets of exactly one sampler step, so a view's steps are its blocks with a target (blocks of
 ``sampler.block_length`` from the completion's first position). DAPO's dynamic sampling (the release keeps a group
-only if 0 < its mean correctness < 1): the rows of zero advantage leave the batch, numerator and step count alike.
+only if 0 < its mean correctness < 1): the rows of zero advantage leave the batch, numerator and step count alike
+(a group of equal rewards has exactly zero advantages when its rewards' sum is exact, as the embedded tasks' binary
+and dyadic rewards at G 8; ``scale_rewards: population`` gives exact zeros for any equal rewards).
 
 ``dipo_release_loss`` is the released code's normalisation instead: each (rollout, round) view's token mean
 (``modeling_sdar``'s ``loss_mean`` over one view per micro-batch, ``batch_size_lm`` 1), summed and divided by the

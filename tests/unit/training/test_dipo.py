@@ -274,6 +274,8 @@ def test_the_advantages_are_the_releases_z_scores_and_its_filtered_groups_are_ze
     assert rows == [0, 1, 2, 3] and zero_std.tolist() == [False, True]
     assert torch.allclose(ours, adv, rtol=0, atol=4 * torch.finfo(torch.float32).eps)
     assert torch.equal(ours[4:], torch.zeros(4))  # the filtered group: exactly 0, so the objective drops its rows
+    inexact = torch.full((6,), 0.3)  # equal rewards of float32 std 3e-8 (a rounded mean): still exactly 0
+    assert torch.equal(group_advantages(inexact, 6, "population")[0], torch.zeros(6))
 
 
 # ------------------------------------------------------------------------------------------ (b) the views
