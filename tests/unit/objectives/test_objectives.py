@@ -18,6 +18,7 @@ from ddmrl.objectives import OBJECTIVES
 from ddmrl.objectives.base import ObjectiveInputs
 from ddmrl.objectives.bgpo import bgpo
 from ddmrl.objectives.coupled_clip import coupled_clip
+from ddmrl.objectives.dipo import dipo
 from ddmrl.objectives.ebpo import ebpo_clip
 from ddmrl.objectives.espo import espo_clip
 from ddmrl.objectives.mdpo import mdpo
@@ -93,6 +94,7 @@ def test_registry_names_the_objectives():
         "ebpo_clip": ebpo_clip,
         "tree_clip": tree_clip,
         "bgpo": bgpo,
+        "dipo": dipo,
     }
 
 
