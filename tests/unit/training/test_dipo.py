@@ -373,3 +373,24 @@ def test_under_block_attention_a_round_view_scores_each_step_at_its_own_state(to
         return ours, theirs
 
     forward_passes_agree("a round's log-probs", run, model, prompt_length + 2 * length)
+
+
+def test_credit_of_every_token_is_one_over_the_steps_of_its_optimiser_step(tok, make_model):
+    """Eq. 7 at ratio 1: d loss / d log p(k) = -A_i / S, S the sampler steps of the optimiser step's views over the
+    rows of nonzero advantage, so every token of such a row has credit 1 / S (``ddmrl.diagnostics.token_credit``),
+    every token of a zero-advantage row none."""
+    from ddmrl.diagnostics import token_credit
+
+    batch = blockwise_rollouts(8, 4, 10, seed=3)
+    model = make_model(max_positions=14, seed=1)
+    adv = release_advantages()[0]  # the second group's rows 0
+    for mu in (1, 2):
+        cfg = config(num_iterations=mu)
+        credit = token_credit(model, cfg, batch, adv, 3, tok.pad_token_id, tok.mask_token_id)
+        views, *_ = make_views(cfg, batch, 3, tok.pad_token_id, tok.mask_token_id)
+        want = torch.zeros(8, 10)
+        for ids in views.steps:
+            targets = views.target_masks[list(ids)] & (adv != 0)[None, :, None]
+            want += targets.sum(0) / step_counts(targets, BLOCK).sum().clamp_min(1)  # a step with no target: 0
+        assert torch.allclose(credit, want, rtol=1e-6, atol=0), mu
+        assert torch.equal(credit[4:], torch.zeros(4, 10))
