@@ -34,6 +34,7 @@ ALL = [
     "ebpo",
     "bgpo",
     "treerpo",
+    "dipo",
 ]  # grpo's sampler (JustGRPO: its own, blocks of one token, unless grpo: sets one)
 AUX = ["cogrpo", "unmask_policy"]  # with an auxiliary policy (Co-GRPO: images, maskgit; unmasking policy: llada)
 AUGMENTED = ["igpo"]  # with a rollout augmenter (IGPO: the plain llada sampler, a task with reasoning traces)
@@ -105,6 +106,7 @@ def test_what_each_method_fixes():
         "unmask_policy": {"scale_rewards": "none", "beta": 0.0},
         "espo": {"remasking": "espo"},
         "ebpo": {"remasking": "ebpo_blocks"},
+        "dipo": {"remasking": "dipo"},
     }
 
 

@@ -38,6 +38,7 @@ VIEWS = Registry(
         "espo": ViewSampler("ddmrl.masking.views:espo_views", legacy=True),
         "ebpo_blocks": "ddmrl.masking.views:ebpo_views",
         "tree": ViewSampler("ddmrl.masking.views:tree_views", per_step=False),
+        "dipo": ViewSampler("ddmrl.masking.views:dipo_views", per_step=False),  # DiPO
     },
     group="ddmrl.views",
     noun="view sampler",

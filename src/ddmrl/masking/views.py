@@ -353,6 +353,42 @@ def tracerl_views(r: ViewRequest) -> Views:
     return Views(masks, no_prompt, t, r.seed, targets=targets, schedule=spread(k, r.mu))
 
 
+def dipo_rounds(reveal_step: torch.Tensor, block_length: int) -> torch.Tensor:
+    """DiPO's round of every completion position: the rank of its reveal step among the distinct reveal steps of its
+    block (0: the block's first step), blocks of ``block_length`` from the completion's first position.
+    [N, L] -> [N, L] long."""
+    n, length = reveal_step.shape
+    nb = -(-length // block_length)
+    real = torch.arange(nb * block_length) < length  # [nb bl]
+    s = torch.nn.functional.pad(reveal_step.long(), (0, nb * block_length - length)).view(n, nb, block_length)
+    real = real.view(nb, block_length)[None]  # [1, nb, bl]
+    same = s[..., :, None] == s[..., None, :]  # [N, nb, bl (j), bl (k)]
+    earlier = torch.ones(block_length, block_length, dtype=torch.bool).tril(-1)  # [j, k]: k < j
+    first = real & ~(same & earlier & real[..., None, :]).any(-1)  # [N, nb, bl]: j is its step's first position
+    below = (s[..., :, None] < s[..., None, :]) & first[..., :, None]  # [N, nb, j, k]: step_j < step_k, j first
+    return below.sum(-2).view(n, -1)[:, :length]
+
+
+def dipo_views(r: ViewRequest) -> Views:
+    """DiPO (Zhu et al. 2025, DiRL, arXiv 2512.22234, Sec. 3.2, Eq. 6): the step-level views of a blockwise
+    trajectory. Round rho (:func:`dipo_rounds`) packs the rho-th sampler step of every block: it masks, in each
+    block, every position revealed at that block's rho-th step or later, and trains on the tokens that step revealed.
+    Under block attention (a block-diffusion model, ``ddmrl.likelihood.block``: each block's noised copy sees the
+    clean blocks before it) the view is, block by block, the exact state the sampler took that step from; on a
+    full-sequence model the other blocks are seen in the same round instead (docs/methods.md). Every rollout has
+    ``block_length`` rounds (rounds a block does not reach are empty: the release's padding to block_size samples
+    per response), so that a rollout's loss is the mean over the rounds of each round's token mean. The rounds are
+    spread over the mu optimiser steps (:func:`spread`), each trained once per rollout batch."""
+    if r.reveal_step is None:
+        raise ValueError("dipo views need the rollout's reveal_step")
+    rounds = dipo_rounds(r.reveal_step, r.block_length)  # [N, L]
+    k = max(r.block_length, int(rounds.max()) + 1)
+    rho = torch.arange(k)[:, None, None]  # [K, 1, 1]
+    masks, targets = rounds[None] >= rho, rounds[None] == rho  # [K, N, L]
+    no_prompt = torch.zeros(k, *r.prompt_ids.shape, dtype=torch.bool)
+    return Views(masks, no_prompt, masks.float().mean(-1), r.seed, targets=targets, schedule=spread(k, r.mu))
+
+
 def spread(views: int, steps: int) -> tuple[tuple[int, ...], ...]:
     """``views`` views over ``steps`` optimiser steps, in order: contiguous chunks whose sizes differ by at most one
     (every view used once) when there are at least as many views as steps, else one view per step, cycling.

@@ -31,6 +31,7 @@ METHODS = Registry(
         "ebpo": "ddmrl.methods.ebpo:METHOD",
         "bgpo": "ddmrl.methods.bgpo:METHOD",  # BGPO
         "treerpo": "ddmrl.methods.treerpo:METHOD",
+        "dipo": "ddmrl.methods.dipo:METHOD",  # DiPO
     },
     group="ddmrl.methods",
     kind="ddmrl.methods.base:Method",

@@ -31,6 +31,7 @@ OBJECTIVES = Registry(
         "espo_clip": "ddmrl.objectives.espo:espo_clip",
         "ebpo_clip": "ddmrl.objectives.ebpo:ebpo_clip",
         "tree_clip": "ddmrl.objectives.tree_clip:tree_clip",
+        "dipo": "ddmrl.objectives.dipo:dipo",  # DiPO
     },
     group="ddmrl.objectives",
     noun="objective",
@@ -57,7 +58,11 @@ WEIGHTINGS = Registry(
 _ADVANTAGES = "ddmrl.objectives.advantages"
 #: a group's advantages from its rewards r [B, G], their std [B, 1] and eps
 ADVANTAGES = Registry(
-    {"group": f"{_ADVANTAGES}:z_score", "none": f"{_ADVANTAGES}:mean_centred"},
+    {
+        "group": f"{_ADVANTAGES}:z_score",
+        "none": f"{_ADVANTAGES}:mean_centred",
+        "population": f"{_ADVANTAGES}:population_zscore",  # DiPO's release: population std, no epsilon
+    },
     group="ddmrl.advantages",
     noun="scale_rewards",
 )

@@ -44,6 +44,16 @@ def mean_centred(r: torch.Tensor, std: torch.Tensor, eps: float) -> torch.Tensor
     return r - r.mean(1, keepdim=True)
 
 
+def population_zscore(r: torch.Tensor, _std: torch.Tensor, _eps: float) -> torch.Tensor:
+    """DiRL's ``z_score_normalize`` (DiPO's release): (r - mean) / std with the population std (ddof 0) and no
+    epsilon, 0 for a group of equal rewards (tested as equality: the release's ``std != 0`` on a rounded mean would
+    z-score equal rewards whose sum is inexact). [B, G] -> [B, G]."""
+    centred = r - r.mean(1, keepdim=True)
+    sd = r.std(1, correction=0, keepdim=True)
+    equal = (r == r[:, :1]).all(1, keepdim=True)  # [B, 1]
+    return torch.where(equal, 0.0, centred / sd.where(~equal, 1.0))
+
+
 def mdpo_step_advantages(step_rewards: torch.Tensor, num_generations: int, eps: float = 1e-4) -> torch.Tensor:
     """MDPO's per-step advantages (He et al. 2025, arXiv 2508.13148; "adv-v4" of its released trainer).
 

@@ -23,6 +23,8 @@ depends on its method's objective only:
                        ratio of its one-sample ELBO, clipped; a mean of per-view terms (one backward pass per view)
   tree_clip            d-TreeRPO (Pan et al. 2025): token_clip per edge of a tree of rollouts, with per-edge
                        advantages, plus a time-scheduled self-distillation loss
+  dipo                 DiPO (Zhu et al. 2025): the clipped token ratio at each sampler step's own state, summed over
+                       the step's tokens, averaged over the batch's sampler steps (Eq. 7)
 """
 
 from __future__ import annotations

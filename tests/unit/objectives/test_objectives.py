@@ -17,6 +17,7 @@ from ddmrl.likelihood import sequence_elbo
 from ddmrl.objectives import OBJECTIVES
 from ddmrl.objectives.base import ObjectiveInputs
 from ddmrl.objectives.coupled_clip import coupled_clip
+from ddmrl.objectives.dipo import dipo
 from ddmrl.objectives.ebpo import ebpo_clip
 from ddmrl.objectives.espo import espo_clip
 from ddmrl.objectives.mdpo import mdpo
@@ -91,6 +92,7 @@ def test_registry_names_the_objectives():
         "espo_clip": espo_clip,
         "ebpo_clip": ebpo_clip,
         "tree_clip": tree_clip,
+        "dipo": dipo,
     }  # BGPO's is its own module's, named by where it lives (tests/unit/test_methods.py)
 
 
