@@ -29,9 +29,9 @@ class Registry(Mapping[str, Any]):
     traits that the schema, the loop and the DAG read by name without importing the member (:meth:`record`).
     """
 
-    def __init__(self, specs: dict[str, Any], group: str = "", kind: str = "", noun: str = "member") -> None:
+    def __init__(self, specs: dict[str, Any], group: str = "", kind: type | None = None, noun: str = "member") -> None:
         self.specs, self.group = dict(specs), group
-        self.kind = kind  # "module:attribute" of the class every member is an instance of ("": any object)
+        self.kind = kind  # the class every member is an instance of (None: any object)
         self.noun = noun  # what a member is called in errors ("method")
 
     def spec(self, name: str) -> str | None:
@@ -84,11 +84,9 @@ class Registry(Mapping[str, Any]):
             member = self[name]
         except (ImportError, AttributeError) as e:
             raise ConfigError(f"{key} = {name!r}: cannot be imported ({e}); is its module on PYTHONPATH?") from None
-        if self.kind:
-            module, _, attr = self.kind.partition(":")
-            if not isinstance(member, getattr(importlib.import_module(module), attr)):
-                kind = self.kind.replace(":", ".")
-                raise ConfigError(f"{key} = {name!r}: is a {type(member).__name__}, not a {kind}")
+        if self.kind is not None and not isinstance(member, self.kind):
+            kind = f"{self.kind.__module__}.{self.kind.__qualname__}"
+            raise ConfigError(f"{key} = {name!r}: is a {type(member).__name__}, not a {kind}")
         return member
 
     def module(self, name: str) -> str:

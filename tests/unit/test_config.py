@@ -428,7 +428,7 @@ IMPORTED = "import {}, sys; print(sorted(m for m in sys.modules if m.startswith(
             "ddmrl.config",
             [
                 *(f"ddmrl.config.{f[:-3]}" for f in CONFIG_FILES[1:]),
-                *("ddmrl.config", "ddmrl.errors", "ddmrl.methods", "ddmrl.registry"),
+                *("ddmrl.config", "ddmrl.errors", "ddmrl.methods", "ddmrl.methods.base", "ddmrl.registry"),
                 # the registries of the names the schema validates
                 *("ddmrl.aux_policies", "ddmrl.masking", "ddmrl.models", "ddmrl.objectives", "ddmrl.rewards"),
                 "ddmrl.samplers",
@@ -451,7 +451,7 @@ def test_leaf_modules_import_nothing_heavy(module, modules):
 
 def test_the_code_deps_of_a_config_user_are_configs_own_files(tmp_path):
     """Every stage imports ddmrl.config: through it, a stage depends on the config package, ddmrl.errors, the
-    numerics ddmrl pins, the method registry (which checks a member against its contract when it is looked up), and
+    numerics ddmrl pins, the method registry and its members' contract (ddmrl.methods.base), and
     the task, reward-model, model-family, sampler, view-sampler, advantage and auxiliary-policy registries only
     (ddmrl.pipeline.dag.code_files follows every ddmrl import, those inside functions included; a method's or a
     task's own module is a dep of the stages that run it only)."""
@@ -460,7 +460,7 @@ def test_the_code_deps_of_a_config_user_are_configs_own_files(tmp_path):
         assert code_files(tmp_path / "stage.py", REPO) == tuple(
             sorted(
                 ["src/ddmrl/__init__.py", "src/ddmrl/errors.py", "src/ddmrl/numerics.py", "src/ddmrl/registry.py"]
-                + ["src/ddmrl/methods/__init__.py"]
+                + ["src/ddmrl/methods/__init__.py", "src/ddmrl/methods/base.py"]
                 + ["src/ddmrl/tasks/__init__.py", "src/ddmrl/rewards/__init__.py", "src/ddmrl/models/__init__.py"]
                 + [
                     "src/ddmrl/samplers/__init__.py",

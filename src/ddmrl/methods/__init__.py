@@ -7,6 +7,7 @@ method's module, not on the others'.
 
 from __future__ import annotations
 
+from ddmrl.methods.base import Method  # the members' contract (standard library only)
 from ddmrl.registry import Registry
 
 METHODS = Registry(
@@ -34,6 +35,6 @@ METHODS = Registry(
         "dipo": "ddmrl.methods.dipo:METHOD",  # DiPO
     },
     group="ddmrl.methods",
-    kind="ddmrl.methods.base:Method",
+    kind=Method,
     noun="method",
 )
