@@ -2,8 +2,8 @@
 
 A registry maps a name (``params.yaml``'s ``sampler.name``, a task, a method's objective) to an object given as
 ``"package.module:attribute"``, so that importing the registry imports none of its members: a stage runs, and
-depends on, only the members it uses. Its table is a dict literal of strings, which the pipeline's dependency scan
-(:mod:`ddmrl.pipeline.dag`) reads from the source without importing anything.
+depends on, only the members it uses (:mod:`ddmrl.pipeline.dag` names a stage's members' modules by
+:meth:`Registry.module`, which imports nothing). An entry may carry traits read by name (:meth:`Registry.record`).
 """
 
 from __future__ import annotations
