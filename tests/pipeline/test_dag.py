@@ -196,7 +196,7 @@ def test_build_expands_runs_and_tasks(cfg, stages):
 
 def test_changing_one_method_section_touches_only_its_runs(tmp_path, cfg):
     def edit(raw):
-        raw["methods"]["rebrl"]["gamma"] = 0.25
+        raw["methods"]["rebrl"]["rebrl_mode"] = "t1"
 
     before, after = params_by_stage(cfg), params_by_stage(edited_config(tmp_path, edit))
     changed = {name for name in before if before[name] != after[name]}

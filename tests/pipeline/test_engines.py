@@ -100,7 +100,7 @@ def test_export_is_deterministic_block_style_and_checkable(tmp_path):
     assert export.main(["--params", str(root / "params.yaml")]) == 0
     assert (root / "dvc.yaml").read_text(encoding="utf-8") == text
     assert export.main(["--params", str(root / "params.yaml"), "--check"]) == 0
-    edit_params(root, lambda raw: raw["methods"]["rebrl"].update(gamma=0.3))
+    edit_params(root, lambda raw: raw["methods"]["rebrl"].update(rebrl_mode="t1"))
     assert export.main(["--params", str(root / "params.yaml"), "--check"]) == 0  # a value, not the DAG, changed
     edit_params(root, lambda raw: raw["grpo"].update(seeds=[0, 1]))
     assert export.main(["--params", str(root / "params.yaml"), "--check"]) == 0  # DVC expands the seeds itself

@@ -12,8 +12,10 @@ Runs: ``grpo.methods`` names sections of ``methods:``; each section is validated
 (``Params`` in the method's module, ``ddmrl.methods``; chosen by the section's ``method``, which defaults to its name)
 after it is resolved:
 the method's defaults, then the ``grpo:`` keys except what the method fixes (SPG has no KL), then the section's own
-keys, which may not contradict what the method fixes. Every resolved run is a flat :class:`GRPOConfig` that holds
-every knob of every method, so library code reads ``cfg.gamma`` or ``cfg.shrink`` on any run.
+keys, which may not contradict what the method fixes. A resolved run is its method's ``Params``: the shared keys of
+:class:`GRPOConfig` and the keys its method alone reads (MaskGRPO's ``gamma``, RebRL's ``rebrl_mode``), which other
+methods' sections refuse; a component reads a key of its own from the run only where the methods using it declare it
+(a view sampler's ``keys``, ``ddmrl.masking.ViewSampler``).
 
 The schema (``ddmrl.config``'s modules, one per section, in verl's manner: ``names`` (the registered names and
 shared types), ``model``, ``scale``, ``download``, ``sampler``, ``evaluate``, ``grpo``, ``tasks``, ``mar`` and

@@ -164,10 +164,19 @@ def _methods() -> str:
             own = name not in base  # a key of this method's model only
             if name == "method" or (not own and info.default == base[name].default and name not in fixed):
                 continue
-            note = "fixed by the method" if name in fixed else f"its own key: {info.description}" if own else ""
+            note = "fixed by the method" if name in fixed else f"its own key: {_description(cls, name)}" if own else ""
             rows.append(f"| `{name}` | {_value(info.default)} | {note} |")
         out.append("\n".join(rows) + "\n")
     return "\n".join(out)
+
+
+def _description(cls: type, name: str) -> str:
+    """Key ``name``'s description in ``cls`` or, where ``cls`` only changes its default, in the base declaring it."""
+    for base in cls.__mro__:
+        info = getattr(base, "__pydantic_fields__", {}).get(name)
+        if info is not None and info.description:
+            return info.description
+    return ""
 
 
 def _type(tp: Any, info: Any = None) -> str:

@@ -21,7 +21,7 @@ from ddmrl.config._base import (
     refuse,
     section,
 )
-from ddmrl.config.names import DEFAULT_TRACKERS, SWITCHES, Advantages, Registered, SectionName, Seeds, Tracker, adapter
+from ddmrl.config.names import DEFAULT_TRACKERS, Advantages, Registered, SectionName, Seeds, Tracker, adapter
 from ddmrl.config.sampler import SamplerConfig
 from ddmrl.config.scale import GradientCheckpointing, LaunchConfig, LoraConfig, MixedPrecision, check_scale
 from ddmrl.masking import VIEWS, view_sampler
@@ -156,9 +156,6 @@ class GRPOConfig(Section):
         lt=1,
         description="full_completion views (d1, wd1): each prompt token masked with this probability.",
     )
-    gamma: Float = Field(
-        0.6, ge=0, lt=1, description="maskgrpo views: truncated ratios t_j = gamma + (1 - gamma) j / mu."
-    )
     remasking: ViewOrDefault = Field(
         "", description="View sampler (ddmrl.masking.VIEWS): how training views are built; empty: the method's own."
     )
@@ -166,9 +163,6 @@ class GRPOConfig(Section):
         "independent",
         description="How the ratio-based view samplers couple a rollout's views: independent masks, nested masks "
         "(one uniform per position), or the sampler's own reveal order.",
-    )
-    rebrl_mode: Literal["none", "t1", "t2", "token", "token_t2"] = Field(
-        "token", description="RebRL's rebalancing: none, lambda(t) = t or t^2, with (token) the 1/F token factor."
     )
     shrink: Int = Field(2, ge=1, description="TraceRL: consecutive sampler steps merged into one trace step.")
     views_per_step: Int = Field(
@@ -178,56 +172,8 @@ class GRPOConfig(Section):
         "(n_t, one mask each); ESPO: Monte Carlo samples of the ELBO (num_mc), a complementary pair of views each; "
         "EBPO: Monte Carlo timesteps (mc_num), a view per block each.",
     )
-    eubo_beta: Float = Field(
-        1.0, gt=0, description="SPG: beta of the EUBO proxy (paper: 1.0 Sudoku, 1.5 GSM8K/MATH, 2.0 Countdown)."
-    )
-    eubo_mix: Float = Field(
-        0.5, ge=0, le=1, description="SPG: weight of the EUBO in the proxy for negative advantages (1: pure EUBO)."
-    )
-    sample_train_steps: Int = Field(
-        8,
-        ge=1,
-        description="MDPO: sampler steps trained per rollout, those of largest absolute per-step advantage (its "
-        "sample_train_steps), spread over the num_iterations optimiser steps.",
-    )
-    inpaint_ratio_low: Float = Field(
-        0.2,
-        ge=0,
-        le=1,
-        description="IGPO: each inpainted sample's injection ratio eta ~ U[low, high]: its share of "
-        "the trace's chunks clamped as hints.",
-    )
-    inpaint_ratio_high: Float = Field(0.6, ge=0, le=1, description="IGPO: the upper end of eta's range.")
-    min_chunk_size: Int = Field(4, ge=1, description="IGPO: the trace is cut into chunks of U[min, max] tokens.")
-    max_chunk_size: Int = Field(8, ge=1, description="IGPO: the largest chunk.")
-    max_replacements: Int = Field(
-        1, ge=1, description="IGPO: at most this many wrong samples of an all-wrong group replaced (floor(lambda G))."
-    )
-    hint_entropy_top: Float = Field(
-        0.2, gt=0, le=1, description="IGPO: tau, the share of hint positions (highest entropy) that get gradient."
-    )
-    legacy_broadcast_weighting: Bool = Field(
-        False, description="Reproduce MaskGRPO's released loss mask (every view's mask broadcast to all views)."
-    )
     legacy_micro_step_views: Bool = Field(
         False, description="Reproduce d1's view index taken from the micro-step counter (with gradient accumulation)."
-    )
-    maskgrpo_legacy: Bool = Field(
-        False,
-        description="MaskGRPO only: reproduce its released text objective end to end (the fading curve over prompt + "
-        "completion, view index m % mu of the micro-step m, the broadcast loss mask with masked tokens after the "
-        "first EOS, advantage epsilon 1e-5, no forced masked token; docs/reproduction.md).",
-    )
-    loss_after_eos: Bool = Field(
-        False,
-        description="MDPO, CJ-GRPO, IGPO and JustGRPO: train every completion position, the EOS padding after the "
-        "first EOS included (their releases' loss masks); false: the tokens up to and including the first EOS (d1's "
-        "completion mask).",
-    )
-    mdpo_tempered_confidence: Bool = Field(
-        False,
-        description="MDPO only: its rollouts rank and weight by the tempered probability softmax(logits / "
-        "temperature) of each proposal (its release's sampler); false: the untempered one (LLaDA's).",
     )
     old_logp_mode: Literal["eval", "train"] = Field(
         "eval",
@@ -271,51 +217,38 @@ class GRPOConfig(Section):
                 True,
                 f"d1's micro-step view index only applies to one view per step, not to {views}",
             )
-        if views == "maskgrpo_fading" and self.coupling == "trajectory":
-            raise refuse(
-                "coupling", "trajectory", "AR-like fading has its own position-wise curve; use independent or nested"
-            )
-        if views and view_sampler(views).states:
-            plain = {"name": "llada", "kv_cache": "none", "parallel": "none"}
-            for key, want in plain.items():
-                if getattr(self.sampler, key) != want:
-                    raise refuse(
-                        f"sampler.{key}",
-                        getattr(self.sampler, key),
-                        f"{views} views are the sampler's stored states: they need the plain llada sampler "
-                        "(kv_cache none, parallel none)",
-                    )
-        method = METHODS[self.method] if self.method in METHODS else None  # a bare GRPOConfig or grpo: names none
-        if views == "mdpo_topk" and (method is None or not method.step_advantage):
-            raise refuse("remasking", views, "ranks the steps by per-step advantages: a method with step_advantage")
-        if self.inpaint_ratio_low > self.inpaint_ratio_high:
-            high = self.inpaint_ratio_high
-            raise refuse("inpaint_ratio_low", self.inpaint_ratio_low, f"exceeds inpaint_ratio_high = {high}")
-        if self.min_chunk_size > self.max_chunk_size:
-            raise refuse("min_chunk_size", self.min_chunk_size, f"exceeds max_chunk_size = {self.max_chunk_size}")
-        if self.max_replacements > self.num_generations:
-            g = self.num_generations
-            raise refuse("max_replacements", self.max_replacements, f"exceeds num_generations = {g}")
-        for key in SWITCHES:
-            if getattr(self, key) and method is not None and key not in method.switches:
-                raise refuse(key, True, f"a reproduction switch of the methods that declare it; not of {self.method}")
-        if self.maskgrpo_legacy and views not in ("maskgrpo_fading", ""):
-            raise refuse("maskgrpo_legacy", True, f"reproduces MaskGRPO's text views (maskgrpo_fading), not {views}")
-        if self.maskgrpo_legacy and self.legacy_micro_step_views:
-            raise refuse(
-                "legacy_micro_step_views", True, "maskgrpo_legacy has its own view index (m % mu); choose one"
-            )
-        if views == "maskgrpo_fading" and self.gamma < 0.5:
-            raise refuse(
-                "gamma",
-                self.gamma,
-                "AR-like fading needs gamma >= 0.5 (its keep curve saturates below a mask ratio of 0.5)",
-            )
+        if views:
+            _check_views(self, views)
         self._check_method()
         return self
 
     def _check_method(self) -> None:
         """A method's own checks (its model overrides this)."""
+
+
+def _check_views(cfg: GRPOConfig, views: str) -> None:
+    """What view sampler ``views`` asks of the run (its record's traits, ``ddmrl.masking.ViewSampler``): the keys it
+    reads, on the section's model; the plain rollout sampler when it reads the sampler's states; a method with
+    per-step advantages when it ranks steps by them."""
+    record = view_sampler(views)
+    missing = [key for key in record.keys if key not in type(cfg).__pydantic_fields__]
+    if missing:
+        owner = f"{cfg.method}'s section" if cfg.method else "this section"
+        why = f"reads {', '.join(missing)}, which {owner} does not have (a key of the methods that use these views)"
+        raise refuse("remasking", views, why)
+    if record.states:
+        plain = {"name": "llada", "kv_cache": "none", "parallel": "none"}
+        for key, want in plain.items():
+            if getattr(cfg.sampler, key) != want:
+                raise refuse(
+                    f"sampler.{key}",
+                    getattr(cfg.sampler, key),
+                    f"{views} views are the sampler's stored states: they need the plain llada sampler "
+                    "(kv_cache none, parallel none)",
+                )
+    method = METHODS[cfg.method] if cfg.method in METHODS else None  # a bare GRPOConfig or grpo: names none
+    if record.step_advantages and (method is None or not method.step_advantage):
+        raise refuse("remasking", views, "ranks the steps by per-step advantages: a method with step_advantage")
 
 
 def _check_aux(cfg: GRPOConfig) -> None:
@@ -364,11 +297,6 @@ class GRPOSection(GRPOConfig):
     def _check_method(self) -> None:
         if self.method:
             raise refuse("method", self.method, "each section of methods: chooses its method (methods.<name>.method)")
-        if self.maskgrpo_legacy:
-            raise refuse("maskgrpo_legacy", True, "a MaskGRPO switch: set it in its section (methods.<name>)")
-        for key in ("loss_after_eos", "mdpo_tempered_confidence"):
-            if getattr(self, key):
-                raise refuse(key, True, "a switch of some methods: set it in their sections (methods.<name>)")
         twice = sorted({m for m in self.methods if self.methods.count(m) > 1})
         if twice:
             raise refuse("methods", list(self.methods), f"lists {', '.join(twice)} more than once")

@@ -26,8 +26,6 @@ DEFAULT_PROFILE = "tiny"
 
 # ------------------------------------------------------------------------------------------------ names
 
-#: GRPOConfig's reproduction switches that only some methods accept (``Method.switches`` in their modules)
-SWITCHES = ("maskgrpo_legacy", "loss_after_eos", "mdpo_tempered_confidence")
 UNKNOWN = "unknown_name"  # the error type of a name no registry member of the right kind has
 
 

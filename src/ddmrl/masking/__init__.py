@@ -19,20 +19,26 @@ class ViewSampler(NamedTuple):
     states: bool = False  # its views are the sampler's stored states: the rollouts are recorded (plain llada only)
     per_step: bool = True  # one view per optimiser step (d1's micro-step view index applies to it)
     legacy: bool = False  # has a released code's own draws (``legacy: true``)
+    #: keys of the run's section its function reads (``ddmrl.masking.views.build_views``' keywords of the same
+    #: names), declared by the ``Params`` of the methods that use it; a section without them refuses the sampler
+    keys: tuple[str, ...] = ()
+    step_advantages: bool = False  # ranks the steps by per-step advantages: a method with ``step_advantage``
 
 
 VIEWS = Registry(
     {
         "full_completion": "ddmrl.masking.views:full_completion_views",
         "unigrpo": "ddmrl.masking.views:unigrpo_views",
-        "maskgrpo_fading": ViewSampler("ddmrl.masking.views:maskgrpo_fading_views", legacy=True),
-        "maskgrpo_random": "ddmrl.masking.views:maskgrpo_random_views",
+        "maskgrpo_fading": ViewSampler("ddmrl.masking.views:maskgrpo_fading_views", legacy=True, keys=("gamma",)),
+        "maskgrpo_random": ViewSampler("ddmrl.masking.views:maskgrpo_random_views", keys=("gamma",)),
         "rebrl_linear": "ddmrl.masking.views:rebrl_views",
         "tracerl": ViewSampler("ddmrl.masking.views:tracerl_views", per_step=False),
         "gdpo_quadrature": ViewSampler("ddmrl.masking.views:gdpo_views", per_step=False),
         "block_random": ViewSampler("ddmrl.masking.views:block_random_views", per_step=False),
         "cj_grpo": ViewSampler("ddmrl.masking.views:cj_grpo_views", states=True),
-        "mdpo_topk": ViewSampler("ddmrl.masking.views:mdpo_views", states=True),
+        "mdpo_topk": ViewSampler(
+            "ddmrl.masking.views:mdpo_views", states=True, keys=("sample_train_steps",), step_advantages=True
+        ),
         "coupled": ViewSampler("ddmrl.masking.views:coupled_views", per_step=False),
         "stratified": "ddmrl.masking.views:stratified_views",  # VRPO, BGPO
         "espo": ViewSampler("ddmrl.masking.views:espo_views", legacy=True),

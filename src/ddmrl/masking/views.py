@@ -167,7 +167,7 @@ class ViewRequest(NamedTuple):
     mask_id: int | None = None
     trajectory: Trajectory | None = None
     step_advantages: torch.Tensor | None = None
-    train_steps: int = 1
+    sample_train_steps: int = 1
     legacy: bool = False
     branch_steps: tuple[int, ...] = ()
 
@@ -191,7 +191,7 @@ def build_views(
     mask_id: int | None = None,
     trajectory: Trajectory | None = None,
     step_advantages: torch.Tensor | None = None,
-    train_steps: int = 1,
+    sample_train_steps: int = 1,
     legacy: bool = False,
     branch_steps: tuple[int, ...] = (),
 ) -> Views:
@@ -223,7 +223,7 @@ def build_views(
         trajectory: the rollouts' stored trajectory (``ddmrl.samplers.trajectory``); without one, the states are
             rebuilt from ``reveal_step``, which is exact for a sampler that never re-masks (cj_grpo).
         step_advantages: [N, S] per-step advantages (mdpo_topk ranks the steps by their magnitude).
-        train_steps: the steps mdpo_topk keeps per rollout (MDPO's sample_train_steps).
+        sample_train_steps: the steps mdpo_topk keeps per rollout (MDPO's).
         legacy: maskgrpo_fading, MaskGRPO's released masks (:func:`legacy_fading_masks`); espo, ESPO's released
             draws (:func:`espo_views`).
         branch_steps: the sampler steps at which a tree of rollouts' depths end (``ddmrl.rollout.Tree.steps``; tree).
@@ -235,7 +235,7 @@ def build_views(
         raise ValueError(f"legacy views reproduce {legacies}, not {remasking}")
     request = ViewRequest(mu, seed, completion_mask, prompt_ids, pad_id, reveal_step, coupling, gamma,
                           p_mask_prompt, shrink, views_per_step, block_length, completion_ids, mask_id, trajectory,
-                          step_advantages, train_steps, legacy, tuple(branch_steps))  # fmt: skip
+                          step_advantages, sample_train_steps, legacy, tuple(branch_steps))  # fmt: skip
     return VIEWS[remasking](request)
 
 
@@ -438,14 +438,14 @@ def top_steps(step_advantages: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def mdpo_views(r: ViewRequest) -> Views:
-    """MDPO (He et al. 2025, arXiv 2508.13148): the ``train_steps`` sampler steps of each rollout with the largest
-    |per-step advantage| (:func:`top_steps`); view j of rollout i is the state x_s of its j-th step, every masked
-    position a target, trained towards the step's full prediction x̂_0^(s) and weighted by the step's confidence in
-    it. The K views are spread over the mu optimiser steps (each used once per rollout batch, as MDPO's single
-    update per batch uses each)."""
+    """MDPO (He et al. 2025, arXiv 2508.13148): the ``sample_train_steps`` sampler steps of each rollout with the
+    largest |per-step advantage| (:func:`top_steps`); view j of rollout i is the state x_s of its j-th step, every
+    masked position a target, trained towards the step's full prediction x̂_0^(s) and weighted by the step's
+    confidence in it. The K views are spread over the mu optimiser steps (each used once per rollout batch, as
+    MDPO's single update per batch uses each)."""
     if r.trajectory is None or r.step_advantages is None:
         raise ValueError("mdpo views need the rollouts' stored trajectory and per-step advantages")
-    sel = top_steps(r.step_advantages, r.train_steps).T  # [K, N]
+    sel = top_steps(r.step_advantages, r.sample_train_steps).T  # [K, N]
     rows = torch.arange(sel.shape[1])[None]  # [1, N]
     inputs = r.trajectory.states[sel, rows]  # [K, N, L]
     masks = inputs == r.mask_id

@@ -33,8 +33,8 @@ class Method:
             rollout batch's rewards and structure (d-TreeRPO's per-edge advantages of a tree), or "" (none).
         augmenter: key in ``ddmrl.augmenters.AUGMENTERS``: edits the scored groups before the advantages (IGPO's
             inpainting of all-wrong groups), or "" (none).
-        switches: the reproduction switches of ``GRPOConfig`` it accepts (``ddmrl.config.names.SWITCHES``: its
-            release's quirks, e.g. ``loss_after_eos``); the others refuse them.
+        switches: the keys of its ``Params`` that reproduce its release's quirks (e.g. ``loss_after_eos``, a mixin
+            of ``ddmrl.methods.switches``), for the docs; a method's section refuses keys its ``Params`` lacks.
     """
 
     name: str
@@ -70,8 +70,9 @@ class Method:
         return False
 
     def broadcast_weighting(self, cfg: Any) -> bool:
-        """Whether a view's token weights are broadcast over the rows (d1's quirk, ``legacy_broadcast_weighting``)."""
-        return cfg.legacy_broadcast_weighting
+        """Whether a view's token weights are the stack of every view's mask broadcast onto it (MaskGRPO's released
+        loss mask); default no."""
+        return False
 
     def view_index(self, cfg: Any, micro_step: int, num_views: int) -> tuple[int, ...] | None:
         """The views of micro-step ``micro_step`` when the method indexes them its own way; None: the schedule's."""

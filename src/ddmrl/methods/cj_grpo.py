@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import Literal
 
 from ddmrl.config._base import Bool, Str, section
-from ddmrl.config.grpo import GRPOConfig
 from ddmrl.methods.base import Method
+from ddmrl.methods.switches import LossAfterEos
 
 
 @section
-class Params(GRPOConfig):
+class Params(LossAfterEos):
     """CJ-GRPO (Yang et al. 2025, arXiv 2509.23924; yjyddq/EOSER-ASS-RL): rollouts keep every state; the loss
     averages over the sampler steps the clipped token surrogate (plus beta k3 KL against the reference) over the
     tokens each step unmasked, with log-probs from the state before the step, so that optimisation follows the

@@ -26,12 +26,12 @@ from typing import Any, Literal
 from pydantic import Field
 
 from ddmrl.config._base import Bool, Int, Str, refuse, section
-from ddmrl.config.grpo import GRPOConfig
 from ddmrl.methods.base import Method
+from ddmrl.methods.switches import LossAfterEos
 
 
 @section
-class Params(GRPOConfig):
+class Params(LossAfterEos):
     """ESPO (Ou et al. 2025, Principled RL for Diffusion LLMs Emerges from a Sequence-Level Perspective, ICLR 2026,
     arXiv 2512.03759; ML-GSAI/ESPO): the sequence ratio exp((ELBO_theta - ELBO_old) / |y|) of a coupled,
     stratified Monte Carlo ELBO (views_per_step complementary pairs per optimiser step, its num_mc), clipped, with

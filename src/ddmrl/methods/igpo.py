@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from ddmrl.config._base import Float, Str, refuse, section
-from ddmrl.config.grpo import GRPOConfig
+from ddmrl.config._base import Float, Int, Str, refuse, section
 from ddmrl.config.names import ViewSampler
 from ddmrl.methods.base import Method
+from ddmrl.methods.switches import LossAfterEos
 
 
 @section
-class Params(GRPOConfig):
+class Params(LossAfterEos):
     """IGPO (Zhao et al. 2026, ICLR, arXiv 2509.10396; facebookresearch/igpo): d1's objective and views, plus a
     rollout augmenter: in a group whose samples are all wrong, G more samples are drawn with chunks of the
     ground-truth reasoning clamped as hints (eta ~ U[inpaint_ratio_low, inpaint_ratio_high] of the chunks), and up
@@ -28,8 +28,32 @@ class Params(GRPOConfig):
     method: Str = "igpo"
     remasking: ViewSampler = "full_completion"
     epsilon_high: Float = Field(0.28, ge=0, lt=1)
+    inpaint_ratio_low: Float = Field(
+        0.2,
+        ge=0,
+        le=1,
+        description="Each inpainted sample's injection ratio eta ~ U[low, high]: its share of the trace's chunks "
+        "clamped as hints.",
+    )
+    inpaint_ratio_high: Float = Field(0.6, ge=0, le=1, description="The upper end of eta's range.")
+    min_chunk_size: Int = Field(4, ge=1, description="The trace is cut into chunks of U[min, max] tokens.")
+    max_chunk_size: Int = Field(8, ge=1, description="The largest chunk.")
+    max_replacements: Int = Field(
+        1, ge=1, description="At most this many wrong samples of an all-wrong group replaced (floor(lambda G))."
+    )
+    hint_entropy_top: Float = Field(
+        0.2, gt=0, le=1, description="tau, the share of hint positions (highest entropy) that get gradient."
+    )
 
     def _check_method(self) -> None:
+        if self.inpaint_ratio_low > self.inpaint_ratio_high:
+            high = self.inpaint_ratio_high
+            raise refuse("inpaint_ratio_low", self.inpaint_ratio_low, f"exceeds inpaint_ratio_high = {high}")
+        if self.min_chunk_size > self.max_chunk_size:
+            raise refuse("min_chunk_size", self.min_chunk_size, f"exceeds max_chunk_size = {self.max_chunk_size}")
+        if self.max_replacements > self.num_generations:
+            g = self.num_generations
+            raise refuse("max_replacements", self.max_replacements, f"exceeds num_generations = {g}")
         if self.sampler.name != "llada":
             raise refuse("sampler.name", self.sampler.name, "IGPO's inpainting clamps positions in the llada sampler")
         if self.sampler.remasking == "rcr":

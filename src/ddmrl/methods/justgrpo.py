@@ -8,13 +8,13 @@ from typing import Literal
 from pydantic import Field
 
 from ddmrl.config._base import Bool, Str, refuse, section
-from ddmrl.config.grpo import GRPOConfig
 from ddmrl.config.sampler import SamplerConfig
 from ddmrl.methods.base import Method
+from ddmrl.methods.switches import LossAfterEos
 
 
 @section
-class Params(GRPOConfig):
+class Params(LossAfterEos):
     """JustGRPO (Ni et al. 2026, The Flexibility Trap, ICML, arXiv 2601.15165; LeapLabTHU/JustGRPO ``grpo.py``):
     plain GRPO with the masked diffusion model run as an autoregressive one. Rollouts left to right (the llada
     sampler with blocks of one token: one token per forward pass, L passes); token j's log-probability is exact,

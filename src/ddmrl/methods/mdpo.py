@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from ddmrl.config._base import Bool, Str, section
-from ddmrl.config.grpo import GRPOConfig
+from pydantic import Field
+
+from ddmrl.config._base import Bool, Int, Str, section
 from ddmrl.methods.base import Method
+from ddmrl.methods.switches import LossAfterEos
 
 
 @section
-class Params(GRPOConfig):
+class Params(LossAfterEos):
     """MDPO (He et al. 2025, arXiv 2508.13148; autonomousvision/mdpo): rollouts keep every step's state and full
     prediction x̂_0^(s); each prediction is rewarded; per-step advantages (its code's adv-v4: the step's reward gain
     + 1 + the mean reward of the later predictions, z-scored per step over the group); the sample_train_steps steps
@@ -26,7 +28,17 @@ class Params(GRPOConfig):
     remasking: Literal["mdpo_topk"] = "mdpo_topk"
     loss_type: Literal["token_mean", "seq_mean"] = "seq_mean"
     loss_after_eos: Bool = True
-    mdpo_tempered_confidence: Bool = True
+    mdpo_tempered_confidence: Bool = Field(
+        True,
+        description="Its rollouts rank and weight by the tempered probability softmax(logits / temperature) of each "
+        "proposal (its release's sampler); false: the untempered one (LLaDA's).",
+    )
+    sample_train_steps: Int = Field(
+        8,
+        ge=1,
+        description="Sampler steps trained per rollout, those of largest absolute per-step advantage (its "
+        "sample_train_steps), spread over the num_iterations optimiser steps.",
+    )
 
 
 class MDPO(Method):

@@ -3,6 +3,10 @@ definition fixes, its checks) and its training components (``METHOD``), register
 
 from __future__ import annotations
 
+from typing import Literal
+
+from pydantic import Field
+
 from ddmrl.config._base import Str, refuse, section
 from ddmrl.config.grpo import GRPOConfig
 from ddmrl.config.names import ViewSampler
@@ -17,6 +21,9 @@ class Params(GRPOConfig):
 
     method: Str = "rebrl"
     remasking: ViewSampler = "unigrpo"
+    rebrl_mode: Literal["none", "t1", "t2", "token", "token_t2"] = Field(
+        "token", description="Its rebalancing: none, lambda(t) = t or t^2, with (token) the 1/F token factor."
+    )
 
     def _check_method(self) -> None:
         if self.remasking == "full_completion":

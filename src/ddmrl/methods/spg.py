@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ddmrl.config._base import Str, section
+from pydantic import Field
+
+from ddmrl.config._base import Float, Str, section
 from ddmrl.config.grpo import GRPOConfig
 from ddmrl.config.names import ViewSampler
 from ddmrl.methods.base import Method
@@ -19,6 +21,12 @@ class Params(GRPOConfig):
     method: Str = "spg"
     remasking: ViewSampler = "block_random"
     beta: Literal[0.0] = 0.0
+    eubo_beta: Float = Field(
+        1.0, gt=0, description="beta of the EUBO proxy (paper: 1.0 Sudoku, 1.5 GSM8K/MATH, 2.0 Countdown)."
+    )
+    eubo_mix: Float = Field(
+        0.5, ge=0, le=1, description="Weight of the EUBO in the proxy for negative advantages (1: pure EUBO)."
+    )
 
 
 # num_t = 2 block-random masks per step, EUBO beta 1.0, mix 0.5; REINFORCE without KL

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 
 def spg(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
+    """``cfg``: a run of SPG (its ``Params`` declares eubo_beta and eubo_mix, ``ddmrl.methods.spg``)."""
     elbo = elbo_proxy(x.logps, x.targets)  # [N]
     eubo = eubo_proxy(x.logps, x.targets, x.t, x.completion_mask, cfg.eubo_beta)  # [N]
     negative = cfg.eubo_mix * eubo + (1 - cfg.eubo_mix) * elbo

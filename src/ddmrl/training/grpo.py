@@ -125,8 +125,10 @@ def make_views(
     """The method's views of a rollout batch, their weights and model inputs (steps 3 of the loop);
     ``step_advantages`` [N, S]: per-step advantages (views may select steps by them)."""
     method = METHODS[cfg.method]
+    remasking = cfg.remasking or method.remasking
+    own = {key: getattr(cfg, key) for key in view_sampler(remasking).keys}  # its own keys, on the method's Params
     views = build_views(
-        cfg.remasking or method.remasking,
+        remasking,
         mu=cfg.num_iterations,
         seed=seed,
         completion_mask=batch.completion_mask,
@@ -134,7 +136,6 @@ def make_views(
         pad_id=pad_id,
         reveal_step=batch.reveal_step,
         coupling=cfg.coupling,
-        gamma=cfg.gamma,
         p_mask_prompt=cfg.p_mask_prompt,
         shrink=cfg.shrink,
         views_per_step=cfg.views_per_step,
@@ -143,12 +144,13 @@ def make_views(
         mask_id=mask_id,
         trajectory=batch.trajectory,
         step_advantages=step_advantages,
-        train_steps=cfg.sample_train_steps,
         legacy=method.legacy_views(cfg),
         branch_steps=() if batch.tree is None else batch.tree.steps,
+        **own,
     )
     broadcast = method.broadcast_weighting(cfg)
-    weights, z = token_weights(method.weighting, views, batch.completion_mask, cfg.rebrl_mode, broadcast)
+    mode = getattr(cfg, "rebrl_mode", "token")  # the weighting's mode: RebRL's Params declares it
+    weights, z = token_weights(method.weighting, views, batch.completion_mask, mode, broadcast)
     inputs = torch.stack(
         [apply_view(batch.prompt_ids, batch.completion_ids, views, v, mask_id) for v in range(views.masks.shape[0])]
     )
@@ -159,7 +161,7 @@ def loss_positions(cfg: GRPOConfig, batch: Rollouts) -> Rollouts:
     """The rollouts as the loss sees them: their completion mask (up to and including the first EOS), or with
     ``loss_after_eos`` every completion position, the EOS padding included (some releases train every masked or
     unmasked completion position; their masks are not cut at the first EOS: docs/reproduction.md)."""
-    if not cfg.loss_after_eos:
+    if not getattr(cfg, "loss_after_eos", False):  # a switch of the methods whose Params declare it
         return batch
     return batch._replace(completion_mask=torch.ones_like(batch.completion_mask))
 

@@ -116,7 +116,7 @@ def test_mdpo_views_take_each_rollouts_top_k_states_by_hand():
     n, length = final.shape
     v = build_views(
         "mdpo_topk", mu=2, seed=0, completion_mask=torch.ones(n, length, dtype=torch.bool), prompt_ids=prompts(2),
-        pad_id=PAD, completion_ids=final, mask_id=MASK, trajectory=traj, step_advantages=adv, train_steps=2,
+        pad_id=PAD, completion_ids=final, mask_id=MASK, trajectory=traj, step_advantages=adv, sample_train_steps=2,
     )  # fmt: skip
     assert v.states.step.tolist() == [[1, 0], [2, 2]]
     for j, steps in enumerate(([1, 0], [2, 2])):

@@ -14,6 +14,7 @@ from float_error import agree, formulas_agree, in_dtype
 
 from ddmrl.config import GRPOConfig
 from ddmrl.likelihood import sequence_elbo
+from ddmrl.methods.spg import Params as SPGParams
 from ddmrl.objectives import OBJECTIVES
 from ddmrl.objectives.base import ObjectiveInputs
 from ddmrl.objectives.coupled_clip import coupled_clip
@@ -255,7 +256,7 @@ def test_spg_positive_advantage_flows_only_through_the_elbo_proxy():
     adv = torch.tensor([1.0, 2.0, 0.5])
     x, targets, cm, _ = spg_case(adv)
     for beta, mix in [(1.0, 0.5), (2.0, 1.0), (1.5, 0.0)]:
-        cfg = GRPOConfig(beta=0.0, eubo_beta=beta, eubo_mix=mix)
+        cfg = SPGParams(beta=0.0, eubo_beta=beta, eubo_mix=mix)
         formulas_agree(f"the gradient {beta, mix}", spg, x, cfg, spg_elbo_gradient, grad=True)
 
 
@@ -279,7 +280,7 @@ def test_spg_negative_advantage_with_mix_one_flows_only_through_the_eubo_proxy()
         return -x.advantages[None, :, None] * share * d_eubo
 
     def cfg(mix):
-        return GRPOConfig(beta=0.0, eubo_beta=beta, eubo_mix=mix)
+        return SPGParams(beta=0.0, eubo_beta=beta, eubo_mix=mix)
 
     formulas_agree("the EUBO gradient", spg, x, cfg(1.0), want_eubo, grad=True)
     mixed = lambda x: 0.5 * want_eubo(x) + 0.5 * spg_elbo_gradient(x)  # noqa: E731
@@ -298,17 +299,17 @@ def test_spg_loss_weights_sequences_by_completion_length():
     targets = cm[None].clone()
     x = make(logps, adv=torch.tensor([1.0, 1.0]), t=torch.ones(1, 2), targets=targets, cm=cm)
     # exact inputs, but 7 / 5 is not a float: its float32 rounding (formulas_agree, tests/float_error.py)
-    formulas_agree("the loss", spg, x, GRPOConfig(beta=0.0), lambda x: torch.tensor(1.4, dtype=x.logps.dtype))
+    formulas_agree("the loss", spg, x, SPGParams(beta=0.0), lambda x: torch.tensor(1.4, dtype=x.logps.dtype))
 
 
 def proxies(logps: torch.Tensor, targets: torch.Tensor, t: torch.Tensor, beta: float) -> tuple[float, float]:
     """(ELBO proxy, EUBO proxy) of a single rollout, read off the loss: with N = 1 and A = +1 the loss is
     -ELBO; with A = -1 and mix = 1 it is +EUBO."""
     cm = torch.ones(1, logps.shape[-1], dtype=torch.bool)
-    pos = spg(make(logps, adv=torch.tensor([1.0]), t=t, targets=targets, cm=cm), GRPOConfig(beta=0.0, eubo_beta=beta))
+    pos = spg(make(logps, adv=torch.tensor([1.0]), t=t, targets=targets, cm=cm), SPGParams(beta=0.0, eubo_beta=beta))
     neg = spg(
         make(logps, adv=torch.tensor([-1.0]), t=t, targets=targets, cm=cm),
-        GRPOConfig(beta=0.0, eubo_beta=beta, eubo_mix=1.0),
+        SPGParams(beta=0.0, eubo_beta=beta, eubo_mix=1.0),
     )
     return -pos.loss.item(), neg.loss.item()
 
@@ -334,16 +335,16 @@ def test_spg_sandwich_single_view_eubo_above_elbo(beta):
                 return sign * x.logps[tg].mean() - (x.t.log()[0, 0] / beta if mix else 0.0)
 
             x = make(logps, adv=torch.tensor([adv]), t=torch.tensor([[t]]), targets=tg, cm=cm)
-            cfg = GRPOConfig(beta=0.0, eubo_beta=beta, eubo_mix=mix)
+            cfg = SPGParams(beta=0.0, eubo_beta=beta, eubo_mix=mix)
             constant = abs(math.log(t) / beta) if mix else 0.0  # not of the log-probs: its size and roundings
             formulas_agree(f"the {'EUBO' if mix else 'ELBO'} at t = {t}", spg, x, cfg, want, constant=constant)
 
 
 def test_spg_has_no_kl_and_zero_advantage_gives_zero_gradient():
     x, _, _, _ = spg_case(torch.zeros(3))
-    out = spg(x, GRPOConfig(beta=0.0))
+    out = spg(x, SPGParams(beta=0.0))
     assert out.terms == {}  # no KL and no clipping: no such terms on its curve
-    _, grad = grad_of(spg, x, GRPOConfig(beta=0.0))
+    _, grad = grad_of(spg, x, SPGParams(beta=0.0))
     assert torch.equal(grad, torch.zeros_like(grad))
 
 

@@ -24,6 +24,7 @@ from fake_rewards import varied_reward
 import ddmrl.training.grpo as grpo_module
 from ddmrl.config import GRPOConfig, SamplerConfig
 from ddmrl.masking.views import Views, build_views
+from ddmrl.methods.maskgrpo import Params as MaskGRPOParams
 from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.objectives.base import ObjectiveInputs
 from ddmrl.objectives.token_clip import token_clip
@@ -199,12 +200,12 @@ def test_make_views_applies_the_broadcast_switch():
         torch.full((n, 3), 7), torch.full((n, length), 6), valid, torch.arange(length).repeat(n, 1), [""] * n, 0
     )
     base = dict(method="maskgrpo", num_iterations=4, gamma=0.6)
-    views, w, z, inputs = make_views(GRPOConfig(**base, legacy_broadcast_weighting=True), batch, 3, 1, 0)
+    views, w, z, inputs = make_views(MaskGRPOParams(**base, legacy_broadcast_weighting=True), batch, 3, 1, 0)
     assert z is None and inputs.shape == (4, n, 3 + length)
     f = views.masks.float().sum(0)
     assert torch.equal(w, f[None].expand(4, n, length))
     assert f[1, 4:].sum() > 0, "no post-EOS position was masked: the check of their weight is vacuous"
-    views2, w2, _, _ = make_views(GRPOConfig(**base), batch, 3, 1, 0)
+    views2, w2, _, _ = make_views(MaskGRPOParams(**base), batch, 3, 1, 0)
     assert torch.equal(views2.masks, views.masks)
     assert torch.equal(w2, (views.masks & valid[None]).float())
 

@@ -28,6 +28,7 @@ import ddmrl.training.grpo as grpo_module
 from ddmrl.config import GRPOConfig, SamplerConfig
 from ddmrl.likelihood import token_logps
 from ddmrl.masking.views import apply_view, legacy_mask_seeds
+from ddmrl.methods.maskgrpo import Params as MaskGRPOParams
 from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.rollout import Rollouts
 from ddmrl.tasks import make_task
@@ -83,7 +84,7 @@ def released_view_index(micro_step: int, mu: int) -> int:
 
 
 def legacy_cfg(mu: int = 4, **kw) -> GRPOConfig:
-    return GRPOConfig(method="maskgrpo", remasking="maskgrpo_fading", gamma=0.6, num_iterations=mu,
+    return MaskGRPOParams(method="maskgrpo", remasking="maskgrpo_fading", gamma=0.6, num_iterations=mu,
                       maskgrpo_legacy=True, **kw)  # fmt: skip
 
 
@@ -125,7 +126,8 @@ def test_the_released_curve_masks_more_than_the_ratio_and_ours_does_not():
     b = Rollouts(torch.full((n, p), 7), torch.full((n, length), 6), torch.ones(n, length, dtype=torch.bool),
                  None, [""] * n, 0)  # fmt: skip
     legacy = make_views(cfg, b, 0, 1, 0)[0].masks[0].float().mean().item()
-    ours = make_views(GRPOConfig(**{**cfg.__dict__, "maskgrpo_legacy": False}), b, 0, 1, 0)[0].masks[0].float().mean()
+    paper = MaskGRPOParams(**{**cfg.__dict__, "maskgrpo_legacy": False})
+    ours = make_views(paper, b, 0, 1, 0)[0].masks[0].float().mean()
     assert legacy == pytest.approx(0.75, abs=0.01)
     assert ours.item() == pytest.approx(released_ratio(0, 12, 0.6), abs=0.01)
 
@@ -233,6 +235,6 @@ def test_maskgrpo_legacy_is_refused_elsewhere(tmp_path):
     with pytest.raises(ConfigError, match="maskgrpo_legacy"):
         GRPOConfig(method="unigrpo", remasking="unigrpo", maskgrpo_legacy=True)
     with pytest.raises(ConfigError, match="maskgrpo_legacy"):
-        GRPOConfig(method="maskgrpo", remasking="maskgrpo_random", maskgrpo_legacy=True)
+        MaskGRPOParams(method="maskgrpo", remasking="maskgrpo_random", maskgrpo_legacy=True)
     with pytest.raises(ConfigError, match="legacy_micro_step_views"):
         legacy_cfg(legacy_micro_step_views=True)

@@ -196,7 +196,8 @@ def test_one_run_records_trajectories_and_moves_the_policy(monkeypatch, make_mod
     before = [p.detach().clone() for p in policy.parameters()]
     base = {"max_steps": 2, "num_prompts": 2, "num_generations": 4, "num_iterations": 2, "learning_rate": 1e-2}
     sampler = SamplerConfig(block_length=4, steps=10, temperature=1.0, remasking="rcr")
-    cfg = method_config(method, base, sampler=sampler, sample_train_steps=4)
+    own = {"sample_train_steps": 4} if method == "mdpo" else {}  # MDPO's key
+    cfg = method_config(method, base, sampler=sampler, **own)
     curve, _ = train_grpo(policy, copy.deepcopy(policy), tok, task, lambda it: task.generate(2, seed=it), cfg, 0)
     assert curve[-1]["step"] == 2 and math.isfinite(curve[-1]["loss"])
     assert ("over_denoising" in curve[-1]) == (method == "mdpo")
