@@ -164,7 +164,6 @@ class GRPOConfig(Section):
         description="How the ratio-based view samplers couple a rollout's views: independent masks, nested masks "
         "(one uniform per position), or the sampler's own reveal order.",
     )
-    shrink: Int = Field(2, ge=1, description="TraceRL: consecutive sampler steps merged into one trace step.")
     views_per_step: Int = Field(
         2,
         ge=1,

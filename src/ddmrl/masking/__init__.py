@@ -32,7 +32,7 @@ VIEWS = Registry(
         "maskgrpo_fading": ViewSampler("ddmrl.masking.views:maskgrpo_fading_views", legacy=True, keys=("gamma",)),
         "maskgrpo_random": ViewSampler("ddmrl.masking.views:maskgrpo_random_views", keys=("gamma",)),
         "rebrl_linear": "ddmrl.masking.views:rebrl_views",
-        "tracerl": ViewSampler("ddmrl.masking.views:tracerl_views", per_step=False),
+        "tracerl": ViewSampler("ddmrl.masking.views:tracerl_views", per_step=False, keys=("shrink",)),
         "gdpo_quadrature": ViewSampler("ddmrl.masking.views:gdpo_views", per_step=False),
         "block_random": ViewSampler("ddmrl.masking.views:block_random_views", per_step=False),
         "cj_grpo": ViewSampler("ddmrl.masking.views:cj_grpo_views", states=True),

@@ -6,14 +6,15 @@ from __future__ import annotations
 from pydantic import Field
 
 from ddmrl.config._base import Int, Str, refuse, section
-from ddmrl.config.grpo import AuxPolicyConfig, GRPOConfig
+from ddmrl.config.grpo import AuxPolicyConfig
 from ddmrl.config.names import ViewSampler
 from ddmrl.config.sampler import SamplerConfig
 from ddmrl.methods.base import Method
+from ddmrl.methods.tracerl import TraceSteps
 
 
 @section
-class Params(GRPOConfig):
+class Params(TraceSteps):
     """Co-GRPO (Zhou et al. 2025, arXiv 2512.22288): the model and a schedule policy (per-step masked fraction,
     temperature and guidance of MaskGIT's sampler) trained together by GRPO under one reward; the model on its
     trajectory (TraceRL's views: each token at the state it was revealed from, shrink steps merged), the schedule

@@ -11,10 +11,11 @@ from ddmrl.config._base import Bool, Str, refuse, section
 from ddmrl.config.sampler import SamplerConfig
 from ddmrl.methods.base import Method
 from ddmrl.methods.switches import LossAfterEos
+from ddmrl.methods.tracerl import TraceSteps
 
 
 @section
-class Params(LossAfterEos):
+class Params(LossAfterEos, TraceSteps):
     """JustGRPO (Ni et al. 2026, The Flexibility Trap, ICML, arXiv 2601.15165; LeapLabTHU/JustGRPO ``grpo.py``):
     plain GRPO with the masked diffusion model run as an autoregressive one. Rollouts left to right (the llada
     sampler with blocks of one token: one token per forward pass, L passes); token j's log-probability is exact,

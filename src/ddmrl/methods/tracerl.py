@@ -5,14 +5,24 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ddmrl.config._base import Str, section
+from pydantic import Field
+
+from ddmrl.config._base import Int, Str, section
 from ddmrl.config.grpo import GRPOConfig
 from ddmrl.config.names import ViewSampler
 from ddmrl.methods.base import Method
 
 
 @section
-class Params(GRPOConfig):
+class TraceSteps(GRPOConfig):
+    """The key of TraceRL's views (``remasking: tracerl``), for the ``Params`` of the methods that use them
+    (TraceRL, Co-GRPO, JustGRPO, the unmasking policy's)."""
+
+    shrink: Int = Field(2, ge=1, description="TraceRL's views: consecutive sampler steps merged into one trace step.")
+
+
+@section
+class Params(TraceSteps):
     """TraceRL / TraDo (Wang et al. 2026, ICLR, arXiv 2509.06949): views rebuilt from the sampler's own order,
     consecutive steps merged by shrink, every token a target exactly once per rollout batch, the trace steps spread
     over the num_iterations optimiser steps (so that every method takes the same steps per rollout batch); per-row

@@ -8,14 +8,15 @@ from typing import Literal
 from pydantic import Field
 
 from ddmrl.config._base import Str, refuse, section
-from ddmrl.config.grpo import AuxPolicyConfig, GRPOConfig
+from ddmrl.config.grpo import AuxPolicyConfig
 from ddmrl.config.names import ViewSampler
 from ddmrl.config.sampler import SamplerConfig
 from ddmrl.methods.base import Method
+from ddmrl.methods.tracerl import TraceSteps
 
 
 @section
-class Params(GRPOConfig):
+class Params(TraceSteps):
     """A learned unmasking policy (Jazbec, Olausson et al. 2025, arXiv 2512.09106): a single-layer AdaLN transformer
     over the model's confidences reveals positions by Bernoulli draws; GRPO with mean-only advantages and no KL (by
     definition), the multiplicative correctness x speed reward, the model frozen (freeze_model: false trains it

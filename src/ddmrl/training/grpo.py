@@ -137,7 +137,6 @@ def make_views(
         reveal_step=batch.reveal_step,
         coupling=cfg.coupling,
         p_mask_prompt=cfg.p_mask_prompt,
-        shrink=cfg.shrink,
         views_per_step=cfg.views_per_step,
         block_length=cfg.sampler.block_length,
         completion_ids=batch.completion_ids,
