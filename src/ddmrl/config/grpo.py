@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, WrapValidator, model_validator
 from pydantic_core import PydanticCustomError
 
-from ddmrl.aux_policies import AUX_POLICIES
+from ddmrl.aux_policies import AUX_POLICIES, aux_policy_kind
 from ddmrl.config._base import (
     DESCRIBED,
     Bool,
@@ -25,13 +25,16 @@ from ddmrl.config.names import DEFAULT_TRACKERS, Advantages, Registered, Section
 from ddmrl.config.sampler import SamplerConfig
 from ddmrl.config.scale import GradientCheckpointing, LaunchConfig, LoraConfig, MixedPrecision, check_scale
 from ddmrl.masking import VIEWS, view_sampler
-from ddmrl.methods import METHODS
+from ddmrl.methods import DEFAULT_RUNS, METHODS
+from ddmrl.objectives import DEFAULT_ADVANTAGES
+from ddmrl.samplers import sampler_record
 
 # ------------------------------------------------------------------------------------------------ GRPO
 
 ViewOrDefault = Annotated[Str, WrapValidator(Registered(VIEWS, extra=("",)))]  # "": the method's own
+_OFF = "none"  # the value of a key that turns its feature off (aux_policy.kind, sampler.kv_cache, sampler.parallel)
 #: an auxiliary policy of ``ddmrl.aux_policies.AUX_POLICIES``, or none
-AuxKind = Annotated[Str, WrapValidator(Registered(AUX_POLICIES, extra=("none",)))]
+AuxKind = Annotated[Str, WrapValidator(Registered(AUX_POLICIES, extra=(_OFF,)))]
 ScheduleAction = Literal["ratio", "temperature", "cfg"]
 
 
@@ -44,7 +47,7 @@ class AuxPolicyConfig(Section):
     sampler (docs/aux_policies.md)."""
 
     kind: AuxKind = Field(
-        "none", description="none, schedule (Co-GRPO; sampler maskgit) or unmasking (learned unmasking; llada)."
+        _OFF, description="none, schedule (Co-GRPO; sampler maskgit) or unmasking (learned unmasking; llada)."
     )
     learning_rate: Float = Field(1e-3, gt=0, description="AdamW learning rate of the policy (the model's is grpo's).")
     freeze_model: Bool = Field(
@@ -124,7 +127,7 @@ class GRPOConfig(Section):
         1, ge=1, description="Micro-batches (of whole prompt groups) per optimiser step; must divide num_prompts."
     )
     scale_rewards: Advantages = Field(
-        "group",
+        DEFAULT_ADVANTAGES,
         description="Advantages (ddmrl.objectives.ADVANTAGES): group: z-score within a group; none: mean "
         "only (d1's code); population: the z-score with the population std and no epsilon (DiPO's release).",
     )
@@ -236,23 +239,21 @@ def _check_views(cfg: GRPOConfig, views: str) -> None:
         why = f"reads {', '.join(missing)}, which {owner} does not have (a key of the methods that use these views)"
         raise refuse("remasking", views, why)
     if record.states:
-        plain = {"name": "llada", "kv_cache": "none", "parallel": "none"}
-        for key, want in plain.items():
-            if getattr(cfg.sampler, key) != want:
-                raise refuse(
-                    f"sampler.{key}",
-                    getattr(cfg.sampler, key),
-                    f"{views} views are the sampler's stored states: they need the plain llada sampler "
-                    "(kv_cache none, parallel none)",
-                )
+        why = f"{views} views are the sampler's stored states: they need the plain llada sampler (kv_cache none, "
+        if not sampler_record(cfg.sampler.name).states:
+            raise refuse("sampler.name", cfg.sampler.name, f"{why}parallel none)")
+        for key in ("kv_cache", "parallel"):
+            if getattr(cfg.sampler, key) != _OFF:
+                raise refuse(f"sampler.{key}", getattr(cfg.sampler, key), f"{why}parallel none)")
     method = METHODS[cfg.method] if cfg.method in METHODS else None  # a bare GRPOConfig or grpo: names none
     if record.step_advantages and (method is None or not method.step_advantage):
         raise refuse("remasking", views, "ranks the steps by per-step advantages: a method with step_advantage")
 
 
 def _check_aux(cfg: GRPOConfig) -> None:
+    """What the auxiliary policy asks of the run (its record's traits, ``ddmrl.aux_policies.AuxPolicyKind``)."""
     aux, sampler = cfg.aux_policy, cfg.sampler
-    if aux.kind == "none":
+    if aux.kind == _OFF:
         if aux.freeze_model:
             raise refuse("aux_policy.freeze_model", True, "with no auxiliary policy nothing would be trained")
         if aux.speed_alpha:
@@ -260,20 +261,20 @@ def _check_aux(cfg: GRPOConfig) -> None:
         return
     if aux.freeze_model and cfg.lora.r:
         raise refuse("lora.r", cfg.lora.r, "the model is frozen (aux_policy.freeze_model): no adapters to train")
-    if aux.kind == "schedule":
-        if sampler.name != "maskgit":
-            raise refuse("sampler.name", sampler.name, "a schedule policy drives MaskGIT's schedule: use maskgit")
+    kind = aux_policy_kind(aux.kind)
+    if kind.sampler and sampler.name != kind.sampler:
+        raise refuse("sampler.name", sampler.name, f"the {aux.kind} policy drives the {kind.sampler} sampler: use it")
+    if kind.actions:
         if "cfg" in aux.actions and not sampler.cfg_scale:
             raise refuse("aux_policy.actions", list(aux.actions), "its cfg scales sampler.cfg_scale: set it > 0")
         if "temperature" in aux.actions and not sampler.temperature:
             why = "its temperature scales sampler.temperature: set it > 0"
             raise refuse("aux_policy.actions", list(aux.actions), why)
-    if aux.kind == "unmasking":
-        if sampler.name != "llada":
-            raise refuse("sampler.name", sampler.name, "a learned unmasking policy drives LLaDA's blocks: use llada")
+    if kind.plain:
         for key in ("kv_cache", "parallel"):
-            if getattr(sampler, key) != "none":
-                raise refuse(f"sampler.{key}", getattr(sampler, key), "the unmasking policy replaces it: use none")
+            if getattr(sampler, key) != _OFF:
+                raise refuse(f"sampler.{key}", getattr(sampler, key), f"the {aux.kind} policy replaces it: use none")
+    if kind.heads:
         if aux.hidden_size % aux.num_heads or (aux.hidden_size // aux.num_heads) % 2:
             raise refuse(
                 "aux_policy.hidden_size", aux.hidden_size, f"must split into num_heads = {aux.num_heads} even widths"
@@ -286,7 +287,7 @@ class GRPOSection(GRPOConfig):
     methods are compared on equal terms; a method section may override any of them)."""
 
     methods: tuple[SectionName, ...] = Field(
-        ("diffu_grpo", "unigrpo", "maskgrpo", "rebrl", "tracerl", "gdpo", "spg", "wd1"),
+        DEFAULT_RUNS,
         description="Runs to train: sections of methods: (a section's method defaults to its name).",
     )
     seeds: Seeds = Field(

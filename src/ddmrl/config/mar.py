@@ -19,6 +19,8 @@ from ddmrl.config._base import (
 )
 from ddmrl.config.names import DEFAULT_TRACKERS, Advantages, SectionName, Tracker, run_name
 from ddmrl.errors import ConfigError
+from ddmrl.objectives import DEFAULT_ADVANTAGES
+from ddmrl.tasks import MAR_TASK
 
 # ------------------------------------------------------------------------------------------------ MAR (ddmrl.mar)
 
@@ -99,7 +101,7 @@ class MarRunConfig(Section):
     beta: Float = Field(0.01, ge=0, description="KL coefficient (exact Gaussian KL per transition; MAR-GRPO: 0.01).")
     epsilon: Float = Field(0.2, gt=0, lt=1, description="PPO clip range of the ratio.")
     max_grad_norm: Float = Field(1.0, gt=0, description="Gradient clipping.")
-    scale_rewards: Advantages = Field("group", description="Advantages, as grpo.scale_rewards.")
+    scale_rewards: Advantages = Field(DEFAULT_ADVANTAGES, description="Advantages, as grpo.scale_rewards.")
     sampler: MarSamplerConfig = Field(default_factory=MarSamplerConfig, description="The rollout sampler.")
     ar_steps_per_update: Int = Field(
         0, ge=0, description="AR steps each rollout batch trains, drawn at random (0 = all; MAR-GRPO: 12 of 64)."
@@ -206,10 +208,6 @@ class MarConfig(Section):
     def runs(self) -> list[tuple[str, int]]:
         """(section, seed) of every MAR run."""
         return [(m, s) for m in self.methods for s in self.seeds]
-
-
-#: the MAR branch's one task (its continuous encoding is geneval-mini's cells)
-MAR_TASK = "geneval_mini"
 
 
 def mar_run_name(section: str, task: str = MAR_TASK, seed: int = 0) -> str:

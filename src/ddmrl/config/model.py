@@ -16,6 +16,7 @@ from ddmrl.config._base import (
     section,
 )
 from ddmrl.config.names import ModelKind, Revision, is_commit
+from ddmrl.models import DEFAULT_FAMILY, family
 
 # ------------------------------------------------------------------------------------------------ model, hub
 
@@ -30,7 +31,7 @@ class ModelSpec(Section):
     KEY: ClassVar[str] = "model"
 
     kind: ModelKind = Field(
-        "tiny",
+        DEFAULT_FAMILY,
         description="Model family (ddmrl.models.FAMILIES): TinyDDM (embedded), TinyBlockDDM (tiny_block: embedded "
         "block diffusion), LLaDA, MMaDA, Dream, SDAR / TraDo, LLaDA 2.x or an AutoModelForMaskedLM "
         "(docs/real_scale.md, docs/families.md).",
@@ -72,9 +73,9 @@ def _check_spec(spec: ModelSpec) -> None:
             "(a branch such as 'main' can change under the same name)",
         )
     for key in ("mmada_code", "vq_path_or_id"):
-        if getattr(spec, key) is not None and spec.kind != "mmada":
+        if getattr(spec, key) is not None and not family(spec.kind).image:
             raise refuse(key, getattr(spec, key), "only used with model.kind: mmada")
-    if spec.kind in ("tiny", "tiny_block") and spec.trust_remote_code:
+    if family(spec.kind).embedded and spec.trust_remote_code:
         raise refuse("trust_remote_code", True, "the tiny model has no remote code; set it to false")
 
 
@@ -132,7 +133,7 @@ class ModelConfig(ModelSpec):
     @property
     def pretrained(self) -> bool:
         """True for a downloaded checkpoint (``kind`` other than tiny and tiny_block): nothing is pre-trained here."""
-        return self.kind not in ("tiny", "tiny_block")
+        return not family(self.kind).embedded
 
     def spec(self) -> ModelSpec:
         """The checkpoint's :class:`ModelSpec` (``ddmrl.models.adapters.load_model``)."""

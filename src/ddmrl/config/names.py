@@ -54,8 +54,6 @@ def unknown(choices: tuple[str, ...]) -> PydanticCustomError:
 
 #: a model family of ``ddmrl.models.FAMILIES``
 ModelKind = Annotated[Str, WrapValidator(Registered(FAMILIES))]
-#: the block-diffusion families: they sample with the block sampler, their views read block by block
-BLOCK_FAMILIES = ("tiny_block", "sdar", "llada2")
 #: a sampler of ``ddmrl.samplers.SAMPLERS``
 SamplerName = Annotated[Str, WrapValidator(Registered(SAMPLERS))]
 #: a view sampler of ``ddmrl.masking.VIEWS`` (how a method's training views are drawn)

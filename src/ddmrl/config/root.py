@@ -21,10 +21,13 @@ from ddmrl.config.evaluate import EvaluateConfig, LmEvalConfig
 from ddmrl.config.grpo import GRPOConfig, GRPOSection, MethodSection
 from ddmrl.config.mar import MAR_TASK, MarConfig
 from ddmrl.config.model import ModelConfig
-from ddmrl.config.names import BLOCK_FAMILIES, DEFAULT_PROFILE, SectionName, run_name
+from ddmrl.config.names import DEFAULT_PROFILE, SectionName, run_name
 from ddmrl.config.sampler import RolloutConfig, SamplerConfig
 from ddmrl.config.tasks import TASK_PARAMS_TYPE, TaskName, TaskParams
 from ddmrl.errors import ConfigError
+from ddmrl.models import family
+from ddmrl.samplers import IMAGE_SAMPLER
+from ddmrl.tasks import DEFAULT_TASKS
 
 # ------------------------------------------------------------------------------------------------ the whole file
 
@@ -70,7 +73,7 @@ class ImageConfig(Section):
     )
     evaluate: EvaluateConfig = Field(
         default_factory=lambda: EvaluateConfig(
-            samples_per_prompt=4, sampler=SamplerConfig(name="maskgit", steps=24, temperature=1.0, cfg_scale=1.0)
+            samples_per_prompt=4, sampler=SamplerConfig(name=IMAGE_SAMPLER, steps=24, temperature=1.0, cfg_scale=1.0)
         ),
         description="The image evaluation.",
     )
@@ -125,7 +128,7 @@ class Config(Section):
         "profiles/<name>.yaml onto it.",
     )  # fmt: skip
     seed: Int = Field(0, description="Global seed; every random draw derives from it and its unit of work.")
-    tasks: tuple[TaskName("text"), ...] = Field(("sudoku4", "chain"), description="Text tasks.")
+    tasks: tuple[TaskName("text"), ...] = Field(DEFAULT_TASKS, description="Text tasks.")
     task_params: Annotated[dict[Str, Any], WrapValidator(TaskParams(("text",)))] = Field(
         default_factory=dict, description="Generator parameters per text task.", json_schema_extra=TASK_PARAMS_TYPE
     )
@@ -173,21 +176,22 @@ class Config(Section):
         check_budget({m: self.methods[m] for m in self.text_methods if m in self.methods}, shared, "methods")
         image_shared = {k: self.image.grpo.get(k, v) for k, v in shared.items()}
         check_budget(self.image_methods, image_shared, "image_sections")  # named image.method_overrides
-        if self.model.kind in BLOCK_FAMILIES:  # a block-diffusion model samples with the block sampler
+        kind = family(self.model.kind)
+        if kind.sampler:  # e.g. a block-diffusion model samples with the block sampler
             samplers = {"rollout.sampler": self.rollout.sampler, "evaluate.sampler": self.evaluate.sampler}
             runs = [m for m in self.text_methods if m in self.methods]
             samplers |= {f"methods.{m}.sampler": self.methods[m].sampler for m in runs}
-            tiny = self.model.kind == "tiny_block"  # its blocks are model.block_size
+            own = kind.own_blocks  # its blocks are model.block_size
             for key, sampler in samplers.items():
-                if sampler.name != "block" or (tiny and sampler.block_length != self.model.block_size):
+                if sampler.name != kind.sampler or (own and sampler.block_length != self.model.block_size):
                     raise refuse(
                         key, f"{sampler.name}, block_length {sampler.block_length}",
-                        f"model.kind {self.model.kind} samples with name: block"
-                        + (f", block_length = model.block_size ({self.model.block_size})" if tiny else ""),
+                        f"model.kind {self.model.kind} samples with name: {kind.sampler}"
+                        + (f", block_length = model.block_size ({self.model.block_size})" if own else ""),
                     )  # fmt: skip
-        if self.image.model.kind == "tiny_block":
-            raise refuse("image.model.kind", "tiny_block", "the image branch has no block-diffusion model")
-        if self.image.eval_tasks and (not self.image.tasks or self.image.model.kind != "mmada"):
+        if family(self.image.model.kind).block:
+            raise refuse("image.model.kind", self.image.model.kind, "the image branch has no block-diffusion model")
+        if self.image.eval_tasks and (not self.image.tasks or not family(self.image.model.kind).image):
             raise refuse(
                 "image.eval_tasks",
                 list(self.image.eval_tasks),

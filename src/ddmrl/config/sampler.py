@@ -17,7 +17,7 @@ from ddmrl.config._base import (
     section,
 )
 from ddmrl.config.names import SamplerName, adapter, described
-from ddmrl.samplers import SAMPLERS
+from ddmrl.samplers import DEFAULT_SAMPLER, SAMPLERS, sampler_record
 
 
 @section
@@ -27,7 +27,7 @@ class SamplerConfig(Section):
     (ancestral) sampler."""
 
     name: SamplerName = Field(
-        "llada",
+        DEFAULT_SAMPLER,
         description="Which sampler (ddmrl.samplers.SAMPLERS; dream: Dream-v0's own, for model.kind dream; block: "
         "block diffusion's, for model.kind tiny_block; docs/families.md).",
         json_schema_extra={"type": "a sampler: llada, maskgit, emerge, dream, block"},
@@ -142,31 +142,28 @@ class SamplerConfig(Section):
     @model_validator(mode="after")
     def _check(self) -> SamplerConfig:
         _check_options(self)
-        if self.kv_cache != "none" and self.name != "llada":
+        record = sampler_record(self.name)
+        if self.kv_cache != "none" and not record.kv_cache:
             raise refuse(
                 "kv_cache",
                 self.kv_cache,
                 f"only the llada sampler has semi-autoregressive blocks to cache (name = {self.name!r}; the block "
                 "sampler's exact cache is options.block.kv_cache)",
             )
-        if self.name == "block" and (self.parallel == "factor" or self.cfg_scale):
-            key = "parallel" if self.parallel == "factor" else "cfg_scale"
-            raise refuse(key, getattr(self, key), "the block sampler commits by count or threshold, without guidance")
-        if self.name == "block" and self.remasking != "low_confidence":
-            raise refuse("remasking", self.remasking, "the block sampler ranks by confidence (low_confidence)")
-        if self.parallel != "none" and self.name == "emerge":
-            raise refuse(
-                "parallel",
-                self.parallel,
-                "emerge reveals each position by its own coin (ancestral sampling); no confidence rule applies",
-            )
-        if self.parallel != "none" and self.name == "llada" and self.remasking != "low_confidence":
+        why = record.why or f"not an option of the {self.name} sampler"
+        if self.parallel not in record.parallel:
+            raise refuse("parallel", self.parallel, why)
+        if self.cfg_scale and not record.guidance:
+            raise refuse("cfg_scale", self.cfg_scale, why)
+        if self.remasking not in record.remasking:
+            raise refuse("remasking", self.remasking, why)
+        if self.parallel != "none" and record.llada_keys and self.remasking != "low_confidence":
             raise refuse(
                 "parallel", self.parallel, "ranks tokens by the model's confidence: it needs remasking: low_confidence"
             )
         options = {"remasking": self.remasking == "rcr", "schedule": self.schedule == "ass", "eoser": self.eoser}
         for key, on in options.items():
-            if on and self.name != "llada":
+            if on and not record.llada_keys:
                 raise refuse(key, getattr(self, key), f"a llada sampler option (name = {self.name!r})")
             if on and (self.kv_cache != "none" or self.parallel != "none"):
                 raise refuse(key, getattr(self, key), "needs the plain llada sampler: kv_cache and parallel none")
@@ -185,7 +182,7 @@ class SamplerConfig(Section):
             "rcr_scope": self.rcr_scope != "sequence",
         }
         for key, on in llada_only.items():
-            if on and self.name != "llada":
+            if on and not record.llada_keys:
                 raise refuse(key, getattr(self, key), f"a llada sampler option (name = {self.name!r})")
         if self.parallel_floor != "schedule" and self.parallel == "none":
             raise refuse("parallel_floor", self.parallel_floor, "a floor under a parallel rule: set parallel")
@@ -199,8 +196,7 @@ class SamplerConfig(Section):
 
 
 def _check_options(sampler: SamplerConfig) -> None:
-    """Each entry of ``options`` by the ``Params`` of its sampler's module (imported only for a named entry); the
-    shared keys Dream's sampler does not take refused."""
+    """Each entry of ``options`` by the ``Params`` of its sampler's module (imported only for a named entry)."""
     for name, given in sampler.options.items():
         params = sampler_params(name)
         if params is None:
@@ -210,10 +206,6 @@ def _check_options(sampler: SamplerConfig) -> None:
             adapter(params).validate_python(given or {})
         except ValidationError as e:
             raise described(describe(e, params, f"options.{name}")) from None
-    if sampler.name == "dream":
-        for key, unused in {"cfg_scale": sampler.cfg_scale != 0, "parallel": sampler.parallel != "none"}.items():
-            if unused:
-                raise refuse(key, getattr(sampler, key), "not an option of Dream's sampler")
 
 
 def sampler_params(name: str) -> type | None:

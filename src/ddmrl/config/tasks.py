@@ -20,7 +20,7 @@ from ddmrl.config._base import (
 )
 from ddmrl.config.names import UNKNOWN, adapter, described, unknown
 from ddmrl.registry import IMPORT_PATH
-from ddmrl.rewards import REWARD_MODELS
+from ddmrl.rewards import REWARD_MODELS, reward_model
 from ddmrl.tasks import TASKS
 
 # ------------------------------------------------------------------------------- tasks and rewards (ddmrl.tasks)
@@ -98,13 +98,13 @@ class TaskParams:
 
 def reward_models() -> tuple[str, ...]:
     """The reward models a reward's entry may name (``ddmrl.rewards.REWARD_MODELS``; weighted_sum is their sum)."""
-    return tuple(name for name in REWARD_MODELS if name != "weighted_sum")
+    return tuple(name for name in REWARD_MODELS if not reward_model(name).combines)
 
 
 def is_reward_model(name: Any) -> bool:
     """Whether ``name`` names a reward model: built in (not their weighted sum), ``module:attribute`` or an entry
     point of ``ddmrl.rewards`` (nothing is imported)."""
-    return isinstance(name, str) and name != "weighted_sum" and name in REWARD_MODELS
+    return isinstance(name, str) and name in REWARD_MODELS and not reward_model(name).combines
 
 
 @dataclasses.dataclass(frozen=True)

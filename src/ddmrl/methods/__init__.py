@@ -38,3 +38,5 @@ METHODS = Registry(
     kind=Method,
     noun="method",
 )
+#: the runs of ``grpo.methods`` unless a config lists its own: the sections of these methods
+DEFAULT_RUNS = ("diffu_grpo", "unigrpo", "maskgrpo", "rebrl", "tracerl", "gdpo", "spg", "wd1")

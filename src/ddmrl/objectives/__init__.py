@@ -66,6 +66,8 @@ ADVANTAGES = Registry(
     group="ddmrl.advantages",
     noun="scale_rewards",
 )
+#: the group advantages of ``scale_rewards`` unless a config says otherwise (TRL's z-score)
+DEFAULT_ADVANTAGES = "group"
 #: per-step advantages [N, S] from per-step rewards and the group size
 STEP_ADVANTAGES = Registry(
     {"mdpo": f"{_ADVANTAGES}:mdpo_step_advantages"}, group="ddmrl.step_advantages", noun="step advantage"

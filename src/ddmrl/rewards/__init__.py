@@ -10,7 +10,18 @@ options; :mod:`ddmrl.rewards.registry` builds them and their weighted sums from 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from ddmrl.registry import Registry
+
+
+class RewardModel(NamedTuple):
+    """A reward model's entry in ``REWARD_MODELS``: where it is, and what the schema reads of it by name without
+    importing it. One outside the package has the defaults."""
+
+    spec: str
+    combines: bool = False  # a combination of the other entries (their weighted sum), not a reward model itself
+
 
 REWARD_MODELS = Registry(
     {
@@ -21,7 +32,12 @@ REWARD_MODELS = Registry(
         "deqa": "ddmrl.rewards.local_models:DeQAScore",
         "unifiedreward": "ddmrl.rewards.remote:UnifiedRewardClient",
         "reward_server": "ddmrl.rewards.remote:RewardServerClient",
-        "weighted_sum": "ddmrl.rewards.registry:weighted_sum",  # a weighted sum of the others
+        "weighted_sum": RewardModel("ddmrl.rewards.registry:weighted_sum", combines=True),  # the others' sum
     },
     group="ddmrl.rewards",
 )
+
+
+def reward_model(name: str) -> RewardModel:
+    """The record of reward model ``name`` (``REWARD_MODELS``)."""
+    return REWARD_MODELS.record(name, RewardModel)

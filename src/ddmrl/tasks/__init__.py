@@ -35,9 +35,13 @@ TASKS = Registry(
     },
     group="ddmrl.tasks",
 )
+#: the text tasks of ``tasks:`` unless a config lists its own
+DEFAULT_TASKS = ("sudoku4", "chain")
+#: the MAR branch's one task (its continuous encoding is geneval-mini's cells: ``ddmrl.mar.encoding``)
+MAR_TASK = "geneval_mini"
 
 
-__all__ = ["TASKS", "make_task"]
+__all__ = ["DEFAULT_TASKS", "MAR_TASK", "TASKS", "make_task"]
 
 
 def make_task(name: str, **params: Any) -> Task:
