@@ -19,8 +19,8 @@ class ViewSampler(NamedTuple):
     states: bool = False  # its views are the sampler's stored states: the rollouts are recorded (plain llada only)
     per_step: bool = True  # one view per optimiser step (d1's micro-step view index applies to it)
     legacy: bool = False  # has a released code's own draws (``legacy: true``)
-    #: keys of the run's section its function reads (``ddmrl.masking.views.build_views``' keywords of the same
-    #: names), declared by the ``Params`` of the methods that use it; a section without them refuses the sampler
+    #: keys of the run's section its function reads beyond the shared ones (``ViewRequest.key``), declared by the
+    #: ``Params`` of the methods that use it; a section without them refuses the sampler
     keys: tuple[str, ...] = ()
     step_advantages: bool = False  # ranks the steps by per-step advantages: a method with ``step_advantage``
 

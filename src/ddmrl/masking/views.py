@@ -18,7 +18,8 @@ Couplings across the mu views (``coupling``):
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import types
+from typing import Any, NamedTuple
 
 import torch
 
@@ -149,27 +150,29 @@ def _ensure_one(masks: torch.Tensor, valid: torch.Tensor, priority: torch.Tensor
 
 
 class ViewRequest(NamedTuple):
-    """What a view sampler gets (see :func:`build_views` for each field)."""
+    """What a view sampler gets: the rollout batch (see :func:`build_views` for each field) and the run's config, from
+    which it reads its own keys (:meth:`key`: MaskGRPO's views ``gamma``, TraceRL's ``shrink``; the keys a view
+    sampler's record names, ``ddmrl.masking.ViewSampler.keys``, are declared by the ``Params`` of the methods that
+    use it)."""
 
     mu: int
     seed: int
     completion_mask: torch.Tensor
     prompt_ids: torch.Tensor
     pad_id: int
-    reveal_step: torch.Tensor | None
-    coupling: str
-    gamma: float
-    p_mask_prompt: float
-    shrink: int
-    views_per_step: int
-    block_length: int
+    config: Any  # the run's section (``ddmrl.config.GRPOConfig``), or a namespace of build_views' keywords
+    block_length: int = 4
+    reveal_step: torch.Tensor | None = None
     completion_ids: torch.Tensor | None = None
     mask_id: int | None = None
     trajectory: Trajectory | None = None
     step_advantages: torch.Tensor | None = None
-    sample_train_steps: int = 1
     legacy: bool = False
     branch_steps: tuple[int, ...] = ()
+
+    def key(self, name: str, default: Any) -> Any:
+        """The run's key ``name``, or ``default`` where the config has none (a direct call without it)."""
+        return getattr(self.config, name, default)
 
 
 def build_views(
@@ -180,20 +183,16 @@ def build_views(
     completion_mask: torch.Tensor,
     prompt_ids: torch.Tensor,
     pad_id: int,
-    reveal_step: torch.Tensor | None = None,
-    coupling: str = "independent",
-    gamma: float = 0.6,
-    p_mask_prompt: float = 0.15,
-    shrink: int = 1,
-    views_per_step: int = 1,
     block_length: int = 4,
+    reveal_step: torch.Tensor | None = None,
     completion_ids: torch.Tensor | None = None,
     mask_id: int | None = None,
     trajectory: Trajectory | None = None,
     step_advantages: torch.Tensor | None = None,
-    sample_train_steps: int = 1,
     legacy: bool = False,
     branch_steps: tuple[int, ...] = (),
+    config: Any = None,
+    **keys: Any,
 ) -> Views:
     """Build the training views of a rollout batch with the view sampler ``VIEWS[remasking]``.
 
@@ -209,33 +208,35 @@ def build_views(
         seed: rollout seed; view j uses ``derive_seed(seed, "view", j)``.
         completion_mask: [N, L] bool, valid completion tokens (up to and including the first EOS).
         prompt_ids: [N, P] prompt tokens (left-padded with ``pad_id``).
+        block_length: the rollout sampler's semi-AR block (SPG's, EBPO's and DiPO's blocks).
         reveal_step: [N, L] the sampler's reveal step per token (``coupling="trajectory"``, ``tracerl``).
-        coupling: independent | nested | trajectory, for the ratio-based samplers (module docstring).
-        gamma: MaskGRPO's smallest ratio.
-        p_mask_prompt: probability of masking a prompt token (d1, SPG).
-        shrink: TraceRL merges this many consecutive sampler steps into one trace step.
-        views_per_step: views each optimiser step averages (SPG's num_t, VRPO's timesteps n_t), GDPO's quadrature
-            nodes, ESPO's Monte Carlo samples (its num_mc; two views each) or EBPO's timesteps (one view per block
-            each).
-        block_length: SPG's and EBPO's block size (the sampler's semi-AR block).
         completion_ids, mask_id: [N, L] the rollouts' tokens and the mask id (views built from states: cj_grpo,
             mdpo_topk).
         trajectory: the rollouts' stored trajectory (``ddmrl.samplers.trajectory``); without one, the states are
             rebuilt from ``reveal_step``, which is exact for a sampler that never re-masks (cj_grpo).
         step_advantages: [N, S] per-step advantages (mdpo_topk ranks the steps by their magnitude).
-        sample_train_steps: the steps mdpo_topk keeps per rollout (MDPO's).
         legacy: maskgrpo_fading, MaskGRPO's released masks (:func:`legacy_fading_masks`); espo, ESPO's released
             draws (:func:`espo_views`).
         branch_steps: the sampler steps at which a tree of rollouts' depths end (``ddmrl.rollout.Tree.steps``; tree).
+        config: the run's section, from which the view sampler reads its own keys (the GRPO loop passes it).
+        **keys: instead of ``config``, the keys a direct call sets (the others take the view sampler's defaults):
+            coupling (independent | nested | trajectory, the ratio-based samplers: module docstring), gamma
+            (MaskGRPO's smallest ratio), p_mask_prompt (d1's and SPG's prompt masking), shrink (TraceRL's steps
+            per trace step), views_per_step (SPG's num_t, VRPO's n_t, GDPO's nodes, ESPO's num_mc, EBPO's mc_num),
+            sample_train_steps (the steps mdpo_topk keeps per rollout).
     """
     if remasking not in VIEWS:
         raise ValueError(f"unknown remasking '{remasking}'; choose one of {', '.join(VIEWS)}")
     if legacy and not view_sampler(remasking).legacy:
         legacies = " or ".join(v for v in VIEWS if view_sampler(v).legacy)
         raise ValueError(f"legacy views reproduce {legacies}, not {remasking}")
-    request = ViewRequest(mu, seed, completion_mask, prompt_ids, pad_id, reveal_step, coupling, gamma,
-                          p_mask_prompt, shrink, views_per_step, block_length, completion_ids, mask_id, trajectory,
-                          step_advantages, sample_train_steps, legacy, tuple(branch_steps))  # fmt: skip
+    if config is not None and keys:
+        raise ValueError(f"give the run's config or its keys, not both ({', '.join(keys)})")
+    config = types.SimpleNamespace(**keys) if config is None else config
+    request = ViewRequest(
+        mu, seed, completion_mask, prompt_ids, pad_id, config, block_length, reveal_step, completion_ids, mask_id,
+        trajectory, step_advantages, legacy, tuple(branch_steps),
+    )  # fmt: skip
     return VIEWS[remasking](request)
 
 
@@ -244,21 +245,23 @@ def full_completion_views(r: ViewRequest) -> Views:
     n, length = r.completion_mask.shape
     pm = torch.stack([torch.rand(r.prompt_ids.shape, generator=generator(r.seed, "view", j)) for j in range(r.mu)])
     masks = torch.ones(r.mu, n, length, dtype=torch.bool)
-    return Views(masks, (pm < r.p_mask_prompt) & (r.prompt_ids != r.pad_id), torch.ones(r.mu, n), r.seed)
+    prompt_masks = (pm < r.key("p_mask_prompt", 0.15)) & (r.prompt_ids != r.pad_id)
+    return Views(masks, prompt_masks, torch.ones(r.mu, n), r.seed)
 
 
 def ratio_views(r: ViewRequest, t: torch.Tensor) -> Views:
     """Mask each completion position at ratio t [mu, N] with the request's coupling."""
     n, length = r.completion_mask.shape
-    if r.coupling == "trajectory":
+    coupling = r.key("coupling", "independent")
+    if coupling == "trajectory":
         if r.reveal_step is None:
             raise ValueError("coupling 'trajectory' needs the rollout's reveal_step")
         masks = trajectory_masks(t, r.reveal_step)
         priority = reveal_order(r.reveal_step).double()
     else:
-        u = _uniforms((r.mu, n, length), r.seed, r.coupling)
+        u = _uniforms((r.mu, n, length), r.seed, coupling)
         masks = u < t[..., None]
-        priority = -u[0] if r.coupling == "nested" else _random(r.seed, n, length)
+        priority = -u[0] if coupling == "nested" else _random(r.seed, n, length)
     no_prompt = torch.zeros(r.mu, *r.prompt_ids.shape, dtype=torch.bool)
     return Views(_ensure_one(masks, r.completion_mask, priority), no_prompt, t, r.seed)
 
@@ -272,25 +275,26 @@ def rebrl_views(r: ViewRequest) -> Views:
 
 
 def maskgrpo_random_views(r: ViewRequest) -> Views:
-    return ratio_views(r, linear_ratios(r.mu, r.completion_mask.shape[0], r.gamma))
+    return ratio_views(r, linear_ratios(r.mu, r.completion_mask.shape[0], r.key("gamma", 0.6)))
 
 
 def maskgrpo_fading_views(r: ViewRequest) -> Views:
     """MaskGRPO (text): truncated ratios with the AR-like fading curve over completion positions (``legacy``: the
     released code's masks, :func:`legacy_fading_masks`)."""
     n, length = r.completion_mask.shape
-    t = linear_ratios(r.mu, n, r.gamma)
+    gamma, coupling = r.key("gamma", 0.6), r.key("coupling", "independent")
+    t = linear_ratios(r.mu, n, gamma)
     if r.legacy:  # the ratios in Python floats, as the released code computes them
-        ratios = [min(r.gamma + (1 - r.gamma) * (j + 1) / r.mu, MAX_RATIO) for j in range(r.mu)]
+        ratios = [min(gamma + (1 - gamma) * (j + 1) / r.mu, MAX_RATIO) for j in range(r.mu)]
         masks = legacy_fading_masks(ratios, legacy_mask_seeds(r.seed, r.mu), r.prompt_ids.shape[1], length, n)
         return Views(masks, torch.zeros(r.mu, *r.prompt_ids.shape, dtype=torch.bool), t, r.seed)
-    if r.coupling == "trajectory":
+    if coupling == "trajectory":
         raise ValueError("maskgrpo_fading has its own position-wise curve; use coupling independent or nested")
-    u = _uniforms((r.mu, n, length), r.seed, r.coupling)
+    u = _uniforms((r.mu, n, length), r.seed, coupling)
     masks = u > fading_keep_prob(t, length)
     # nested: token k becomes masked once 2 (1 - t) d_k < u_k, so the larger u_k / d_k, the earlier
     priority = (
-        u[0] / torch.linspace(1, 0, length).clamp_min(1e-9) if r.coupling == "nested" else _random(r.seed, n, length)
+        u[0] / torch.linspace(1, 0, length).clamp_min(1e-9) if coupling == "nested" else _random(r.seed, n, length)
     )
     no_prompt = torch.zeros(r.mu, *r.prompt_ids.shape, dtype=torch.bool)
     return Views(_ensure_one(masks, r.completion_mask, priority), no_prompt, t, r.seed)
@@ -328,12 +332,13 @@ def legacy_fading_masks(
 def gdpo_views(r: ViewRequest) -> Views:
     """GDPO: one independent mask per Gauss-Legendre node; every optimiser step uses all the nodes."""
     n, length = r.completion_mask.shape
-    nodes, _ = gauss_legendre(r.views_per_step)
-    t = nodes[:, None].expand(r.views_per_step, n).clone()
+    nodes_count = r.key("views_per_step", 1)
+    nodes, _ = gauss_legendre(nodes_count)
+    t = nodes[:, None].expand(nodes_count, n).clone()
     # no forced token here: an empty view contributes 0 to the ELBO, which keeps the estimator unbiased
-    masks = _uniforms((r.views_per_step, n, length), r.seed, "independent") < t[..., None]
-    no_prompt = torch.zeros(r.views_per_step, *r.prompt_ids.shape, dtype=torch.bool)
-    return Views(masks, no_prompt, t, r.seed, schedule=(tuple(range(r.views_per_step)),) * r.mu)
+    masks = _uniforms((nodes_count, n, length), r.seed, "independent") < t[..., None]
+    no_prompt = torch.zeros(nodes_count, *r.prompt_ids.shape, dtype=torch.bool)
+    return Views(masks, no_prompt, t, r.seed, schedule=(tuple(range(nodes_count)),) * r.mu)
 
 
 def tracerl_views(r: ViewRequest) -> Views:
@@ -344,7 +349,7 @@ def tracerl_views(r: ViewRequest) -> Views:
     optimiser steps per rollout batch as every other method (equal budgets)."""
     if r.reveal_step is None:
         raise ValueError("tracerl views need the rollout's reveal_step")
-    trace = r.reveal_step.long() // r.shrink  # [N, L]
+    trace = r.reveal_step.long() // r.key("shrink", 1)  # [N, L]
     k = int(trace.max()) + 1
     tau = torch.arange(k)[:, None, None]  # [K, 1, 1]
     masks, targets = trace[None] >= tau, trace[None] == tau  # [K, N, L]
@@ -445,7 +450,7 @@ def mdpo_views(r: ViewRequest) -> Views:
     MDPO's single update per batch uses each)."""
     if r.trajectory is None or r.step_advantages is None:
         raise ValueError("mdpo views need the rollouts' stored trajectory and per-step advantages")
-    sel = top_steps(r.step_advantages, r.sample_train_steps).T  # [K, N]
+    sel = top_steps(r.step_advantages, r.key("sample_train_steps", 1)).T  # [K, N]
     rows = torch.arange(sel.shape[1])[None]  # [1, N]
     inputs = r.trajectory.states[sel, rows]  # [K, N, L]
     masks = inputs == r.mask_id
@@ -459,7 +464,8 @@ def block_random_views(r: ViewRequest) -> Views:
     b a random count in [1, block_length] of random positions masked; prompt tokens masked with p_mask_prompt.
     Mirrors semi-AR decoding. ``views_per_step`` consecutive views form one optimiser step (mu steps in all)."""
     completion_mask, prompt_ids, block_length, seed = r.completion_mask, r.prompt_ids, r.block_length, r.seed
-    v, per_step = r.mu * r.views_per_step, r.views_per_step
+    per_step, p_mask_prompt = r.key("views_per_step", 1), r.key("p_mask_prompt", 0.15)
+    v = r.mu * per_step
     n, length = completion_mask.shape
     num_blocks = -(-length // block_length)
     pos = torch.arange(length)
@@ -471,7 +477,7 @@ def block_random_views(r: ViewRequest) -> Views:
         block = pos[None] // block_length  # [1, L]
         order = torch.rand(n, length, generator=g).masked_fill(block != b, 2.0).argsort(1).argsort(1)
         masks.append((block > b) | ((block == b) & (order < count)))
-        prompt_masks.append((torch.rand(prompt_ids.shape, generator=g) < r.p_mask_prompt) & (prompt_ids != r.pad_id))
+        prompt_masks.append((torch.rand(prompt_ids.shape, generator=g) < p_mask_prompt) & (prompt_ids != r.pad_id))
     masks_t = _ensure_one(torch.stack(masks), completion_mask, _random(seed, n, length))
     t = masks_t.float().mean(-1)
     schedule = tuple(tuple(range(s, s + per_step)) for s in range(0, v, per_step))
@@ -529,7 +535,7 @@ def stratified_views(r: ViewRequest) -> Views:
     L / l weight is its 1 / t). The prompt and the positions after the first EOS are never masked. The views are
     the same inputs for the policy, old and reference passes (the paper's antithetic sampling)."""
     n, length = r.completion_mask.shape
-    per_step, valid = r.views_per_step, r.completion_mask
+    per_step, valid = r.key("views_per_step", 1), r.completion_mask
     lengths = valid.sum(1)  # [N]
     masks, ratios = [], []
     for s in range(r.mu):
@@ -592,7 +598,7 @@ def espo_views(r: ViewRequest) -> Views:
     ``legacy``: the release's draws (:func:`released_espo_counts`, :func:`released_espo_masks`) over every completion
     position (T = L), from one seed in [0, 4096) per (step, sample) as its ``mask_seeds``."""
     n, length = r.completion_mask.shape
-    m = r.views_per_step
+    m = r.key("views_per_step", 1)
     valid = r.completion_mask.bool()
     lengths = valid.sum(1)  # [N]
     if r.legacy:
@@ -639,7 +645,7 @@ def ebpo_views(r: ViewRequest) -> Views:
     state the semi-AR sampler decodes block b from (a block-diffusion model's clean prefix, its later blocks hidden).
     The targets are block b's masked tokens. Step j uses views [M B j, M B (j + 1)), B = ceil(L / block_length)."""
     n, length = r.completion_mask.shape
-    m, size = r.views_per_step, r.block_length
+    m, size = r.key("views_per_step", 1), r.block_length
     nb = -(-length // size)
     valid = r.completion_mask.bool()
     pos = torch.arange(length)

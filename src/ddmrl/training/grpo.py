@@ -125,27 +125,22 @@ def make_views(
     """The method's views of a rollout batch, their weights and model inputs (steps 3 of the loop);
     ``step_advantages`` [N, S]: per-step advantages (views may select steps by them)."""
     method = METHODS[cfg.method]
-    remasking = cfg.remasking or method.remasking
-    own = {key: getattr(cfg, key) for key in view_sampler(remasking).keys}  # its own keys, on the method's Params
     views = build_views(
-        remasking,
+        cfg.remasking or method.remasking,
         mu=cfg.num_iterations,
         seed=seed,
         completion_mask=batch.completion_mask,
         prompt_ids=batch.prompt_ids,
         pad_id=pad_id,
-        reveal_step=batch.reveal_step,
-        coupling=cfg.coupling,
-        p_mask_prompt=cfg.p_mask_prompt,
-        views_per_step=cfg.views_per_step,
         block_length=cfg.sampler.block_length,
+        reveal_step=batch.reveal_step,
         completion_ids=batch.completion_ids,
         mask_id=mask_id,
         trajectory=batch.trajectory,
         step_advantages=step_advantages,
         legacy=method.legacy_views(cfg),
         branch_steps=() if batch.tree is None else batch.tree.steps,
-        **own,
+        config=cfg,  # the view sampler reads its own keys from the run (coupling, gamma, shrink, ...)
     )
     broadcast = method.broadcast_weighting(cfg)
     mode = getattr(cfg, "rebrl_mode", "token")  # the weighting's mode: RebRL's Params declares it
