@@ -35,6 +35,8 @@ ALL = [
     "bgpo",
     "treerpo",
     "dipo",
+    "gdsd",
+    "gdsd_tlc",
 ]  # grpo's sampler (JustGRPO: its own, blocks of one token, unless grpo: sets one)
 AUX = ["cogrpo", "unmask_policy"]  # with an auxiliary policy (Co-GRPO: images, maskgit; unmasking policy: llada)
 AUGMENTED = ["igpo"]  # with a rollout augmenter (IGPO: the plain llada sampler, a task with reasoning traces)
@@ -107,6 +109,8 @@ def test_what_each_method_fixes():
         "espo": {"remasking": "espo"},
         "ebpo": {"remasking": "ebpo_blocks"},
         "dipo": {"remasking": "dipo"},
+        "gdsd": {"remasking": "espo"},
+        "gdsd_tlc": {"remasking": "espo"},
     }
 
 

@@ -33,6 +33,8 @@ METHODS = Registry(
         "bgpo": "ddmrl.methods.bgpo:METHOD",  # BGPO
         "treerpo": "ddmrl.methods.treerpo:METHOD",
         "dipo": "ddmrl.methods.dipo:METHOD",  # DiPO
+        "gdsd": "ddmrl.methods.gdsd:METHOD",  # GDSD
+        "gdsd_tlc": "ddmrl.methods.gdsd_tlc:METHOD",  # GDSD-TLC
     },
     group="ddmrl.methods",
     kind=Method,

@@ -20,6 +20,7 @@ from ddmrl.objectives.coupled_clip import coupled_clip
 from ddmrl.objectives.dipo import dipo
 from ddmrl.objectives.ebpo import ebpo_clip
 from ddmrl.objectives.espo import espo_clip
+from ddmrl.objectives.gdsd import gdsd
 from ddmrl.objectives.mdpo import mdpo
 from ddmrl.objectives.policy_loss import aggregate, clipped_token_loss
 from ddmrl.objectives.sequence_clip import sequence_clip
@@ -93,6 +94,7 @@ def test_registry_names_the_objectives():
         "ebpo_clip": ebpo_clip,
         "tree_clip": tree_clip,
         "dipo": dipo,
+        "gdsd": gdsd,
     }  # BGPO's is its own module's, named by where it lives (tests/unit/test_methods.py)
 
 
