@@ -1,7 +1,8 @@
-"""The methods of DARE's zoo (issue #27) and DiPO (issue #42) end to end through the pipeline's own stages: the smoke
-profile with the extended profile's vrpo, espo, bgpo, treerpo and dipo sections as its text methods (d-TreeRPO at
-G 4: two trees of 2 leaves per prompt), the exact commands the DAG builds from the base model to each GRPO run, one
-download and SFT for all. Run in a temporary copy of the repository (as tests/stages/test_igpo_stage.py)."""
+"""The methods of DARE's zoo (issue #27), DiPO and GDSD (issue #42) end to end through the pipeline's own stages: the
+smoke profile with the extended profile's vrpo, espo, bgpo, treerpo, dipo, gdsd and gdsd_tlc sections as its text
+methods (d-TreeRPO at G 4: two trees of 2 leaves per prompt), the exact commands the DAG builds from the base model to
+each GRPO run, one download and SFT for all. Run in a temporary copy of the repository (as
+tests/stages/test_igpo_stage.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from smoke_stages import run_smoke_stages
 
 pytestmark = pytest.mark.slow
 
-METHODS = ("vrpo", "espo", "bgpo", "treerpo", "dipo")
+METHODS = ("vrpo", "espo", "bgpo", "treerpo", "dipo", "gdsd", "gdsd_tlc")
 OWN = {"treerpo": {"tree_branch_factor": 2}}  # the smoke profile's G 4
 
 
