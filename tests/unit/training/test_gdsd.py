@@ -34,6 +34,7 @@ from fake_rewards import varied_reward
 from float_error import Computed, Condition, agree, computed, condition, in_float64, loss_and_gradient_agree
 
 from ddmrl.config import SamplerConfig, method_config
+from ddmrl.diagnostics import token_credit
 from ddmrl.likelihood import token_logps
 from ddmrl.masking.views import ESPO_SEEDS, Views, apply_view, build_views
 from ddmrl.methods import METHODS
@@ -43,9 +44,10 @@ from ddmrl.objectives.advantages import group_advantages
 from ddmrl.objectives.base import ObjectiveInputs, ObjectiveOutput
 from ddmrl.objectives.gdsd import pair_log_likelihoods
 from ddmrl.objectives.weights import token_weights
+from ddmrl.rollout import Rollouts
 from ddmrl.seeding import generator
 from ddmrl.tasks import make_task
-from ddmrl.training.grpo import train_grpo
+from ddmrl.training.grpo import make_views, train_grpo
 
 # ------------------------------------------------------------------------------------------ the transcription
 
@@ -173,7 +175,8 @@ def test_leave_one_out_advantages_are_the_release():
 def test_tlc_logit_centralisation_is_an_identity_of_the_log_probs_and_their_gradient():
     """TLC's logits - mean(logits).detach() before the cross-entropy: softmax is shift invariant and the detached
     mean is a constant to autograd, so the CE and its gradient are the uncentred ones (in float64, within the
-    log-softmax's rounding: V terms of size at most max |logit| + log V, n eps64 S)."""
+    log-softmax's rounding: each side a log-sum-exp of V terms, within (V + 2) eps64 S of the exact value, S = max
+    |logit| + log V bounding its terms; the two sides within 2 (V + 2) eps64 S <= 4 V eps64 S)."""
     g = torch.Generator().manual_seed(0)
     logits = (4 * torch.randn(6, 11, generator=g, dtype=torch.float64)).requires_grad_()
     targets = torch.randint(0, 11, (6,), generator=g)
@@ -184,7 +187,7 @@ def test_tlc_logit_centralisation_is_an_identity_of_the_log_probs_and_their_grad
     grad_centred = torch.autograd.grad((weights * centred).sum(), logits)[0]
     s = float(logits.detach().abs().max()) + math.log(11)
     bound = 4 * 11 * torch.finfo(torch.float64).eps * s
-    assert float((plain - centred).abs().max()) <= bound and float((grad_plain - grad_centred).abs().max()) <= bound
+    assert float_error.gap(plain, centred) <= bound and float_error.gap(grad_plain, grad_centred) <= bound
 
 
 # ------------------------------------------------------------------------------------------ against the release
@@ -369,6 +372,7 @@ def test_a_clipped_log_ratio_has_no_gradient_and_the_unclipped_one_pulls_towards
     out = OBJECTIVES["gdsd"](x, cfg)
     grad = torch.autograd.grad(out.loss, logps)[0]
     want = 2 * (shift / length - cfg.psi * advantages) / (n * length)  # rows 0, 1 inside the range
+    # float64 with a dozen roundings on either side: 1e-12 relative is thousands of eps64
     assert torch.allclose(grad[:, :2], (weights * want[None, :, None])[:, :2], rtol=1e-12, atol=0)
     assert torch.equal(grad[:, 2], torch.zeros_like(grad[:, 2])) and out.terms["clip_ratio"] == pytest.approx(1 / 3)
     assert out.loss.item() == pytest.approx(((shift[:2] / length - 0.5 * advantages[:2]) ** 2).sum().item() / 3
@@ -378,6 +382,33 @@ def test_a_clipped_log_ratio_has_no_gradient_and_the_unclipped_one_pulls_towards
 
 
 # ------------------------------------------------------------------------------------------ the loop, the config
+
+
+@pytest.mark.parametrize("name", ["gdsd", "gdsd_tlc"])
+def test_credit_of_a_token_is_its_weight_times_two_psi_over_the_batch_and_its_length(tok, make_model, name):
+    """ddmrl.diagnostics at log-ratio 0 (inside the clip): d loss / d log p_v(k) = -2 psi A_i omega_v(k) / (N |y_i|),
+    so a token's credit is 2 psi times its weights summed over the views and steps, over N |y_i| (the views built
+    through the loop's make_views)."""
+    n, length, prompt_length, mu = 4, 6, 3, 2
+    g = torch.Generator().manual_seed(0)
+    completion_mask = torch.ones(n, length, dtype=torch.bool)
+    completion_mask[2, 4:] = False
+    batch = Rollouts(
+        torch.randint(5, 10, (n, prompt_length), generator=g), torch.randint(6, 10, (n, length), generator=g),
+        completion_mask, torch.stack([torch.randperm(length, generator=g) for _ in range(n)]), [""] * n, 0,
+    )  # fmt: skip
+    shared = dict(num_iterations=mu, num_generations=2, num_prompts=2, beta=0.04)
+    cfg = method_config(name, shared, views_per_step=2, psi=1.5)
+    model = make_model(max_positions=prompt_length + length, seed=1)
+    advantages = torch.tensor([1.0, -0.5, 2.0, -1.5])
+    credit = token_credit(model, cfg, batch, advantages, 7, tok.pad_token_id, tok.mask_token_id)
+    views, weights, _, _ = make_views(cfg, batch, 7, tok.pad_token_id, tok.mask_token_id)
+    assert views.masks.shape[0] == 2 * 2 * mu
+    want = 2 * cfg.psi * weights.sum(0) / (n * completion_mask.sum(1, keepdim=True))
+    # tolerance from float32's error (tests/float_error.py, rtol_positive): positive sums (at most the V views' N L
+    # weights) and at most 16 products and quotients on either side
+    rtol = float_error.rtol_positive(views.masks.shape[0] * n * length + 16)
+    assert torch.allclose(credit, want * completion_mask, rtol=rtol, atol=0)
 
 
 @pytest.mark.parametrize(("name", "legacy"), [("gdsd", False), ("gdsd_tlc", True)])
