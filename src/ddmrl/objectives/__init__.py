@@ -32,6 +32,7 @@ OBJECTIVES = Registry(
         "ebpo_clip": "ddmrl.objectives.ebpo:ebpo_clip",
         "tree_clip": "ddmrl.objectives.tree_clip:tree_clip",
         "dipo": "ddmrl.objectives.dipo:dipo",  # DiPO
+        "value_clip": "ddmrl.objectives.value:value_clip",  # TraceRL's value model
     },
     group="ddmrl.objectives",
     noun="objective",

@@ -44,6 +44,7 @@ class ObjectiveInputs(NamedTuple):
     view_advantages: [V, N] | None per-view advantages (MDPO's per-step advantages of each view's step).
     target_ids: [V, N, L] | None the tokens each view is trained towards (d-TreeRPO's self-distillation).
     progress: the share of the run's optimiser steps done before this one (t / T of d-TreeRPO's schedules).
+    token_advantages: [V, N, L] | None per-token advantages (a value model's: TraceRL's ``value_clip``).
     """
 
     logps: torch.Tensor
@@ -59,6 +60,7 @@ class ObjectiveInputs(NamedTuple):
     view_advantages: torch.Tensor | None = None
     target_ids: torch.Tensor | None = None
     progress: float = 0.0
+    token_advantages: torch.Tensor | None = None
 
 
 class ObjectiveOutput(NamedTuple):
