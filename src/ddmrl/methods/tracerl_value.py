@@ -43,7 +43,9 @@ class Params(GRPOConfig):
         0.2, gt=0, description="tracerl_value: V_old +- value_clip bounds the clipped value term (release: 0.2)."
     )
     value_gamma: Float = Field(1.0, ge=0, le=1, description="tracerl_value: discount over trace steps (release: 1).")
-    value_lambda: Float = Field(1.0, ge=0, le=1, description="tracerl_value: GAE lambda (release: 1; paper: 0 too).")
+    value_lambda: Float = Field(
+        1.0, ge=0, le=1, description="tracerl_value: GAE lambda (release: 1; the paper finds 0 alike)."
+    )
     value_loss_norm: Literal["targets", "length"] = Field(
         "targets",
         description="tracerl_value: the value loss's mean over each row's step tokens (the paper), or length: the "

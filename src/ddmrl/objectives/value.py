@@ -129,12 +129,12 @@ def clipped_value_loss(
 def value_clip(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
     """TraceRL's policy loss with the value model's per-token advantages A_j (``x.token_advantages``): at each view
     the clipped token ratio psi = min(rho A_j, clip(rho, 1 -/+ eps) A_j) minus beta k3 KL, weighted and aggregated as
-    ``token_clip`` (the views of one step averaged)."""
-    if x.token_advantages is None:
-        raise ValueError("value_clip needs per-token advantages (a method with a value model)")
+    ``token_clip`` (the views of one step averaged). Without per-token advantages (the credit measurement, which has
+    no value model) every token gets its rollout's advantage: a zero value head's A_j with gamma = lam = 1."""
     losses, kls, clips = [], [], []
     for v in range(x.logps.shape[0]):
-        logps, a = x.logps[v], x.token_advantages[v].to(x.logps.dtype)  # [N, L]
+        logps = x.logps[v]  # [N, L]
+        a = x.advantages[:, None] if x.token_advantages is None else x.token_advantages[v].to(logps.dtype)
         ratio = torch.exp(logps - x.old[v])
         unclipped, clipped = ratio * a, ratio.clamp(1 - cfg.epsilon, 1 + (cfg.epsilon_high or cfg.epsilon)) * a
         psi = torch.minimum(unclipped, clipped)
@@ -157,7 +157,9 @@ class ValueModel(torch.nn.Module):
     def __init__(self, policy: torch.nn.Module) -> None:
         super().__init__()
         self.trunk = copy.deepcopy(policy)
-        head = self.trunk.get_output_embeddings()
+        head = self.trunk.get_output_embeddings() if hasattr(self.trunk, "get_output_embeddings") else None
+        if not isinstance(head, torch.nn.Linear):
+            raise ValueError(f"{type(policy).__name__}: a value model needs the model's linear output head")
         owner, name = _owner_of(self.trunk, head)
         w = head.weight
         value_head = torch.nn.Linear(head.in_features, 1, bias=False, device=w.device, dtype=w.dtype)

@@ -248,6 +248,8 @@ def test_value_clip_with_constant_advantages_is_token_clip():
     theirs = OBJECTIVES["token_clip"](ObjectiveInputs(**common), cfg)
     torch.testing.assert_close(ours.loss, theirs.loss)
     assert ours.terms.keys() == theirs.terms.keys()
+    alone = value_clip(ObjectiveInputs(**common), cfg)  # no value model (the credit stage): the same
+    torch.testing.assert_close(alone.loss, theirs.loss)
 
 
 def test_the_value_model_is_the_policy_with_a_zero_value_head(make_model):
