@@ -25,6 +25,8 @@ depends on its method's objective only:
                        advantages, plus a time-scheduled self-distillation loss
   dipo                 DiPO (Zhu et al. 2025): the clipped token ratio at each sampler step's own state, summed over
                        the step's tokens, averaged over the batch's sampler steps (Eq. 7)
+  value_clip           TraceRL's value model (Wang et al. 2026): token_clip with each token's own advantage, the
+                       step-level GAE of the value model's values (``ddmrl.objectives.value``)
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def token_rewards(rewards: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """The verifiable reward on the tokens of each rollout's last step (the last view with a target), 0 elsewhere:
     rewards [N], targets [V, N, L] bool -> [V, N, L]."""
     present = targets.any(-1)  # [V, N]
-    v = torch.arange(targets.shape[0])[:, None]  # [V, 1]
+    v = torch.arange(targets.shape[0], device=targets.device)[:, None]  # [V, 1]
     last = torch.where(present, v, -1).max(0).values  # [N] the last step with a target (-1: none)
     return torch.where((v == last)[..., None] & targets, rewards[None, :, None].to(torch.float32), 0.0)
 
