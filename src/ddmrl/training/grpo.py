@@ -37,6 +37,10 @@ then adds its clipped per-step loss to the method's (one backward pass, its own 
 ``num_iterations`` optimiser steps of the policy per rollout batch. A sample's reward may be scaled by its speed
 (``aux_policy.speed_alpha``: the unmasking paper's multiplicative reward).
 
+A method with a value model (``Method.value_model``: TraceRL's) has its values computed on every view after the old
+log-probs, per-token advantages from them in place of the group's (the group advantages are then its rewards), and
+the value model's clipped loss added at every optimiser step on the step's views (its own AdamW; in the checkpoints).
+
 A method's rollout augmenter (``ddmrl.augmenters``) edits the scored batch between step 2's rewards and advantages,
 and its counts join the curve. A weighting that needs the old policy's entropy (``Weighting.old_entropy``) gets it
 from the old pass of step 4. A method with per-step advantages (``Method.step_advantage``) has every step's prediction
@@ -463,7 +467,8 @@ class Update(NamedTuple):
 def update(run: Loop, b: Batch, old, kl_ref, steps: int, optimisers: list, bar, start: int = 0) -> Update:
     """5. ``steps`` optimiser steps, one per entry of the views' schedule, each over ``gradient_accumulation_steps``
     micro-batches of whole prompt groups: the method's objective on the step's views plus the auxiliary policy's
-    clipped loss (one backward pass); a non-finite loss skips its step. ``start``: the run's optimiser steps so far."""
+    clipped loss or the value model's on the same views (one backward pass); a non-finite loss skips its step.
+    ``start``: the run's optimiser steps so far."""
     acc, cfg, policy, aux, value = run.acc, run.cfg, run.policy, run.aux, run.value
     ga = cfg.gradient_accumulation_steps
     rows_per_micro = b.rewards.shape[0] // ga
@@ -589,7 +594,7 @@ def train_grpo(
     frozen = cfg.aux_policy.freeze_model
     _check_aux(acc, cfg, aux_policy)
     value = value_model if value_model is not None else method.value_model(cfg, policy)
-    _check_value(acc, cfg, value)
+    _check_value(acc, cfg, method, value)
     if ref is None and cfg.beta and cfg.kl_target == "ref" and not frozen and not dist.is_peft(policy):
         raise ValueError("train_grpo: ref is None but the policy has no adapters to disable (lora.r = 0)")
     opt = None
@@ -702,10 +707,13 @@ def _check_aux(acc, cfg: GRPOConfig, aux_policy: AuxPolicy | None) -> None:
         raise ConfigError("aux_policy: an auxiliary policy trains under one process or DDP, not DeepSpeed or FSDP")
 
 
-def _check_value(acc, cfg: GRPOConfig, value) -> None:
-    """A value model trains beside the model (not a frozen one), under one process or DDP."""
+def _check_value(acc, cfg: GRPOConfig, method: Method, value) -> None:
+    """A value model belongs to a method that has one, trains beside the model (not a frozen one), under one process
+    or DDP."""
     if value is None:
         return
+    if type(method).value_model is Method.value_model:
+        raise ValueError(f"train_grpo: a value model was given but method {cfg.method} has none (its objective)")
     if cfg.aux_policy.freeze_model:
         raise ConfigError("aux_policy.freeze_model: a value model trains beside the model, which must train too")
     if dist.is_deepspeed(acc) or dist.is_sharded(acc):

@@ -361,3 +361,10 @@ def test_its_keys_are_checked_and_other_methods_have_no_value_model(make_model):
     with pytest.raises(ConfigError, match="value_gamma"):
         method_config("tracerl", {}, value_gamma=0.9)  # its own key: only its runs take it
     assert METHODS["tracerl"].value_model(method_config("tracerl"), make_model()) is None
+
+
+def test_a_value_model_for_a_method_without_one_is_refused(sudoku):
+    task, tok, model = sudoku
+    with pytest.raises(ValueError, match="method tracerl has none"):
+        value = ValueModel(model)
+        train_grpo(model, None, tok, task, draw(task), config("tracerl"), 0, RunLog(None), value_model=value)
