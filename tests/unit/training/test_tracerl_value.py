@@ -267,6 +267,14 @@ def test_the_value_model_is_the_policy_with_a_zero_value_head(make_model):
     assert head.weight.grad.abs().sum() > 0  # the head learns first (the trunk's gradients wait for a nonzero head)
 
 
+def test_a_model_without_a_linear_output_head_is_refused(make_model, monkeypatch):
+    """LLaDA with weight tying reads its logits off the embedding (no head to replace): refused, naming the class."""
+    policy = make_model(max_positions=12)
+    monkeypatch.setattr(type(policy), "get_output_embeddings", lambda self: self.tok)
+    with pytest.raises(ValueError, match="TinyDDMForMaskedLM: a value model needs the model's linear output head"):
+        ValueModel(policy)
+
+
 # ------------------------------------------------------------------------------------------------- the loop
 
 
