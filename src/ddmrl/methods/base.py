@@ -83,6 +83,12 @@ class Method:
         the step's views go through one backward pass."""
         return False
 
+    def value_model(self, cfg: Any, policy: Any) -> Any:
+        """A learned baseline built from a copy of ``policy`` (TraceRL's value model,
+        ``ddmrl.objectives.value.ValueModel``): per-token advantages from its values replace the group's, and it
+        trains beside the policy (``value_*`` keys of ``cfg``); default None (group advantages)."""
+        return None
+
     def fixed(self) -> dict[str, Any]:
         """What its definition fixes: each field of ``params`` typed as a ``Literal`` of one value (SPG's beta 0)."""
         out = {}

@@ -33,6 +33,7 @@ OBJECTIVES = Registry(
         "tree_clip": "ddmrl.objectives.tree_clip:tree_clip",
         "dipo": "ddmrl.objectives.dipo:dipo",  # DiPO
         "gdsd": "ddmrl.objectives.gdsd:gdsd",  # GDSD, GDSD-TLC
+        "value_clip": "ddmrl.objectives.value:value_clip",  # TraceRL's value model
     },
     group="ddmrl.objectives",
     noun="objective",
