@@ -317,6 +317,43 @@ def test_an_auxiliary_policy_is_a_dep_of_its_methods_runs_only(tmp_path):
     )
 
 
+def test_editing_gdsd_reruns_only_its_runs_in_the_extended_profile(tmp_path):
+    """GDSD's modules are code of their own runs only (DAG data): its objective, weightings and advantages
+    (``ddmrl.objectives.gdsd``) and its method module, which GDSD-TLC's imports, are deps of the gdsd and gdsd_tlc
+    runs and credit stages (the tables read every method's module); gdsd_tlc's module of its own stages only; their
+    downstream is those runs' evaluations and the tables."""
+    cfg = edited_config(tmp_path, lambda raw: raw.update(profile="extended"))
+    stages = dag.build(cfg)
+
+    def own(method: str) -> set[str]:
+        runs = {f"grpo_{method}_{t}_s{s}" for t in cfg.tasks for s in cfg.grpo.seeds}
+        return runs | {f"credit_{method}_{t}" for t in cfg.tasks}
+
+    both = own("gdsd") | own("gdsd_tlc")
+    assert own("gdsd") <= {s.name for s in stages} and own("gdsd_tlc") <= {s.name for s in stages}
+    assert users(stages, "src/ddmrl/objectives/gdsd.py") == both
+    assert users(stages, "src/ddmrl/methods/gdsd.py") == both | {"tables"}
+    assert users(stages, "src/ddmrl/methods/gdsd_tlc.py") == own("gdsd_tlc") | {"tables"}
+    evaluations = {f"evaluate_{m}_{t}_s{s}" for m in ("gdsd", "gdsd_tlc") for t in cfg.tasks for s in cfg.grpo.seeds}
+    assert downstream(stages, both) == both | evaluations | {"tables"}
+
+
+def test_tracerl_value_model_code_is_a_dep_of_its_own_stages_only(tmp_path):
+    """In the extended profile editing TraceRL's value model (its method module, its objective and value model module)
+    reruns its own runs and credit measurement (and the tables for the method module, which label its rows), nothing
+    else; TraceRL's own module is not its dep."""
+    cfg = edited_config(tmp_path, lambda raw: raw.update(profile="extended"))
+    stages = dag.build(cfg)
+    runs = {f"grpo_tracerl_value_{t}_s{s}" for t in cfg.tasks for s in cfg.grpo.seeds}
+    own = runs | {f"credit_tracerl_value_{t}" for t in cfg.tasks}
+    assert runs <= {s.name for s in stages}
+    assert users(stages, "src/ddmrl/objectives/value.py") == own
+    assert users(stages, "src/ddmrl/methods/tracerl_value.py") == own | {"tables"}
+    assert not own & users(stages, "src/ddmrl/methods/tracerl.py")
+    evaluations = {f"evaluate_tracerl_value_{t}_s{s}" for t in cfg.tasks for s in cfg.grpo.seeds}
+    assert downstream(stages, own) == own | evaluations | {"tables"}
+
+
 def test_the_mar_branch_runs_in_the_extended_profile_only_and_its_code_is_its_own(tmp_path, cfg, stages):
     """The default profile has no MAR stage; in the extended one the MAR stages read the MAR base model and its
     tasks, the tables read their GenEval results and curves, and ddmrl.mar is code of the MAR stages alone."""

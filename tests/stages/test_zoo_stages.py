@@ -1,7 +1,8 @@
-"""The methods of DARE's zoo (issue #27) and DiPO (issue #42) end to end through the pipeline's own stages: the smoke
-profile with the extended profile's vrpo, espo, bgpo, treerpo and dipo sections as its text methods (d-TreeRPO at
-G 4: two trees of 2 leaves per prompt), the exact commands the DAG builds from the base model to each GRPO run, one
-download and SFT for all. Run in a temporary copy of the repository (as tests/stages/test_igpo_stage.py)."""
+"""The methods of DARE's zoo (issue #27), DiPO, GDSD and TraceRL's value model (issue #42) end to end through the
+pipeline's own stages: the smoke profile with the extended profile's vrpo, espo, bgpo, treerpo, dipo, gdsd, gdsd_tlc
+and tracerl_value sections as its text methods (d-TreeRPO at G 4: two trees of 2 leaves per prompt), the exact
+commands the DAG builds from the base model to each GRPO run, one download and SFT for all. Run in a temporary copy
+of the repository (as tests/stages/test_igpo_stage.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from smoke_stages import run_smoke_stages
 
 pytestmark = pytest.mark.slow
 
-METHODS = ("vrpo", "espo", "bgpo", "treerpo", "dipo")
+METHODS = ("vrpo", "espo", "bgpo", "treerpo", "dipo", "gdsd", "gdsd_tlc", "tracerl_value")
 OWN = {"treerpo": {"tree_branch_factor": 2}}  # the smoke profile's G 4
 
 
@@ -48,3 +49,21 @@ def test_each_run_trains_with_finite_losses_and_writes_its_model(workspace, meth
                                      "bgpo": {"kl"}}.get(method, set())  # fmt: skip
     terms |= {"self_distillation"} if method == "treerpo" else set()
     assert terms <= set(rows[0]) and not ({"kl", "clip_ratio", "self_distillation"} - terms) & set(rows[0])
+
+
+def test_the_value_model_trains_and_is_saved_beside_the_policy(workspace):
+    """tracerl_value: the value loss in the curve (0 exactly where no group has reward spread: every return is then
+    0, as the zero value head's values), the value model in <model>/value_model/ (the policy's weights with a value
+    head of one output), the policy's own files as every run's."""
+    from safetensors.torch import load_file
+
+    rows = curve(workspace, "tracerl_value")
+    for r in rows:
+        loss, spread = float(r["value_loss"]), float(r["frac_reward_zero_std"]) < 1
+        assert (loss > 0 if spread else loss == 0) and 0 <= float(r["value_clip_ratio"]) <= 1, r
+    model = workspace / "data" / "grpo" / "tracerl_value_sudoku4_s0" / "model"
+    value = load_file(str(model / "value_model" / "model.safetensors"))
+    policy = load_file(str(model / "model.safetensors"))
+    head = [v for k, v in value.items() if k.endswith("lm_head.weight")]
+    assert len(head) == 1 and head[0].shape == (1, policy["tok.weight"].shape[1])
+    assert {k.removeprefix("trunk.") for k in value} - {"lm_head.weight"} <= set(policy) | {"tok.weight"}

@@ -129,7 +129,8 @@ class GRPOConfig(Section):
     scale_rewards: Advantages = Field(
         DEFAULT_ADVANTAGES,
         description="Advantages (ddmrl.objectives.ADVANTAGES): group: z-score within a group; none: mean "
-        "only (d1's code); population: the z-score with the population std and no epsilon (DiPO's release).",
+        "only (d1's code); population: the z-score with the population std and no epsilon (DiPO's release); "
+        "leave_one_out: r minus the mean of the group's other rewards (GDSD's release).",
     )
     loss_type: Literal["token_mean", "seq_mean"] = Field(
         "token_mean",

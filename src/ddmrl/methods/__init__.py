@@ -17,6 +17,7 @@ METHODS = Registry(
         "maskgrpo": "ddmrl.methods.maskgrpo:METHOD",
         "rebrl": "ddmrl.methods.rebrl:METHOD",
         "tracerl": "ddmrl.methods.tracerl:METHOD",
+        "tracerl_value": "ddmrl.methods.tracerl_value:METHOD",  # TraceRL's value model
         "gdpo": "ddmrl.methods.gdpo:METHOD",
         "spg": "ddmrl.methods.spg:METHOD",
         "wd1": "ddmrl.methods.wd1:METHOD",
@@ -33,6 +34,8 @@ METHODS = Registry(
         "bgpo": "ddmrl.methods.bgpo:METHOD",  # BGPO
         "treerpo": "ddmrl.methods.treerpo:METHOD",
         "dipo": "ddmrl.methods.dipo:METHOD",  # DiPO
+        "gdsd": "ddmrl.methods.gdsd:METHOD",  # GDSD
+        "gdsd_tlc": "ddmrl.methods.gdsd_tlc:METHOD",  # GDSD-TLC
     },
     group="ddmrl.methods",
     kind=Method,

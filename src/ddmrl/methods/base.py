@@ -34,7 +34,7 @@ class Method:
         augmenter: key in ``ddmrl.augmenters.AUGMENTERS``: edits the scored groups before the advantages (IGPO's
             inpainting of all-wrong groups), or "" (none).
         switches: the keys of its ``Params`` that reproduce its release's quirks (e.g. ``loss_after_eos``, a mixin
-            of ``ddmrl.methods.switches``), for the docs; a method's section refuses keys its ``Params`` lacks.
+            of ``ddmrl.methods.mixins``), for the docs; a method's section refuses keys its ``Params`` lacks.
     """
 
     name: str
@@ -83,6 +83,12 @@ class Method:
         gradient on its own and frees its graph before the next (BGPO's constant memory in the views); default no:
         the step's views go through one backward pass."""
         return False
+
+    def value_model(self, cfg: Any, policy: Any) -> Any:
+        """A learned baseline built from a copy of ``policy`` (TraceRL's value model,
+        ``ddmrl.objectives.value.ValueModel``): per-token advantages from its values replace the group's, and it
+        trains beside the policy (``value_*`` keys of ``cfg``); default None (group advantages)."""
+        return None
 
     def fixed(self) -> dict[str, Any]:
         """What its definition fixes: each field of ``params`` typed as a ``Literal`` of one value (SPG's beta 0)."""

@@ -7,7 +7,7 @@ from typing import Literal
 
 from ddmrl.config._base import Bool, Str, section
 from ddmrl.methods.base import Method
-from ddmrl.methods.switches import LossAfterEos
+from ddmrl.methods.mixins import LossAfterEos
 
 
 @section

@@ -27,7 +27,7 @@ from pydantic import Field
 
 from ddmrl.config._base import Bool, Int, Str, refuse, section
 from ddmrl.methods.base import Method
-from ddmrl.methods.switches import LossAfterEos
+from ddmrl.methods.mixins import LossAfterEos
 
 
 @section

@@ -8,7 +8,7 @@ from pydantic import Field
 from ddmrl.config._base import Float, Int, Str, refuse, section
 from ddmrl.config.names import ViewSampler
 from ddmrl.methods.base import Method
-from ddmrl.methods.switches import LossAfterEos
+from ddmrl.methods.mixins import LossAfterEos
 
 
 @section

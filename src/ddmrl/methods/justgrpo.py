@@ -10,8 +10,7 @@ from pydantic import Field
 from ddmrl.config._base import Bool, Str, refuse, section
 from ddmrl.config.sampler import SamplerConfig
 from ddmrl.methods.base import Method
-from ddmrl.methods.switches import LossAfterEos
-from ddmrl.methods.tracerl import TraceSteps
+from ddmrl.methods.mixins import LossAfterEos, TraceSteps
 
 
 @section

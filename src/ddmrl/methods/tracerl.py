@@ -5,20 +5,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
-
-from ddmrl.config._base import Int, Str, section
-from ddmrl.config.grpo import GRPOConfig
+from ddmrl.config._base import Str, section
 from ddmrl.config.names import ViewSampler
 from ddmrl.methods.base import Method
-
-
-@section
-class TraceSteps(GRPOConfig):
-    """The key of TraceRL's views (``remasking: tracerl``), for the ``Params`` of the methods that use them
-    (TraceRL, Co-GRPO, JustGRPO, the unmasking policy's)."""
-
-    shrink: Int = Field(2, ge=1, description="TraceRL's views: consecutive sampler steps merged into one trace step.")
+from ddmrl.methods.mixins import TraceSteps
 
 
 @section

@@ -12,7 +12,7 @@ from ddmrl.config.grpo import AuxPolicyConfig
 from ddmrl.config.names import ViewSampler
 from ddmrl.config.sampler import SamplerConfig
 from ddmrl.methods.base import Method
-from ddmrl.methods.tracerl import TraceSteps
+from ddmrl.methods.mixins import TraceSteps
 
 
 @section

@@ -25,6 +25,8 @@ from ddmrl.models.tiny import load_saved  # its module registers TinyDDM with th
 POINTER = "ddmrl_model.json"
 #: the subdirectory of a saved model that holds its auxiliary policy (ddmrl.aux_policies.base)
 AUX_DIR = "aux_policy"
+#: the subdirectory of a saved model that holds its value model (TraceRL's; ddmrl.objectives.value.ValueModel)
+VALUE_DIR = "value_model"
 _SPEC_ATTR = "_ddmrl_spec"  # set on a model loaded through a pointer: how to load what is saved from it
 _ADAPTER_ATTR = "_ddmrl_adapter"  # and its ddmrl.models.adapters.ModelAdapter (MMaDA: layout, image decoding)
 
@@ -62,10 +64,11 @@ def adapter_of(model) -> Any:
     return getattr(model, _ADAPTER_ATTR, None)
 
 
-def save_checkpoint(model, tok, path: str | Path, aux_policy=None) -> None:
+def save_checkpoint(model, tok, path: str | Path, aux_policy=None, value_model=None) -> None:
     """Write model + tokenizer to ``path`` atomically (a killed save leaves the old directory or nothing); a model
     loaded through a pointer gets one too (its adapter kind, dtype and remote-code flag; weights here). An
-    ``aux_policy`` (``ddmrl.aux_policies``) is saved with them, in ``path/aux_policy/``."""
+    ``aux_policy`` (``ddmrl.aux_policies``) is saved with them, in ``path/aux_policy/``, a ``value_model`` in
+    ``path/value_model/``."""
     spec = getattr(model, _SPEC_ATTR, None)
     with atomic_path(path) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
@@ -74,6 +77,8 @@ def save_checkpoint(model, tok, path: str | Path, aux_policy=None) -> None:
             write_pointer(tmp, {**spec, "path_or_id": ""})
         if aux_policy is not None:
             aux_policy.save_pretrained(Path(tmp) / AUX_DIR)
+        if value_model is not None:
+            value_model.save_pretrained(Path(tmp) / VALUE_DIR)
 
 
 def write_pointer(path: str | Path, spec: dict[str, Any]) -> None:

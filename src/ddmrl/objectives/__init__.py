@@ -32,6 +32,8 @@ OBJECTIVES = Registry(
         "ebpo_clip": "ddmrl.objectives.ebpo:ebpo_clip",
         "tree_clip": "ddmrl.objectives.tree_clip:tree_clip",
         "dipo": "ddmrl.objectives.dipo:dipo",  # DiPO
+        "gdsd": "ddmrl.objectives.gdsd:gdsd",  # GDSD, GDSD-TLC
+        "value_clip": "ddmrl.objectives.value:value_clip",  # TraceRL's value model
     },
     group="ddmrl.objectives",
     noun="objective",
@@ -50,6 +52,8 @@ WEIGHTINGS = Registry(
         "vrpo_elbo": f"{_WEIGHTS}:vrpo_elbo_weights",
         "espo_elbo": f"{_WEIGHTS}:espo_elbo_weights",
         "ebpo_elbo": f"{_WEIGHTS}:ebpo_elbo_weights",
+        "gdsd_denoise": "ddmrl.objectives.gdsd:denoise_weights",  # GDSD
+        "gdsd_tlc": "ddmrl.objectives.gdsd:tlc_weights",  # GDSD-TLC
     },
     group="ddmrl.weightings",
     noun="weighting",
@@ -62,6 +66,7 @@ ADVANTAGES = Registry(
         "group": f"{_ADVANTAGES}:z_score",
         "none": f"{_ADVANTAGES}:mean_centred",
         "population": f"{_ADVANTAGES}:population_zscore",  # DiPO's release: population std, no epsilon
+        "leave_one_out": "ddmrl.objectives.gdsd:leave_one_out",  # GDSD's release: r - mean of the others
     },
     group="ddmrl.advantages",
     noun="scale_rewards",

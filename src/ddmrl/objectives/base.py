@@ -25,6 +25,8 @@ depends on its method's objective only:
                        advantages, plus a time-scheduled self-distillation loss
   dipo                 DiPO (Zhu et al. 2025): the clipped token ratio at each sampler step's own state, summed over
                        the step's tokens, averaged over the batch's sampler steps (Eq. 7)
+  value_clip           TraceRL's value model (Wang et al. 2026): token_clip with each token's own advantage, the
+                       step-level GAE of the value model's values (``ddmrl.objectives.value``)
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class ObjectiveInputs(NamedTuple):
     view_advantages: [V, N] | None per-view advantages (MDPO's per-step advantages of each view's step).
     target_ids: [V, N, L] | None the tokens each view is trained towards (d-TreeRPO's self-distillation).
     progress: the share of the run's optimiser steps done before this one (t / T of d-TreeRPO's schedules).
+    token_advantages: [V, N, L] | None per-token advantages (a value model's: TraceRL's ``value_clip``).
     """
 
     logps: torch.Tensor
@@ -59,6 +62,7 @@ class ObjectiveInputs(NamedTuple):
     view_advantages: torch.Tensor | None = None
     target_ids: torch.Tensor | None = None
     progress: float = 0.0
+    token_advantages: torch.Tensor | None = None
 
 
 class ObjectiveOutput(NamedTuple):

@@ -364,9 +364,9 @@ def report_weights(acc, model, stage: str) -> None:
         print(f"{who}, weights checksum {weights_checksum(acc.unwrap_model(model))!r}", flush=True)
 
 
-def save_policy(acc, policy, tok, path: str | Path, aux_policy=None) -> None:
+def save_policy(acc, policy, tok, path: str | Path, aux_policy=None, value_model=None) -> None:
     """Write the trained model as a plain ``save_pretrained`` checkpoint (adapters merged), from the main process,
-    with its auxiliary policy (``ddmrl.aux_policies``) if it has one.
+    with its auxiliary policy (``ddmrl.aux_policies``) or value model (TraceRL's) if it has one.
 
     Every process must call it: with ZeRO-3 or FSDP the full state dict is gathered collectively first.
     """
@@ -378,7 +378,7 @@ def save_policy(acc, policy, tok, path: str | Path, aux_policy=None) -> None:
         model = model.merge_and_unload()
     aux = None if aux_policy is None else acc.unwrap_model(aux_policy)
     if state is None:
-        save_checkpoint(model, tok, path, aux)
+        save_checkpoint(model, tok, path, aux, None if value_model is None else acc.unwrap_model(value_model))
         return
     with atomic_path(path) as tmp:
         model.save_pretrained(tmp, state_dict=state, safe_serialization=True)

@@ -37,6 +37,10 @@ then adds its clipped per-step loss to the method's (one backward pass, its own 
 ``num_iterations`` optimiser steps of the policy per rollout batch. A sample's reward may be scaled by its speed
 (``aux_policy.speed_alpha``: the unmasking paper's multiplicative reward).
 
+A method with a value model (``Method.value_model``: TraceRL's) has its values computed on every view after the old
+log-probs, per-token advantages from them in place of the group's (the group advantages are then its rewards), and
+the value model's clipped loss added at every optimiser step on the step's views (its own AdamW; in the checkpoints).
+
 A method's rollout augmenter (``ddmrl.augmenters``) edits the scored batch between step 2's rewards and advantages,
 and its counts join the curve. A weighting that needs the old policy's entropy (``Weighting.old_entropy``) gets it
 from the old pass of step 4. A method with per-step advantages (``Method.step_advantage``) has every step's prediction
@@ -117,6 +121,9 @@ class Batch(NamedTuple):
     inputs: torch.Tensor | None  # [V, N, P + L] the model input of every view (None: the model is frozen)
     target_ids: torch.Tensor | None = None  # [V, N, L] the tokens each view is trained towards (None: the completion)
     view_advantages: torch.Tensor | None = None  # [V, N] per-view advantages (a method's per-step ones)
+    old_values: torch.Tensor | None = None  # [V, N, L] a value model's values before the update (TraceRL's)
+    returns: torch.Tensor | None = None  # [V, N, L] its regression targets
+    token_advantages: torch.Tensor | None = None  # [V, N, L] the per-token advantages from its values
 
 
 def make_views(
@@ -280,6 +287,7 @@ def objective_inputs(
         view_advantages=None if b.view_advantages is None else b.view_advantages[v][:, rows],
         target_ids=None if b.target_ids is None else b.target_ids[v][:, rows],
         progress=progress,
+        token_advantages=None if b.token_advantages is None else b.token_advantages[v][:, rows],
     )
 
 
@@ -298,6 +306,7 @@ class Loop:
     aux: object = None  # the auxiliary policy being trained (DDP-wrapped), or None
     acting: AuxPolicy | None = None  # what the sampler consults (no wrapper)
     augmenter: object = None
+    value: object = None  # the method's value model being trained (``Method.value_model``), or None
 
     @property
     def frozen(self) -> bool:
@@ -403,7 +412,44 @@ def old_and_reference(run: Loop, b: Batch) -> tuple[Batch, torch.Tensor | None, 
             else:
                 with acc.autocast():
                     kl_ref = view_logps(run.ref, inputs, target_ids, **guidance)
+    if run.value is not None:
+        b = value_credit(run, b)
     return b, old, kl_ref
+
+
+def view_targets_mask(b: Batch) -> torch.Tensor:
+    """[V, N, L] bool: the tokens each view trains (its targets within the loss positions)."""
+    return b.views.target_masks & b.rollouts.completion_mask[None]
+
+
+def value_credit(run: Loop, b: Batch) -> Batch:
+    """4b. A value model's old values on every view (eval mode, no gradient: the release's pre-update pass) and
+    the per-token returns and advantages they give (``ddmrl.objectives.value.trace_gae``), the group advantages
+    as the rollouts' rewards, placed on each rollout's last trace step."""
+    from ddmrl.objectives.value import token_rewards, trace_gae  # the method's objective module (a stage's use)
+
+    cfg, length = run.cfg, b.rollouts.completion_mask.shape[1]
+    targets = view_targets_mask(b)
+    run.value.eval()
+    with torch.no_grad(), run.acc.autocast():
+        old = torch.stack([run.value(x)[:, -length:] for x in b.inputs])  # [V, N, L]
+    old = old.float().masked_fill(~targets, 0.0)
+    credit = trace_gae(token_rewards(b.advantages, targets), old, targets, cfg.value_gamma, cfg.value_lambda)
+    return b._replace(old_values=old, returns=credit.returns, token_advantages=credit.advantages)
+
+
+def value_objective(run: Loop, b: Batch, ids: tuple[int, ...], rows: slice):
+    """The value model's clipped loss on views ``ids`` of micro-batch ``rows`` (their mean; with gradient)."""
+    from ddmrl.objectives.value import clipped_value_loss
+
+    cfg, length, targets = run.cfg, b.rollouts.completion_mask.shape[1], view_targets_mask(b)
+    out = [
+        clipped_value_loss(run.value(b.inputs[v, rows])[:, -length:], b.old_values[v, rows], b.returns[v, rows],
+                           targets[v, rows], cfg.value_clip, cfg.value_loss_norm)
+        for v in ids
+    ]  # fmt: skip
+    loss = torch.stack([o.loss for o in out]).mean()
+    return loss, {"value_loss": loss.item(), "value_clip_ratio": sum(o.clip_ratio for o in out) / len(out)}
 
 
 class Update(NamedTuple):
@@ -417,15 +463,17 @@ class Update(NamedTuple):
 def update(run: Loop, b: Batch, old, kl_ref, steps: int, optimisers: list, bar, start: int = 0) -> Update:
     """5. ``steps`` optimiser steps, one per entry of the views' schedule, each over ``gradient_accumulation_steps``
     micro-batches of whole prompt groups: the method's objective on the step's views plus the auxiliary policy's
-    clipped loss (one backward pass); a non-finite loss skips its step. ``start``: the run's optimiser steps so far."""
-    acc, cfg, policy, aux = run.acc, run.cfg, run.policy, run.aux
+    clipped loss or the value model's on the same views (one backward pass); a non-finite loss skips its step.
+    ``start``: the run's optimiser steps so far."""
+    acc, cfg, policy, aux, value = run.acc, run.cfg, run.policy, run.aux, run.value
     ga = cfg.gradient_accumulation_steps
     rows_per_micro = b.rewards.shape[0] // ga
     micro_rows = [slice(a * rows_per_micro, (a + 1) * rows_per_micro) for a in range(ga)]
-    if not run.frozen:
-        policy.train()
+    for model in (None if run.frozen else policy, value):
+        if model is not None:
+            model.train()
     stats, skipped = {"loss": 0.0}, 0  # then the objective's own terms, in its order, and the auxiliary policy's
-    trained = [m for m in (None if run.frozen else policy, aux) if m is not None]
+    trained = [m for m in (None if run.frozen else policy, aux, value) if m is not None]
     for s in range(steps):
         acc.sync_gradients = True
         for o in optimisers:
@@ -451,6 +499,9 @@ def update(run: Loop, b: Batch, old, kl_ref, steps: int, optimisers: list, bar, 
                         break
                     out = views_objective(run, b, old, kl_ref, last, rows, progress)
                     loss, parts = loss + out.loss * (len(last) / len(ids)), with_parts(parts, out, last, ids)
+                    if value is not None:  # its own parameters: one backward pass trains both
+                        value_loss, value_parts = value_objective(run, b, ids, rows)
+                        loss, parts = loss + value_loss, parts | value_parts
                 if aux is not None:
                     trace = b.rollouts.aux.rows(rows)
                     logp = aux(trace.obs, trace.actions)  # [n, S] with gradient
@@ -461,8 +512,8 @@ def update(run: Loop, b: Batch, old, kl_ref, steps: int, optimisers: list, bar, 
                 if not finite:
                     break
                 acc.backward(loss)  # divides by gradient_accumulation_steps
-            for key, value in {"loss": loss.item() + done, **parts}.items():
-                stats[key] = stats.get(key, 0.0) + value / (ga * steps)
+            for key, x in {"loss": loss.item() + done, **parts}.items():
+                stats[key] = stats.get(key, 0.0) + x / (ga * steps)
         acc.sync_gradients = True
         if finite:
             for model, o in zip(trained, optimisers, strict=True):
@@ -511,6 +562,7 @@ def train_grpo(
     checkpointer: Checkpointer | None = None,
     accelerator=None,
     aux_policy: AuxPolicy | None = None,
+    value_model=None,
 ) -> tuple[list[dict[str, float]], Timing]:
     """Run ``cfg.max_steps`` optimiser steps of GRPO; ``draw_prompts(iteration)`` gives each rollout batch's prompts.
 
@@ -524,6 +576,9 @@ def train_grpo(
     policy is on). ``policy`` is prepared in place (wrapped for DDP/DeepSpeed); save it with
     ``ddmrl.training.distributed.save_policy``. ``aux_policy``: the auxiliary policy ``cfg.aux_policy`` names (a
     fresh ``ddmrl.aux_policies.base.new_aux_policy``), trained in place; ``ref`` may be None when no KL term needs it.
+    ``value_model``: the method's learned baseline (``Method.value_model``: TraceRL's value model), trained in place
+    with its own AdamW (``cfg.value_learning_rate``); built here from the policy when the method has one and none is
+    given.
     """
     acc = accelerator or dist.local_accelerator(policy, cfg.mixed_precision, cfg.gradient_accumulation_steps)
     rank, world = acc.process_index, acc.num_processes
@@ -534,6 +589,8 @@ def train_grpo(
         augmenter.check(task)
     frozen = cfg.aux_policy.freeze_model
     _check_aux(acc, cfg, aux_policy)
+    value = value_model if value_model is not None else method.value_model(cfg, policy)
+    _check_value(acc, cfg, method, value)
     if ref is None and cfg.beta and cfg.kl_target == "ref" and not frozen and not dist.is_peft(policy):
         raise ValueError("train_grpo: ref is None but the policy has no adapters to disable (lora.r = 0)")
     opt = None
@@ -562,10 +619,15 @@ def train_grpo(
         policy, opt, aux, aux_opt = acc.prepare(policy, opt, aux, aux_opt)
     else:
         policy, opt = acc.prepare(policy, opt)
+    value_opt = None
+    if value is not None:  # prepared after the others: the checkpoints' order of models and optimisers is fixed
+        value_opt = torch.optim.AdamW(value.parameters(), lr=cfg.value_learning_rate, betas=(0.9, 0.99),
+                                      weight_decay=cfg.weight_decay)  # fmt: skip
+        value, value_opt = acc.prepare(value, value_opt)
     ref = dist.place_reference(acc, ref)
     acting = None if aux is None else acc.unwrap_model(aux)  # what the sampler consults (no DDP wrapper)
-    run = Loop(acc, cfg, method, policy, ref, tok, task, dist.rank_seed(seed, rank), aux, acting, augmenter)
-    optimisers = [o for o in (opt, aux_opt) if o is not None]
+    run = Loop(acc, cfg, method, policy, ref, tok, task, dist.rank_seed(seed, rank), aux, acting, augmenter, value)
+    optimisers = [o for o in (opt, aux_opt, value_opt) if o is not None]
     timing, curve, step, it, skipped, consecutive = Timing(), [], 0, 0, 0, 0
     if checkpointer is not None and (found := checkpointer.latest(acc)):
         path, meta = found
@@ -639,6 +701,19 @@ def _check_aux(acc, cfg: GRPOConfig, aux_policy: AuxPolicy | None) -> None:
         raise ValueError(f"train_grpo: aux_policy.kind = {kind!r} but the auxiliary policy given is {got!r}")
     if aux_policy is not None and (dist.is_deepspeed(acc) or dist.is_sharded(acc)):
         raise ConfigError("aux_policy: an auxiliary policy trains under one process or DDP, not DeepSpeed or FSDP")
+
+
+def _check_value(acc, cfg: GRPOConfig, method: Method, value) -> None:
+    """A value model belongs to a method that has one, trains beside the model (not a frozen one), under one process
+    or DDP."""
+    if value is None:
+        return
+    if type(method).value_model is Method.value_model:
+        raise ValueError(f"train_grpo: a value model was given but method {cfg.method} has none (its objective)")
+    if cfg.aux_policy.freeze_model:
+        raise ConfigError("aux_policy.freeze_model: a value model trains beside the model, which must train too")
+    if dist.is_deepspeed(acc) or dist.is_sharded(acc):
+        raise ConfigError(f"method {cfg.method}: its value model trains under one process or DDP, not DeepSpeed/FSDP")
 
 
 def _same_schedule(acc, inner_steps: int) -> None:

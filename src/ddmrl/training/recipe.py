@@ -16,6 +16,7 @@ import yaml
 from ddmrl.aux_policies.base import AuxPolicy, new_aux_policy
 from ddmrl.config import Config, GRPOConfig
 from ddmrl.io import write_json, write_text
+from ddmrl.methods import METHODS
 from ddmrl.models.checkpoint import checkpoint_digest, load_checkpoint
 from ddmrl.models.layout import for_task
 from ddmrl.plan import check_fits
@@ -49,6 +50,7 @@ class GRPORun:
     checkpointer: Checkpointer
     log: RunLog
     start: float  # time.time() when the run began
+    value: Any = None  # the method's value model (TraceRL's; ddmrl.methods.base.Method.value_model), or None
 
 
 def setup(
@@ -71,6 +73,7 @@ def setup(
     ref = copy.deepcopy(policy).requires_grad_(False) if needs_ref and not gcfg.lora.r else None
     # an auxiliary policy (Co-GRPO's schedule, a learned unmasking policy), initialised from the run's seed
     aux = new_aux_policy(gcfg.aux_policy, sampler_steps(gcfg.sampler, task.completion_length))
+    value = METHODS[gcfg.method].value_model(gcfg, policy)  # a copy of the loaded policy (TraceRL's value model)
     policy = dist.prepare_model(policy, gcfg.mixed_precision, gcfg.gradient_checkpointing, gcfg.lora)
     # images: MMaDA's layout (prompt, <soi>, image, <eoi>), logits sliced to the image codes
     policy = for_task(policy, tok, task)
@@ -84,7 +87,7 @@ def setup(
     parts = ("grpo", run, run_seed, without_trackers(hyper), checkpoint_digest(model), *dist.fingerprint_parts(acc))
     checkpointer = Checkpointer(checkpoints, fingerprint(*parts), gcfg.save_total_limit)
     return GRPORun(run, gcfg, task_name, seed, run_seed, model, policy, ref, tok, task, aux, acc, draw, resolved,
-                   checkpointer, RunLog(curve), start)  # fmt: skip
+                   checkpointer, RunLog(curve), start, value)  # fmt: skip
 
 
 def write_config(r: GRPORun, path: str | None) -> None:
@@ -99,14 +102,14 @@ def train(r: GRPORun, log_dir: str | None) -> tuple[list[dict[str, float]], Timi
     print(f"grpo: process {r.acc.process_index + 1}/{r.acc.num_processes} on {r.acc.device}", flush=True)
     start_trackers(r.acc, f"grpo_{r.name}", r.resolved, log_dir)
     return train_grpo(r.policy, r.ref, r.tok, r.task, r.draw, r.cfg, r.run_seed, r.log, r.checkpointer,
-                      accelerator=r.acc, aux_policy=r.aux)  # fmt: skip
+                      accelerator=r.acc, aux_policy=r.aux, value_model=r.value)  # fmt: skip
 
 
 def save(r: GRPORun, curve: list[dict[str, float]], timing: Timing, model_out: str, metrics: str) -> None:
-    """The trained policy (main process only; LoRA adapters merged; the auxiliary policy beside it) and the run's
-    metrics: steps, first and last reward, time, non-finite steps skipped."""
+    """The trained policy (main process only; LoRA adapters merged; the auxiliary policy or value model beside it)
+    and the run's metrics: steps, first and last reward, time, non-finite steps skipped."""
     dist.report_weights(r.acc, r.policy, "grpo")
-    dist.save_policy(r.acc, r.policy, r.tok, model_out, r.aux)
+    dist.save_policy(r.acc, r.policy, r.tok, model_out, r.aux, r.value)
     if r.acc.is_main_process:
         write_json(metrics, {
             "run": r.name, "method": r.cfg.method, "task": r.task_name, "seed": r.seed, "run_seed": r.run_seed,

@@ -21,6 +21,7 @@ from ddmrl.objectives.coupled_clip import coupled_clip
 from ddmrl.objectives.dipo import dipo
 from ddmrl.objectives.ebpo import ebpo_clip
 from ddmrl.objectives.espo import espo_clip
+from ddmrl.objectives.gdsd import gdsd
 from ddmrl.objectives.mdpo import mdpo
 from ddmrl.objectives.policy_loss import aggregate, clipped_token_loss
 from ddmrl.objectives.sequence_clip import sequence_clip
@@ -28,6 +29,7 @@ from ddmrl.objectives.spg import spg
 from ddmrl.objectives.token_clip import token_clip
 from ddmrl.objectives.tree_clip import tree_clip
 from ddmrl.objectives.valid_token_clip import valid_token_clip
+from ddmrl.objectives.value import value_clip
 from ddmrl.objectives.vrpo import vrpo
 from ddmrl.objectives.weighted_likelihood import weighted_likelihood
 
@@ -94,6 +96,8 @@ def test_registry_names_the_objectives():
         "ebpo_clip": ebpo_clip,
         "tree_clip": tree_clip,
         "dipo": dipo,
+        "gdsd": gdsd,
+        "value_clip": value_clip,
     }  # BGPO's is its own module's, named by where it lives (tests/unit/test_methods.py)
 
 

@@ -26,8 +26,8 @@ BLOCK = SamplerConfig(name="block", block_length=4, steps=4, temperature=1.0)
 #: methods run on the block model here; the others need what it has not (docs/families.md): a stored trajectory
 #: (the llada sampler's), a tree of rollouts (d-TreeRPO: the llada sampler's partial states), an auxiliary policy or
 #: an augmenter; JustGRPO runs with blocks of one token (below)
-APPLY = ["bgpo", "coupled_grpo", "diffu_grpo", "dipo", "ebpo", "espo", "gdpo", "maskgrpo", "rebrl", "spg",
-         "tracerl", "unigrpo", "vrpo", "wd1"]  # fmt: skip
+APPLY = ["bgpo", "coupled_grpo", "diffu_grpo", "dipo", "ebpo", "espo", "gdpo", "gdsd", "gdsd_tlc", "maskgrpo", "rebrl",
+         "spg", "tracerl", "unigrpo", "vrpo", "wd1"]  # fmt: skip
 
 
 @pytest.fixture
