@@ -33,6 +33,7 @@ OBJECTIVES = Registry(
         "tree_clip": "ddmrl.objectives.tree_clip:tree_clip",
         "dipo": "ddmrl.objectives.dipo:dipo",  # DiPO
         "gdsd": "ddmrl.objectives.gdsd:gdsd",  # GDSD, GDSD-TLC
+        "rldf": "ddmrl.objectives.rldf:rldf",  # RLDF
     },
     group="ddmrl.objectives",
     noun="objective",
@@ -53,6 +54,7 @@ WEIGHTINGS = Registry(
         "ebpo_elbo": f"{_WEIGHTS}:ebpo_elbo_weights",
         "gdsd_denoise": "ddmrl.objectives.gdsd:denoise_weights",  # GDSD
         "gdsd_tlc": "ddmrl.objectives.gdsd:tlc_weights",  # GDSD-TLC
+        "rldf": "ddmrl.objectives.rldf:rldf_weights",  # RLDF
     },
     group="ddmrl.weightings",
     noun="weighting",
@@ -66,6 +68,7 @@ ADVANTAGES = Registry(
         "none": f"{_ADVANTAGES}:mean_centred",
         "population": f"{_ADVANTAGES}:population_zscore",  # DiPO's release: population std, no epsilon
         "leave_one_out": "ddmrl.objectives.gdsd:leave_one_out",  # GDSD's release: r - mean of the others
+        "rldf": "ddmrl.objectives.rldf:rldf_zscore",  # RLDF's release: std floored at 0.01
     },
     group="ddmrl.advantages",
     noun="scale_rewards",
