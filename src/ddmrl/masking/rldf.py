@@ -13,7 +13,9 @@ objective always keeps, ``ddmrl.objectives.rldf``).
 
 ``legacy`` (``rldf_release_views``): the release's masks, which know the steps of the valid tokens only (its step
 map is renumbered over them, every other position 0): a position after the first EOS is masked in the view of the
-rollout's first step and visible in every other, instead of masked exactly while it was in the sampler's state.
+rollout's first step and visible in every other, instead of masked exactly while it was in the sampler's state; and
+a rollout whose valid tokens were all revealed in one step gets no view (the renumbered map's maximum is 0, which the
+release takes for a rollout without steps), instead of k views of that step.
 """
 
 from __future__ import annotations
@@ -84,9 +86,11 @@ def select_steps(
     k: int,
     temperature: float,
     gen: torch.Generator | None,
+    single: bool = True,
 ) -> list[list[int]]:
     """Each rollout's k drawn steps (sampler steps), rollout by rollout from one generator (a rollout without valid
-    tokens draws nothing and gets none). [N, L] reveal_step, valid, token_probs -> N lists."""
+    tokens draws nothing and gets none; ``single`` False: nor does one whose valid tokens were all revealed in one
+    step, the release's quirk). [N, L] reveal_step, valid, token_probs -> N lists."""
     flat = uniform(temperature)
     if not flat and token_probs is None:
         raise ValueError(f"RLDF's step draw at temperature {temperature} needs the rollouts' token probabilities")
@@ -99,6 +103,9 @@ def select_steps(
             steps, weights = torch.unique(reveal_step[i][valid[i]]).tolist(), None
         else:
             steps, weights = step_surprisal(token_probs[i], reveal_step[i], valid[i])
+        if len(steps) == 1 and not single:
+            out.append([])
+            continue
         out.append([steps[j] for j in sample_step_indices(len(steps), weights, k, temperature, gen)])
     return out
 
@@ -139,7 +146,7 @@ def rldf_views(r: ViewRequest) -> Views:
     valid = r.completion_mask.bool()
     probs = committed_probs(r.trajectory, r.reveal_step)
     k = r.views_per_step
-    chosen = select_steps(r.reveal_step, valid, probs, k, TEMPERATURE, generator(r.seed, "view"))
+    chosen = select_steps(r.reveal_step, valid, probs, k, TEMPERATURE, generator(r.seed, "view"), not r.legacy)
     masks, targets = rldf_masks(r.reveal_step, valid, chosen, k, r.legacy)
     no_prompt = torch.zeros(k, *r.prompt_ids.shape, dtype=torch.bool)
     every = (tuple(range(k)),) * r.mu
