@@ -38,8 +38,8 @@ class Params(GRPOConfig):
     each rollout drawn by the surprisal of the tokens they committed, each view the state its step started from; the
     clipped token loss and k3 KL over the view's masked tokens of probability >= rldf_low_prob_threshold and the
     step's own tokens. Release: mask_num 4, low_prob_threshold 0.6, beta 0.01 (LLaDA), loss_norm token (LLaDA),
-    std-floored z-scores (scale_rewards rldf). ``rldf_release_views``: the release's masks of the positions after the
-    first EOS."""
+    std-floored z-scores (scale_rewards rldf). ``rldf_release_views``: the release's masks (of the positions after
+    the first EOS, and none for a rollout decoded in one step)."""
 
     method: Str = "rldf"
     remasking: Literal["rldf"] = "rldf"
@@ -57,8 +57,8 @@ class Params(GRPOConfig):
     rldf_release_views: Bool = Field(
         False,
         description="RLDF: the released code's masks, which number the steps of the valid tokens only: positions "
-        "after the first EOS masked in the view of the first step and visible in the others, instead of masked "
-        "while they were in the sampler's state.",
+        "after the first EOS masked in the view of the first step and visible in the others (instead of masked "
+        "while they were in the sampler's state), and no view of a rollout decoded in one step.",
     )
 
 
