@@ -7,9 +7,9 @@ For rollout i with decoding steps s (the distinct reveal steps of its valid toke
 the mean surprisal of the tokens it committed, w_s = -mean_{k: step(k) = s} log p_k (p_k the sampler's probability of
 token k when it committed it), and k steps are drawn from softmax(w / T): without replacement when the rollout has at
 least k steps, else every step once and the rest with replacement (T = 0: the top k; T >= 1e4 or +inf, or weights of
-std < 1e-8: uniformly, by a random permutation). View j of rollout i masks every position revealed at its step s_j or
-later (the sampler's state x_{s_j}) and its targets are the tokens step s_j committed (the "current" tokens the
-objective always keeps, ``ddmrl.objectives.rldf``).
+std < 1e-8: uniformly, by a random permutation). View j of rollout i is the sampler's stored state x_{s_j} (every
+position revealed at s_j or later masked, for a sampler that never re-masks) and its targets are the tokens step s_j
+committed (the "current" tokens the objective always keeps, ``ddmrl.objectives.rldf``).
 
 ``legacy`` (``rldf_release_views``): the release's masks, which know the steps of the valid tokens only (its step
 map is renumbered over them, every other position 0): a position after the first EOS is masked in the view of the
@@ -118,11 +118,19 @@ def committed_probs(trajectory, reveal_step: torch.Tensor) -> torch.Tensor:
 
 
 def rldf_masks(
-    reveal_step: torch.Tensor, valid: torch.Tensor, chosen: list[list[int]], k: int, legacy: bool = False
+    reveal_step: torch.Tensor,
+    valid: torch.Tensor,
+    chosen: list[list[int]],
+    k: int,
+    legacy: bool = False,
+    states: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The masks and targets [k, N, L] of the drawn steps: mask the positions revealed at the step or later
     (``legacy``: the valid ones, and every other position in the view of the rollout's first step), target the
-    step's valid tokens. A rollout with no step has empty views (the release's dummy steps)."""
+    step's valid tokens. A rollout with no step has empty views (the release's dummy steps). ``states`` [S, N, L]
+    bool, the stored states' masked positions: the paper's masks are those of the state the step started from (the
+    same as revealed-at-or-after for a sampler that never re-masks; under RCR a token revealed, re-masked and
+    revealed again is masked as the sampler had it)."""
     n, length = reveal_step.shape
     masks = torch.zeros(k, n, length, dtype=torch.bool)
     targets = torch.zeros_like(masks)
@@ -132,7 +140,10 @@ def rldf_masks(
         first = int(reveal_step[i][valid[i]].min())
         for j, s in enumerate(steps):
             later = reveal_step[i] >= s  # [L]
-            masks[j, i] = (later & valid[i]) | (~valid[i] & (s == first)) if legacy else later
+            if legacy:
+                masks[j, i] = (later & valid[i]) | (~valid[i] & (s == first))
+            else:
+                masks[j, i] = later if states is None else states[s, i]
             targets[j, i] = (reveal_step[i] == s) & valid[i]
     return masks, targets
 
@@ -147,7 +158,8 @@ def rldf_views(r: ViewRequest) -> Views:
     probs = committed_probs(r.trajectory, r.reveal_step)
     k = r.views_per_step
     chosen = select_steps(r.reveal_step, valid, probs, k, TEMPERATURE, generator(r.seed, "view"), not r.legacy)
-    masks, targets = rldf_masks(r.reveal_step, valid, chosen, k, r.legacy)
+    states = None if r.mask_id is None else r.trajectory.states == r.mask_id  # [S, N, L]
+    masks, targets = rldf_masks(r.reveal_step, valid, chosen, k, r.legacy, states)
     no_prompt = torch.zeros(k, *r.prompt_ids.shape, dtype=torch.bool)
     every = (tuple(range(k)),) * r.mu
     return Views(masks, no_prompt, masks.float().mean(-1), r.seed, targets=targets, schedule=every)

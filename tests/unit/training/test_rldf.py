@@ -46,7 +46,7 @@ from ddmrl.objectives import OBJECTIVES
 from ddmrl.objectives.advantages import group_advantages
 from ddmrl.rollout import Rollouts
 from ddmrl.samplers.trajectory import Trajectory, states_from_reveal
-from ddmrl.seeding import derive_seed
+from ddmrl.seeding import derive_seed, generator
 from ddmrl.training.grpo import Batch, make_views, objective_inputs, step_views, view_targets
 
 METHOD = METHODS["rldf"]
@@ -316,6 +316,26 @@ def test_make_views_draws_from_the_stored_confidences_and_every_step_uses_every_
     )
     with pytest.raises(ValueError, match="stored trajectory"):
         make_views(cfg, batch._replace(trajectory=None), 5, tok.pad_token_id, tok.mask_token_id)
+
+
+def test_under_remasking_a_view_is_the_stored_state_its_step_started_from(tok):
+    """A token revealed at step 1, re-masked at step 3 and revealed for good at step 5 (running-confidence
+    remasking) is visible in the views of steps 2 and 3, as in the sampler's states, though its reveal step is 5."""
+    batch = rollouts(8, 3, 12, seed=3)
+    reveal = batch.reveal_step.clone()
+    reveal[0, 0], reveal[0, 1] = 5, 2
+    states = states_from_reveal(batch.completion_ids, reveal, tok.mask_token_id)  # [S, N, L]
+    states[2:4, 0, 0] = batch.completion_ids[0, 0]
+    batch = batch._replace(reveal_step=reveal, trajectory=batch.trajectory._replace(states=states))
+    views, *_ = make_views(config(views_per_step=20), batch, 5, tok.pad_token_id, tok.mask_token_id)
+    steps = select_steps(reveal, batch.completion_mask, token_probs(batch), 20, 1.0, generator(5, "view"))
+    assert 2 in steps[0]
+    for j, s in enumerate(steps[0]):
+        assert torch.equal(views.masks[j, 0], states[s, 0] == tok.mask_token_id)
+        assert views.masks[j, 0, 0] == (s not in (2, 3) and s <= 5)
+    legacy, *_ = make_views(config(views_per_step=20, rldf_release_views=True), batch, 5, tok.pad_token_id,
+                            tok.mask_token_id)  # fmt: skip
+    assert legacy.masks[steps[0].index(2), 0, 0]  # the release's masks know the last reveal step only
 
 
 # ------------------------------------------------------------------------------------------ (c) loss and gradient
