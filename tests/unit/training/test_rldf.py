@@ -444,3 +444,27 @@ def test_the_filter_keeps_the_likely_masked_tokens_and_the_steps_own(tok, make_m
         want = (masked & (logps[v].exp() >= 0.1)) | views.target_masks[v] & batch.completion_mask
         assert torch.equal(kept(x, v, 0.1, True), want)
         assert torch.equal(kept(x, v, 0.0, True), masked)
+
+
+def test_credit_of_a_kept_token_is_its_share_of_each_views_token_mean(tok, make_model):
+    """The credit stage (``ddmrl.diagnostics.token_credit``) on RLDF at mu 1: each view's kept tokens share its loss
+    equally (token mean), the views are averaged, so a token's credit is sum_v [kept in v] / (V |K_v|): the filter's
+    dropped tokens get none from the view that drops them."""
+    from ddmrl.diagnostics import token_credit
+    from ddmrl.objectives.rldf import kept
+
+    model = make_model(max_positions=15, seed=2)
+    batch = rollouts(8, 3, 12, seed=7)
+    cfg = config(rldf_low_prob_threshold=0.1)
+    adv = released_advantages(REWARDS, 4)
+    credit = token_credit(model, cfg, batch, adv, 3, tok.pad_token_id, tok.mask_token_id)
+    views, weights, z, inputs = make_views(cfg, batch, 3, tok.pad_token_id, tok.mask_token_id)
+    b = Batch(batch, REWARDS, adv, torch.zeros(2, dtype=torch.bool), views, weights, z, inputs,
+              view_targets(views, batch.completion_ids))  # fmt: skip
+    with torch.no_grad():
+        logps = torch.stack([token_logps(model, inputs[v], b.target_ids[v]) for v in range(4)])
+    x = objective_inputs(b, logps, None, logps, (0, 1, 2, 3), slice(None), 4)
+    k = torch.stack([kept(x, v, 0.1, True) for v in range(4)]).float()  # [V, N, L]
+    want = (k / (4 * k.sum((1, 2), keepdim=True))).sum(0) * (adv != 0)[:, None]  # [N, L]
+    # a sum of 4 positive quotients per token and a division by |A|: a few float32 roundings relative to each value
+    assert torch.allclose(credit, want, rtol=16 * torch.finfo(torch.float32).eps, atol=0)
