@@ -21,11 +21,15 @@ release takes for a rollout without steps), instead of k views of that step.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 
 from ddmrl.masking.views import ViewRequest, Views
 from ddmrl.seeding import generator
+
+if TYPE_CHECKING:
+    from ddmrl.samplers.trajectory import Trajectory
 
 #: the sampling temperature from which the draw is uniform (the release's UNIFORM_TEMP_THRESHOLD)
 UNIFORM_TEMPERATURE = 1e4
@@ -110,7 +114,7 @@ def select_steps(
     return out
 
 
-def committed_probs(trajectory, reveal_step: torch.Tensor) -> torch.Tensor:
+def committed_probs(trajectory: Trajectory, reveal_step: torch.Tensor) -> torch.Tensor:
     """[N, L] the sampler's probability of each token at the step that committed it, from its stored confidence
     [S, N, L] (``ddmrl.samplers.trajectory``)."""
     step = reveal_step.long().clamp(0, trajectory.confidence.shape[0] - 1)
