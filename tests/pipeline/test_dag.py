@@ -407,6 +407,21 @@ def test_touching_library_code_reruns_only_the_stages_that_run_it(cfg, stages):
             assert "src/ddmrl/training/grpo.py" in files and "src/ddmrl/masking/views.py" in files
 
 
+def test_editing_rldf_reruns_only_its_own_stages(tmp_path):
+    """In the extended profile RLDF's three modules (its method, its objective with its weights and advantages, its
+    view sampler) are code of its own GRPO runs and credit measurements only (the method's module also of the tables,
+    which label its rows); what reruns after an edit is those, their evaluations and the tables."""
+    ext = edited_config(tmp_path, lambda raw: raw.update(profile="extended"))
+    every = dag.build(ext)
+    runs = {f"grpo_rldf_{t}_s{s}" for t in ext.tasks for s in ext.grpo.seeds} | {f"credit_rldf_{t}" for t in ext.tasks}
+    assert "rldf" in ext.grpo.methods and runs <= {s.name for s in every}
+    assert users(every, "src/ddmrl/methods/rldf.py") == runs | {"tables"}
+    for path in ("src/ddmrl/objectives/rldf.py", "src/ddmrl/masking/rldf.py"):
+        assert users(every, path) == runs, path
+    evaluations = {f"evaluate_rldf_{t}_s{s}" for t in ext.tasks for s in ext.grpo.seeds}
+    assert downstream(every, runs) == runs | evaluations | {"tables"}
+
+
 def test_dvc_yaml_names_the_same_code(tmp_path):
     """In dvc.yaml (tasks expanded by DVC, as src/ddmrl/tasks/${item.task}.py) an objective is a dep of its
     methods' entries only, and the tables code of the tables entry only."""

@@ -1,8 +1,8 @@
-"""The methods of DARE's zoo (issue #27), DiPO, GDSD and TraceRL's value model (issue #42) end to end through the
-pipeline's own stages: the smoke profile with the extended profile's vrpo, espo, bgpo, treerpo, dipo, gdsd, gdsd_tlc
-and tracerl_value sections as its text methods (d-TreeRPO at G 4: two trees of 2 leaves per prompt), the exact
-commands the DAG builds from the base model to each GRPO run, one download and SFT for all. Run in a temporary copy
-of the repository (as tests/stages/test_igpo_stage.py)."""
+"""The methods of DARE's zoo (issue #27), DiPO, GDSD, TraceRL's value model and RLDF (issue #42) end to end through
+the pipeline's own stages: the smoke profile with the extended profile's vrpo, espo, bgpo, treerpo, dipo, gdsd,
+gdsd_tlc, tracerl_value and rldf sections as its text methods (d-TreeRPO at G 4: two trees of 2 leaves per prompt),
+the exact commands the DAG builds from the base model to each GRPO run, one download and SFT for all. Run in a
+temporary copy of the repository (as tests/stages/test_igpo_stage.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from smoke_stages import run_smoke_stages
 
 pytestmark = pytest.mark.slow
 
-METHODS = ("vrpo", "espo", "bgpo", "treerpo", "dipo", "gdsd", "gdsd_tlc", "tracerl_value")
+METHODS = ("vrpo", "espo", "bgpo", "treerpo", "dipo", "gdsd", "gdsd_tlc", "tracerl_value", "rldf")
 OWN = {"treerpo": {"tree_branch_factor": 2}}  # the smoke profile's G 4
 
 
@@ -48,6 +48,7 @@ def test_each_run_trains_with_finite_losses_and_writes_its_model(workspace, meth
     terms = {"kl", "clip_ratio"} - {"spg": {"kl", "clip_ratio"}, "wd1": {"kl", "clip_ratio"}, "vrpo": {"clip_ratio"},
                                      "bgpo": {"kl"}}.get(method, set())  # fmt: skip
     terms |= {"self_distillation"} if method == "treerpo" else set()
+    terms |= {"rldf/kept"} if method == "rldf" else set()  # the share of a view's masked tokens its filter keeps
     assert terms <= set(rows[0]) and not ({"kl", "clip_ratio", "self_distillation"} - terms) & set(rows[0])
 
 

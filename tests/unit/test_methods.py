@@ -38,6 +38,7 @@ ALL = [
     "gdsd",
     "gdsd_tlc",
     "tracerl_value",
+    "rldf",
 ]  # grpo's sampler (JustGRPO: its own, blocks of one token, unless grpo: sets one)
 AUX = ["cogrpo", "unmask_policy"]  # with an auxiliary policy (Co-GRPO: images, maskgit; unmasking policy: llada)
 AUGMENTED = ["igpo"]  # with a rollout augmenter (IGPO: the plain llada sampler, a task with reasoning traces)
@@ -84,8 +85,10 @@ def test_bgpo_is_one_package_and_its_line_in_methods():
 
 def test_every_method_module_declares_its_params():
     """Each method's module holds its section model, a GRPOConfig whose method is the method's name; every view
-    sampler the registry names is a function of ddmrl.masking.views."""
-    assert all(callable(VIEWS[v]) and VIEWS.module(v) == "ddmrl.masking.views" for v in VIEWS)
+    sampler the registry names is a function of ddmrl.masking.views or of its method's own module of ddmrl.masking
+    (RLDF's)."""
+    own = {"rldf": "ddmrl.masking.rldf"}
+    assert all(callable(VIEWS[v]) and VIEWS.module(v) == own.get(v, "ddmrl.masking.views") for v in VIEWS)
     for registry in (WEIGHTINGS, ADVANTAGES, STEP_ADVANTAGES, VIEW_ADVANTAGES):
         assert all(callable(registry[name]) for name in registry)
     for name, m in METHODS.items():
@@ -112,6 +115,7 @@ def test_what_each_method_fixes():
         "dipo": {"remasking": "dipo"},
         "gdsd": {"remasking": "espo"},
         "gdsd_tlc": {"remasking": "espo"},
+        "rldf": {"remasking": "rldf"},
     }
 
 

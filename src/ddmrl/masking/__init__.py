@@ -45,6 +45,7 @@ VIEWS = Registry(
         "ebpo_blocks": "ddmrl.masking.views:ebpo_views",
         "tree": ViewSampler("ddmrl.masking.views:tree_views", per_step=False),
         "dipo": ViewSampler("ddmrl.masking.views:dipo_views", per_step=False),  # DiPO
+        "rldf": ViewSampler("ddmrl.masking.rldf:rldf_views", states=True, per_step=False, legacy=True),  # RLDF
     },
     group="ddmrl.views",
     noun="view sampler",

@@ -36,6 +36,7 @@ METHODS = Registry(
         "dipo": "ddmrl.methods.dipo:METHOD",  # DiPO
         "gdsd": "ddmrl.methods.gdsd:METHOD",  # GDSD
         "gdsd_tlc": "ddmrl.methods.gdsd_tlc:METHOD",  # GDSD-TLC
+        "rldf": "ddmrl.methods.rldf:METHOD",  # RLDF
     },
     group="ddmrl.methods",
     kind=Method,

@@ -34,6 +34,7 @@ OBJECTIVES = Registry(
         "dipo": "ddmrl.objectives.dipo:dipo",  # DiPO
         "gdsd": "ddmrl.objectives.gdsd:gdsd",  # GDSD, GDSD-TLC
         "value_clip": "ddmrl.objectives.value:value_clip",  # TraceRL's value model
+        "rldf": "ddmrl.objectives.rldf:rldf",  # RLDF
     },
     group="ddmrl.objectives",
     noun="objective",
@@ -54,6 +55,7 @@ WEIGHTINGS = Registry(
         "ebpo_elbo": f"{_WEIGHTS}:ebpo_elbo_weights",
         "gdsd_denoise": "ddmrl.objectives.gdsd:denoise_weights",  # GDSD
         "gdsd_tlc": "ddmrl.objectives.gdsd:tlc_weights",  # GDSD-TLC
+        "rldf": "ddmrl.objectives.rldf:rldf_weights",  # RLDF
     },
     group="ddmrl.weightings",
     noun="weighting",
@@ -67,6 +69,7 @@ ADVANTAGES = Registry(
         "none": f"{_ADVANTAGES}:mean_centred",
         "population": f"{_ADVANTAGES}:population_zscore",  # DiPO's release: population std, no epsilon
         "leave_one_out": "ddmrl.objectives.gdsd:leave_one_out",  # GDSD's release: r - mean of the others
+        "rldf": "ddmrl.objectives.rldf:rldf_zscore",  # RLDF's release: std floored at 0.01
     },
     group="ddmrl.advantages",
     noun="scale_rewards",

@@ -40,10 +40,10 @@ def views(kind, out, valid=None, **kw):
 
 def test_the_view_samplers_records_say_which_read_the_samplers_states():
     """Traits are read by name, without importing the samplers; a sampler outside the package has the defaults."""
-    assert {v for v in VIEWS if view_sampler(v).states} == {"cj_grpo", "mdpo_topk"}
-    assert {v for v in VIEWS if view_sampler(v).legacy} == {"maskgrpo_fading", "espo"}
+    assert {v for v in VIEWS if view_sampler(v).states} == {"cj_grpo", "mdpo_topk", "rldf"}
+    assert {v for v in VIEWS if view_sampler(v).legacy} == {"maskgrpo_fading", "espo", "rldf"}
     assert {v for v in VIEWS if not view_sampler(v).per_step} == {"tracerl", "gdpo_quadrature", "block_random",
-                                                                    "coupled", "tree", "dipo"}  # fmt: skip
+                                                                    "coupled", "tree", "dipo", "rldf"}  # fmt: skip
     assert view_sampler("mylab.views:halves") == ViewSampler("mylab.views:halves")
     assert VIEWS.module("cj_grpo") == "ddmrl.masking.views" and callable(VIEWS["cj_grpo"])
 

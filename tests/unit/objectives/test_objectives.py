@@ -24,6 +24,7 @@ from ddmrl.objectives.espo import espo_clip
 from ddmrl.objectives.gdsd import gdsd
 from ddmrl.objectives.mdpo import mdpo
 from ddmrl.objectives.policy_loss import aggregate, clipped_token_loss
+from ddmrl.objectives.rldf import rldf
 from ddmrl.objectives.sequence_clip import sequence_clip
 from ddmrl.objectives.spg import spg
 from ddmrl.objectives.token_clip import token_clip
@@ -97,6 +98,7 @@ def test_registry_names_the_objectives():
         "tree_clip": tree_clip,
         "dipo": dipo,
         "gdsd": gdsd,
+        "rldf": rldf,
         "value_clip": value_clip,
     }  # BGPO's is its own module's, named by where it lives (tests/unit/test_methods.py)
 

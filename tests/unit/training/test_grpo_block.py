@@ -79,7 +79,7 @@ def test_the_loop_reads_views_through_the_block_input(setup, monkeypatch):
     assert calls and set(calls) == {4}
 
 
-@pytest.mark.parametrize("method", ["cj_grpo", "mdpo"])
+@pytest.mark.parametrize("method", ["cj_grpo", "mdpo", "rldf"])
 def test_methods_of_stored_trajectories_are_refused(method):
     """Their views are the llada sampler's stored states; the block sampler records none."""
     with pytest.raises(ConfigError, match="stored states"):
