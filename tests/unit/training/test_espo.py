@@ -382,7 +382,7 @@ def test_the_default_elbo_is_dares_padding_aware_one_on_the_same_masks(make_mode
 def test_legacy_needs_every_completion_position_and_is_refused_elsewhere():
     with pytest.raises(Exception, match="espo_legacy = True: reproduces the release.*set loss_after_eos true"):
         method_config("espo", espo_legacy=True)
-    with pytest.raises(ValueError, match="legacy views reproduce maskgrpo_fading or espo, not unigrpo"):
+    with pytest.raises(ValueError, match="legacy views reproduce maskgrpo_fading or espo or rldf, not unigrpo"):
         build_views("unigrpo", mu=1, seed=0, completion_mask=torch.ones(1, 3, dtype=torch.bool),
                     prompt_ids=torch.ones(1, 1, dtype=torch.long), pad_id=1, legacy=True)  # fmt: skip
 
