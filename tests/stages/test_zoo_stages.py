@@ -1,8 +1,9 @@
-"""The methods of DARE's zoo (issue #27), DiPO, GDSD, TraceRL's value model and RLDF (issue #42) end to end through
-the pipeline's own stages: the smoke profile with the extended profile's vrpo, espo, bgpo, treerpo, dipo, gdsd,
-gdsd_tlc, tracerl_value and rldf sections as its text methods (d-TreeRPO at G 4: two trees of 2 leaves per prompt),
-the exact commands the DAG builds from the base model to each GRPO run, one download and SFT for all. Run in a
-temporary copy of the repository (as tests/stages/test_igpo_stage.py)."""
+"""The methods of DARE's zoo (issue #27), DiPO, GDSD, TraceRL's value model and RLDF (issue #42) end to end through the
+pipeline's own stages: the smoke profile with the extended profile's vrpo, espo, bgpo, treerpo, dipo, gdsd,
+tracerl_value and rldf sections as its text methods (d-TreeRPO at G 4: two trees of 2 leaves per prompt; GDSD-TLC,
+GDSD with other weights, runs through the loop in tests/unit/training/test_gdsd.py), the exact commands the DAG
+builds from the base model to each GRPO run, one download and SFT for all. Run in a temporary copy of the repository
+(as tests/stages/test_igpo_stage.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from smoke_stages import run_smoke_stages
 
 pytestmark = pytest.mark.slow
 
-METHODS = ("vrpo", "espo", "bgpo", "treerpo", "dipo", "gdsd", "gdsd_tlc", "tracerl_value", "rldf")
+METHODS = ("vrpo", "espo", "bgpo", "treerpo", "dipo", "gdsd", "tracerl_value", "rldf")
 OWN = {"treerpo": {"tree_branch_factor": 2}}  # the smoke profile's G 4
 
 
