@@ -49,7 +49,8 @@ def token_credit(
     per_view = per_view if per_view_advantages is None else per_view_advantages
     # the objective sees advantages, views and weights; rewards and group flags do not enter the gradient
     none = torch.zeros(0)
-    b = Batch(rollouts, none, advantages, none, views, weights, z, inputs, targets, per_view)
+    extras = {} if per_view is None else {"view_advantages": per_view}
+    b = Batch(rollouts, none, advantages, none, views, weights, z, inputs, targets, extras)
     with torch.no_grad():
         block = {"block_length": cfg.sampler.block_length} if cfg.sampler.name == "block" else {}
         old = view_logps(model, inputs, targets, **block)  # [V, N, L]

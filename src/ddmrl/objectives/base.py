@@ -31,6 +31,8 @@ depends on its method's objective only:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import NamedTuple
 
 import torch
@@ -43,10 +45,11 @@ class ObjectiveInputs(NamedTuple):
     ref: [V, N, L] | None the KL target (frozen reference, or old for TraceRL), advantages: [N],
     weights: [V, N, L], z: [N] | None (RebRL's normaliser), t: [V, N] realised masked fractions,
     targets: [V, N, L] bool valid loss targets, completion_mask: [N, L], num_generations: G,
-    view_advantages: [V, N] | None per-view advantages (MDPO's per-step advantages of each view's step).
     target_ids: [V, N, L] | None the tokens each view is trained towards (d-TreeRPO's self-distillation).
     progress: the share of the run's optimiser steps done before this one (t / T of d-TreeRPO's schedules).
-    token_advantages: [V, N, L] | None per-token advantages (a value model's: TraceRL's ``value_clip``).
+    extras: a method's own per-view data by name, each [V, N, ...] (the loop's ``Batch.extras`` sliced to the step):
+    ``view_advantages`` [V, N] (MDPO's per-step advantages of each view's step, d-TreeRPO's per-edge ones),
+    ``token_advantages`` [V, N, L] (a value model's: TraceRL's ``value_clip``), ...
     """
 
     logps: torch.Tensor
@@ -59,10 +62,9 @@ class ObjectiveInputs(NamedTuple):
     targets: torch.Tensor
     completion_mask: torch.Tensor
     num_generations: int
-    view_advantages: torch.Tensor | None = None
     target_ids: torch.Tensor | None = None
     progress: float = 0.0
-    token_advantages: torch.Tensor | None = None
+    extras: Mapping[str, torch.Tensor] = MappingProxyType({})
 
 
 class ObjectiveOutput(NamedTuple):

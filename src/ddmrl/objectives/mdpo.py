@@ -30,12 +30,12 @@ def k2_kl(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
 
 
 def mdpo(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
-    if x.view_advantages is None:
+    if "view_advantages" not in x.extras:
         raise ValueError("mdpo needs per-view (per-step) advantages")
     losses, kls, clips = [], [], []
     for v in range(x.logps.shape[0]):
         targets, w = x.targets[v].float(), x.weights[v]  # [N, L] masked valid tokens; their confidences
-        a = x.view_advantages[v][:, None]  # [N, 1]
+        a = x.extras["view_advantages"][v][:, None]  # [N, 1]
         ratio = torch.exp(x.logps[v] - x.old[v])
         unclipped, clipped = ratio * a, ratio.clamp(1 - cfg.epsilon, 1 + (cfg.epsilon_high or cfg.epsilon)) * a
         per_token = -torch.minimum(unclipped, clipped) / x.t[v].clamp_min(1e-8)[:, None]  # L / |M| = 1 / t

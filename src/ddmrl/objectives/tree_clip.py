@@ -82,7 +82,7 @@ def self_distillation(
 
 
 def tree_clip(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
-    if x.view_advantages is None or x.target_ids is None:
+    if "view_advantages" not in x.extras or x.target_ids is None:
         raise ValueError("tree_clip needs per-view advantages (view_advantage: tree) and the views' target tokens")
     v, n, length = x.logps.shape
     branch = cfg.tree_branch_factor
@@ -91,7 +91,7 @@ def tree_clip(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
     lam, tau = schedule(x.progress, cfg.sd_lambda_max, cfg.sd_gamma, cfg.sd_tau_max, cfg.sd_beta)
     for d in range(v):
         mask = x.targets[d].float()  # [n, L] the positions the edge's child revealed
-        adv = x.view_advantages[d]  # [n]
+        adv = x.extras["view_advantages"][d]  # [n]
         ref = None if x.ref is None else x.ref[d]
         tl = clipped_token_loss(x.logps[d], x.old[d], ref, adv, cfg.epsilon, cfg.beta, cfg.epsilon_high)
         per_row = (tl.loss * mask).sum(1) / mask.sum(1).clamp_min(1)  # [n] -(psi - beta kl) token mean

@@ -127,14 +127,16 @@ def clipped_value_loss(
 
 
 def value_clip(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
-    """TraceRL's policy loss with the value model's per-token advantages A_j (``x.token_advantages``): at each view
-    the clipped token ratio psi = min(rho A_j, clip(rho, 1 -/+ eps) A_j) minus beta k3 KL, weighted and aggregated as
-    ``token_clip`` (the views of one step averaged). Without per-token advantages (the credit measurement, which has
-    no value model) every token gets its rollout's advantage: a zero value head's A_j with gamma = lam = 1."""
+    """TraceRL's policy loss with the value model's per-token advantages A_j (``x.extras["token_advantages"]``): at
+    each view the clipped token ratio psi = min(rho A_j, clip(rho, 1 -/+ eps) A_j) minus beta k3 KL, weighted and
+    aggregated as ``token_clip`` (the views of one step averaged). Without per-token advantages (the credit
+    measurement, which has no value model) every token gets its rollout's advantage: a zero value head's A_j with
+    gamma = lam = 1."""
     losses, kls, clips = [], [], []
     for v in range(x.logps.shape[0]):
         logps = x.logps[v]  # [N, L]
-        a = x.advantages[:, None] if x.token_advantages is None else x.token_advantages[v].to(logps.dtype)
+        own = x.extras.get("token_advantages")  # [V, N, L]
+        a = x.advantages[:, None] if own is None else own[v].to(logps.dtype)
         ratio = torch.exp(logps - x.old[v])
         unclipped, clipped = ratio * a, ratio.clamp(1 - cfg.epsilon, 1 + (cfg.epsilon_high or cfg.epsilon)) * a
         psi = torch.minimum(unclipped, clipped)

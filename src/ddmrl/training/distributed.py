@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -248,9 +248,11 @@ def device_generator(device: torch.device, *parts: object) -> torch.Generator:
 
 
 def to_device(obj: Any, device: torch.device) -> Any:
-    """Tensors inside tuples and NamedTuples moved to ``device`` (the same objects when already there)."""
+    """Tensors inside tuples, NamedTuples and mappings moved to ``device`` (the same objects when already there)."""
     if isinstance(obj, torch.Tensor):
         return obj.to(device)
+    if isinstance(obj, Mapping):
+        return {k: to_device(v, device) for k, v in obj.items()}
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):
         return type(obj)(*(to_device(v, device) for v in obj))
     if isinstance(obj, (tuple, list)):

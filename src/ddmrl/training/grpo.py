@@ -50,9 +50,10 @@ rewarded, and the curve gains the share of rollouts an earlier step's prediction
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from types import MappingProxyType
 from typing import NamedTuple
 
 import torch
@@ -120,10 +121,10 @@ class Batch(NamedTuple):
     z: torch.Tensor | None  # [N]
     inputs: torch.Tensor | None  # [V, N, P + L] the model input of every view (None: the model is frozen)
     target_ids: torch.Tensor | None = None  # [V, N, L] the tokens each view is trained towards (None: the completion)
-    view_advantages: torch.Tensor | None = None  # [V, N] per-view advantages (a method's per-step ones)
-    old_values: torch.Tensor | None = None  # [V, N, L] a value model's values before the update (TraceRL's)
-    returns: torch.Tensor | None = None  # [V, N, L] its regression targets
-    token_advantages: torch.Tensor | None = None  # [V, N, L] the per-token advantages from its values
+    # a method's per-view data by name, each [V, N, ...], sliced by the loop to a step's views and rows without knowing
+    # the names: ``view_advantages`` [V, N] (per-step or per-edge advantages), a value model's ``old_values``,
+    # ``returns`` and ``token_advantages`` [V, N, L] (TraceRL's), an outside method's own
+    extras: Mapping[str, torch.Tensor] = MappingProxyType({})
 
 
 def make_views(
@@ -284,10 +285,9 @@ def objective_inputs(
         targets=(b.views.target_masks[v] & b.rollouts.completion_mask[None])[:, rows],
         completion_mask=b.rollouts.completion_mask[rows],
         num_generations=g,
-        view_advantages=None if b.view_advantages is None else b.view_advantages[v][:, rows],
         target_ids=None if b.target_ids is None else b.target_ids[v][:, rows],
         progress=progress,
-        token_advantages=None if b.token_advantages is None else b.token_advantages[v][:, rows],
+        extras={name: x[v][:, rows] for name, x in b.extras.items()},
     )
 
 
@@ -383,7 +383,8 @@ def views(run: Loop, s: Scored, it: int) -> Batch:
         targets, per_view = view_targets(views, s.batch.completion_ids), view_advantages(views, s.step_advantages)
         if run.method.view_advantage:  # per-view advantages from the rewards (d-TreeRPO's tree edges)
             per_view = VIEW_ADVANTAGES[run.method.view_advantage](s.rewards, s.batch)  # [V, N]
-    b = Batch(scored, s.rewards, s.advantages, s.zero_std, views, weights, z, inputs, targets, per_view)
+    extras = {} if per_view is None else {"view_advantages": per_view}
+    b = Batch(scored, s.rewards, s.advantages, s.zero_std, views, weights, z, inputs, targets, extras)
     return dist.to_device(b, run.acc.device)
 
 
@@ -435,7 +436,8 @@ def value_credit(run: Loop, b: Batch) -> Batch:
         old = torch.stack([run.value(x)[:, -length:] for x in b.inputs])  # [V, N, L]
     old = old.float().masked_fill(~targets, 0.0)
     credit = trace_gae(token_rewards(b.advantages, targets), old, targets, cfg.value_gamma, cfg.value_lambda)
-    return b._replace(old_values=old, returns=credit.returns, token_advantages=credit.advantages)
+    extras = {"old_values": old, "returns": credit.returns, "token_advantages": credit.advantages}
+    return b._replace(extras={**b.extras, **extras})
 
 
 def value_objective(run: Loop, b: Batch, ids: tuple[int, ...], rows: slice):
@@ -443,9 +445,10 @@ def value_objective(run: Loop, b: Batch, ids: tuple[int, ...], rows: slice):
     from ddmrl.objectives.value import clipped_value_loss
 
     cfg, length, targets = run.cfg, b.rollouts.completion_mask.shape[1], view_targets_mask(b)
+    old, returns = b.extras["old_values"], b.extras["returns"]  # [V, N, L] each
     out = [
-        clipped_value_loss(run.value(b.inputs[v, rows])[:, -length:], b.old_values[v, rows], b.returns[v, rows],
-                           targets[v, rows], cfg.value_clip, cfg.value_loss_norm)
+        clipped_value_loss(run.value(b.inputs[v, rows])[:, -length:], old[v, rows], returns[v, rows], targets[v, rows],
+                           cfg.value_clip, cfg.value_loss_norm)
         for v in ids
     ]  # fmt: skip
     loss = torch.stack([o.loss for o in out]).mean()

@@ -135,7 +135,17 @@ def objective_inputs(logps, old, ref, masked, conf, adv) -> ObjectiveInputs:
     v, n, length = logps.shape
     t = masked.double().mean(-1)  # every position valid: the realised fraction is |M| / L
     return ObjectiveInputs(
-        logps, old, ref, adv[0] * 0, masked * conf, None, t, masked, torch.ones(n, length, dtype=torch.bool), 2, adv
+        logps,
+        old,
+        ref,
+        adv[0] * 0,
+        masked * conf,
+        None,
+        t,
+        masked,
+        torch.ones(n, length, dtype=torch.bool),
+        2,
+        extras={"view_advantages": adv},
     )
 
 

@@ -71,8 +71,10 @@ def ddmrl_loss(cfg, batch: Rollouts, step_adv=None, adv=None, cur=None, old=None
     """The loop's loss of its first optimiser step, all rows in one micro-batch (``train_grpo``'s steps 3 to 5)."""
     scored = loss_positions(cfg, batch)
     views, weights, z, inputs = make_views(cfg, scored, 0, PAD, MASK, step_adv)
+    per_view = view_advantages(views, step_adv)  # [V, N] | None
+    extras = {} if per_view is None else {"view_advantages": per_view}
     b = Batch(scored, torch.zeros(N), adv, torch.zeros(2), views, weights, z, inputs,
-              view_targets(views, batch.completion_ids), view_advantages(views, step_adv))  # fmt: skip
+              view_targets(views, batch.completion_ids), extras)  # fmt: skip
     if hints_entropy is not None:  # the loop's old pass with IGPO's entropy filter
         hints, entropy = hints_entropy
         valid = b.views.target_masks & b.rollouts.completion_mask[None]
@@ -170,7 +172,7 @@ def test_mdpo_with_eos_padding_is_the_released_loss_and_gradient(beta):
                 cur[v, i],
                 old[v, i],
                 ref[v, i],
-                b.view_advantages[v, i],
+                b.extras["view_advantages"][v, i],
                 st.confidence[v, i].double(),
                 st.inputs[v, i],
                 0.2,

@@ -224,7 +224,7 @@ def test_value_clip_equals_the_release_policy_loss_and_gradient_with_per_token_a
                         advantages=torch.zeros(int(rows.sum())), weights=targets[[k]][:, rows].float(),
                         z=torch.full((int(rows.sum()),), float(length)), t=torch.zeros(1, int(rows.sum())),
                         targets=targets[[k]][:, rows], completion_mask=completion[rows], num_generations=2,
-                        token_advantages=adv[[k]][:, rows])  # fmt: skip
+                        extras={"token_advantages": adv[[k]][:, rows]})  # fmt: skip
     ours = value_clip(x, cfg).loss
     mine = new.detach().clone().requires_grad_()
     theirs = release_policy_loss(mine[k][rows], old[k][rows], adv[k][rows], targets[k][rows], 0.2, 0.01)
@@ -245,7 +245,7 @@ def test_value_clip_with_constant_advantages_is_token_clip():
     cfg = method_config("tracerl_value", {"beta": 0.04})
     common = dict(logps=new, old=old, ref=old, advantages=rewards, weights=targets.float(), z=None,
                   t=torch.zeros(v, n), targets=targets, completion_mask=completion, num_generations=2)  # fmt: skip
-    ours = value_clip(ObjectiveInputs(**common, token_advantages=adv), cfg)
+    ours = value_clip(ObjectiveInputs(**common, extras={"token_advantages": adv}), cfg)
     theirs = OBJECTIVES["token_clip"](ObjectiveInputs(**common), cfg)
     torch.testing.assert_close(ours.loss, theirs.loss)
     assert ours.terms.keys() == theirs.terms.keys()
@@ -332,7 +332,7 @@ def test_the_loop_trains_the_policy_with_the_value_models_advantages(sudoku, mon
     def spy(run, b):
         out = real(run, b)
         with torch.no_grad():  # the values again, from the value model as it is now
-            now = torch.stack([run.value(x)[:, -out.old_values.shape[-1] :] for x in b.inputs])
+            now = torch.stack([run.value(x)[:, -out.extras["old_values"].shape[-1] :] for x in b.inputs])
         seen.append((out, now))
         return out
 
@@ -341,12 +341,12 @@ def test_the_loop_trains_the_policy_with_the_value_models_advantages(sudoku, mon
     assert len(seen) == 3
     for b, now in seen:
         t = grpo_module.view_targets_mask(b)
-        torch.testing.assert_close(b.old_values[t], now[t])
+        torch.testing.assert_close(b.extras["old_values"][t], now[t])
         r = b.advantages[None, :, None].expand_as(t)
-        torch.testing.assert_close(b.returns[t], r[t])
-        torch.testing.assert_close(b.token_advantages[t], (r - b.old_values)[t])
-        assert not b.token_advantages[~t].any()
-    assert not seen[0][0].old_values.any() and seen[-1][0].old_values.abs().sum() > 0
+        torch.testing.assert_close(b.extras["returns"][t], r[t])
+        torch.testing.assert_close(b.extras["token_advantages"][t], (r - b.extras["old_values"])[t])
+        assert not b.extras["token_advantages"][~t].any()
+    assert not seen[0][0].extras["old_values"].any() and seen[-1][0].extras["old_values"].abs().sum() > 0
 
 
 def test_the_value_model_learns_the_returns_of_a_fixed_batch(make_model):

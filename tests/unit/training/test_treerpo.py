@@ -398,7 +398,7 @@ def both_sides(models, batch, prompts, branching, rewards, cfg, t, mask_id, pad_
     targets = view_targets(views, batch.completion_ids)
     adv = tree_advantages(rewards, branching)
     b = Batch(batch, rewards, torch.zeros(8), torch.zeros(2, dtype=torch.bool), views, weights, z, inputs, targets,
-              adv)  # fmt: skip
+              {"view_advantages": adv})  # fmt: skip
     with torch.no_grad():
         old, ref = view_logps(old_model, inputs, targets), view_logps(ref_model, inputs, targets)
     ids = views.steps[0]
