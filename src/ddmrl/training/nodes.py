@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -96,7 +97,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-    print(f"node {os.environ['SLURM_NODEID']}: {' '.join(words)}", file=sys.stderr, flush=True)
+    node = f"node {os.environ['SLURM_NODEID']} ({socket.gethostname()})"
+    print(f"{node}: {' '.join(words)}", file=sys.stderr, flush=True)
     os.execv(shutil.which(words[0]) or words[0], words)
 
 
