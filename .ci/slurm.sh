@@ -120,9 +120,10 @@ EOF
 running /run/munge/munged.pid || $sudo runuser -u munge -- /usr/sbin/munged
 running /run/slurmctld.pid || $sudo slurmctld -c  # -c: no jobs from an earlier run
 for n in "${nodes[@]}"; do
-    # in the node's network namespace, with its own host name
+    # in the node's network namespace (nsenter: `ip netns exec` would remount /sys and hide the cgroup file system
+    # slurmd looks at), with its own host name
     running "/run/slurmd-$n.pid" ||
-        $sudo ip netns exec "$n" unshare --uts sh -c "hostname $n && exec slurmd -N $n"
+        $sudo nsenter --net="/run/netns/$n" unshare --uts sh -c "hostname $n && exec slurmd -N $n"
 done
 for _ in $(seq 60); do
     states=$(sinfo -h -N -p cpu -o "%N %t" 2>/dev/null || true)

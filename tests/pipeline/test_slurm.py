@@ -442,7 +442,7 @@ def kill_node(node: str) -> None:
 def start_node(node: str) -> None:
     """The node back: its slurmd in its namespace (as .ci/slurm.sh starts it); SLURM returns it to service."""
     sh = f"hostname {node} && exec slurmd -N {node}"
-    subprocess.run(["ip", "netns", "exec", node, "unshare", "--uts", "sh", "-c", sh], check=True)
+    subprocess.run(["nsenter", f"--net=/run/netns/{node}", "unshare", "--uts", "sh", "-c", sh], check=True)
     wait_for(lambda: node in nodes_up(), 60)
 
 
