@@ -72,6 +72,8 @@ cat >"$conf" <<EOF
 ClusterName=ddmrl-ci
 SlurmctldHost=${ctl}(${net}.1)
 AuthType=auth/munge
+# job credentials live 30 s (default 120), which is also how long a requeued job waits before it runs again
+AuthInfo=cred_expire=30
 CredType=cred/munge
 SlurmUser=root
 SlurmdUser=root

@@ -26,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -492,8 +493,8 @@ def test_a_node_lost_mid_run_is_retried_from_the_newest_checkpoint(two_node_run,
     attempts = [j for j in jobs_of(ws) if rule_of(j) == "grpo"]
     assert len(attempts) == 2 and attempts[0]["JobState"] in ("FAILED", "NODE_FAIL"), attempts
     assert attempts[1]["JobState"] == "COMPLETED" and attempts[1]["NodeList"] == "ddmrl-n[1-2]"
-    resumed = re.findall(RESUMED, stage_log.read_text(), re.M)
-    assert len(resumed) == 1 and int(resumed[0]) >= saved, "the retry did not resume from the newest checkpoint"
+    resumed = {int(step) for step in re.findall(RESUMED, stage_log.read_text(), re.M)}  # the line of each process
+    assert len(resumed) == 1 and min(resumed) >= saved, "the retry did not resume from the newest checkpoint"
     assert_same_outputs(done, ws, grpo_stage(ws))
     print(f"node lost after step {saved}, retried and resumed: {time.monotonic() - t0:.0f} s")
 
@@ -518,8 +519,8 @@ def test_a_requeued_job_resumes_from_the_newest_checkpoint(two_node_run, slurm_w
             proc.kill()
     (again,) = [j for j in jobs_of(ws) if rule_of(j) == "grpo"]
     assert again["JobId"] == job["JobId"] and again["Restarts"] == "1" and again["JobState"] == "COMPLETED", again
-    resumed = re.findall(RESUMED, stage_log.read_text(), re.M)
-    assert len(resumed) == 1 and int(resumed[0]) >= saved, "the requeued job did not resume from its checkpoint"
+    resumed = {int(step) for step in re.findall(RESUMED, stage_log.read_text(), re.M)}  # the line of each process
+    assert len(resumed) == 1 and min(resumed) >= saved, "the requeued job did not resume from its checkpoint"
     assert_same_outputs(done, ws, grpo_stage(ws))
     print(f"requeued after step {saved}, resumed: {time.monotonic() - t0:.0f} s")
 
@@ -533,7 +534,7 @@ HANG_TIMEOUT_S, HANG_GRACE_S = 20, 40
 def test_a_hung_rank_ends_the_job_with_the_collective_timeout_error(slurm_ws, tmp_path):
     """Rank 1 (on the second node) stopped (SIGSTOP) mid-run: rank 0 waits in its next collective for
     ``launch.timeout_s``, fails with gloo's timeout error, srun (``--kill-on-bad-exit``) ends the other node's task,
-    and the job and Snakemake end with an error within the timeout and a grace period, never waiting on."""
+    and the job ends FAILED within the timeout and a grace period (never waiting on), which Snakemake reports."""
     ws = copied(slurm_ws, tmp_path / "ws", {**TWO_NODES, "timeout_s": HANG_TIMEOUT_S})
     log, stage_log = tmp_path / "snakemake.log", ws / f"logs/{GRPO}.log"
     proc = popen_slurm(ws, log, TARGET)
@@ -541,15 +542,15 @@ def test_a_hung_rank_ends_the_job_with_the_collective_timeout_error(slurm_ws, tm
         job = wait_for(lambda: running_job(ws, "grpo"), 120, proc, log)
         wait_for(checkpointed(ws, 20), 240, proc, log, every=0.1)
         os.kill(worker_of(ws, 1), signal.SIGSTOP)
-        stopped = time.monotonic()
-        rc = proc.wait(timeout=HANG_TIMEOUT_S + HANG_GRACE_S + 60)
-        waited = time.monotonic() - stopped
+        stopped = datetime.now().replace(microsecond=0)  # slurmctld's clock and resolution (this machine's)
+        rc = proc.wait(timeout=300)  # the plugin's status checks come at growing intervals (10 s more each time)
     finally:
         if proc.poll() is None:
             proc.kill()
     (job,) = [j for j in jobs_of(ws) if j["JobId"] == job["JobId"]]
     assert rc != 0 and job["JobState"] == "FAILED", job
-    assert seconds(job["RunTime"]) and waited < HANG_TIMEOUT_S + HANG_GRACE_S, f"ended {waited:.0f} s after the stop"
+    waited = (datetime.fromisoformat(job["EndTime"]) - stopped).total_seconds()
+    assert waited < HANG_TIMEOUT_S + HANG_GRACE_S, f"the job ended {waited:.0f} s after the stop"
     assert f"Timed out waiting {HANG_TIMEOUT_S * 1000}ms" in stage_log.read_text(), stage_log.read_text()[-3000:]
     assert f"SLURM-job '{job['JobId']}' failed, SLURM status is: 'FAILED'" in log.read_text()
     print(f"hung rank: the job ended {waited:.0f} s after the stop (timeout {HANG_TIMEOUT_S} s)")
