@@ -1,5 +1,5 @@
 """The pipeline through a real SLURM scheduler: `snakemake --profile workflow/profiles/slurm` on the smoke profile,
-against the one-node SLURM that .ci/slurm.sh starts (munge, slurmctld, slurmd; no accounting), with the account and
+against the two-node SLURM that .ci/slurm.sh starts (munge, slurmctld, two slurmd; no accounting), with the account and
 partitions given as docs/distributed.md tells users (environment variables; no tracked file edited).
 
 * Every kind of stage is submitted with its own resources (what slurmctld recorded for each job equals the shipped
@@ -63,7 +63,7 @@ def slurm_missing() -> str | None:
     if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
         return 'no snakemake-executor-plugin-slurm (pip install -e ".[slurm]")'
     if not (shutil.which("sbatch") and shutil.which("sinfo")):
-        return "no SLURM client (sbatch, sinfo): .ci/slurm.sh installs and starts a one-node SLURM"
+        return "no SLURM client (sbatch, sinfo): .ci/slurm.sh installs and starts a two-node SLURM"
     try:
         states = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=20).stdout
     except (OSError, subprocess.TimeoutExpired) as e:
