@@ -463,6 +463,23 @@ def worker_of(ws: Path, rank: int) -> int:
     raise AssertionError(f"no rank-{rank} process in {ws}")
 
 
+def ended(ws: Path, state: str, proc: subprocess.Popen, log: Path, timeout: float = 420) -> list[dict[str, str]]:
+    """Wait until the newest grpo job in ``ws`` has ended in ``state``, then stop Snakemake (SIGTERM) rather than wait
+    for its next status check (the plugin's interval grows by 10 s at every check without news, so it notices a job's
+    end up to a minute late; that it notices at all is tested above). Returns the grpo jobs, oldest first."""
+
+    def newest():
+        jobs = [j for j in jobs_of(ws) if rule_of(j) == "grpo"]
+        return jobs if jobs and jobs[-1]["JobState"] == state else None
+
+    try:
+        return wait_for(newest, timeout, proc, log, every=1)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=60)
+
+
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="kills and restarts a node's slurmd (root)")
 
 
@@ -484,13 +501,12 @@ def test_a_node_lost_mid_run_is_retried_from_the_newest_checkpoint(two_node_run,
         kill_node(NODES[1])
         wait_for(lambda: next(j for j in jobs_of(ws) if j["JobId"] == first["JobId"])["JobState"] != "RUNNING", 120)
         start_node(NODES[1])
-        assert proc.wait(timeout=420) == 0, log.read_text()[-3000:]
+        attempts = ended(ws, "COMPLETED", proc, log)
     finally:
         if proc.poll() is None:
             proc.kill()
         if NODES[1] not in nodes_up():
             start_node(NODES[1])
-    attempts = [j for j in jobs_of(ws) if rule_of(j) == "grpo"]
     assert len(attempts) == 2 and attempts[0]["JobState"] in ("FAILED", "NODE_FAIL"), attempts
     assert attempts[1]["JobState"] == "COMPLETED" and attempts[1]["NodeList"] == "ddmrl-n[1-2]"
     resumed = {int(step) for step in re.findall(RESUMED, stage_log.read_text(), re.M)}  # the line of each process
@@ -513,11 +529,10 @@ def test_a_requeued_job_resumes_from_the_newest_checkpoint(two_node_run, slurm_w
         job = wait_for(lambda: running_job(ws, "grpo"), 120, proc, log)
         saved = wait_for(checkpointed(ws, 40), 240, proc, log, every=0.1)
         subprocess.run(["scontrol", "requeue", job["JobId"]], check=True)
-        assert proc.wait(timeout=420) == 0, log.read_text()[-3000:]
+        (again,) = ended(ws, "COMPLETED", proc, log)
     finally:
         if proc.poll() is None:
             proc.kill()
-    (again,) = [j for j in jobs_of(ws) if rule_of(j) == "grpo"]
     assert again["JobId"] == job["JobId"] and again["Restarts"] == "1" and again["JobState"] == "COMPLETED", again
     resumed = {int(step) for step in re.findall(RESUMED, stage_log.read_text(), re.M)}  # the line of each process
     assert len(resumed) == 1 and min(resumed) >= saved, "the requeued job did not resume from its checkpoint"
@@ -534,7 +549,7 @@ HANG_TIMEOUT_S, HANG_GRACE_S = 20, 40
 def test_a_hung_rank_ends_the_job_with_the_collective_timeout_error(slurm_ws, tmp_path):
     """Rank 1 (on the second node) stopped (SIGSTOP) mid-run: rank 0 waits in its next collective for
     ``launch.timeout_s``, fails with gloo's timeout error, srun (``--kill-on-bad-exit``) ends the other node's task,
-    and the job ends FAILED within the timeout and a grace period (never waiting on), which Snakemake reports."""
+    and the job ends FAILED within the timeout and a grace period, never waiting on."""
     ws = copied(slurm_ws, tmp_path / "ws", {**TWO_NODES, "timeout_s": HANG_TIMEOUT_S})
     log, stage_log = tmp_path / "snakemake.log", ws / f"logs/{GRPO}.log"
     proc = popen_slurm(ws, log, TARGET)
@@ -543,14 +558,11 @@ def test_a_hung_rank_ends_the_job_with_the_collective_timeout_error(slurm_ws, tm
         wait_for(checkpointed(ws, 20), 240, proc, log, every=0.1)
         os.kill(worker_of(ws, 1), signal.SIGSTOP)
         stopped = datetime.now().replace(microsecond=0)  # slurmctld's clock and resolution (this machine's)
-        rc = proc.wait(timeout=300)  # the plugin's status checks come at growing intervals (10 s more each time)
+        (job,) = ended(ws, "FAILED", proc, log, timeout=HANG_TIMEOUT_S + HANG_GRACE_S + 30)
     finally:
         if proc.poll() is None:
             proc.kill()
-    (job,) = [j for j in jobs_of(ws) if j["JobId"] == job["JobId"]]
-    assert rc != 0 and job["JobState"] == "FAILED", job
     waited = (datetime.fromisoformat(job["EndTime"]) - stopped).total_seconds()
     assert waited < HANG_TIMEOUT_S + HANG_GRACE_S, f"the job ended {waited:.0f} s after the stop"
     assert f"Timed out waiting {HANG_TIMEOUT_S * 1000}ms" in stage_log.read_text(), stage_log.read_text()[-3000:]
-    assert f"SLURM-job '{job['JobId']}' failed, SLURM status is: 'FAILED'" in log.read_text()
     print(f"hung rank: the job ended {waited:.0f} s after the stop (timeout {HANG_TIMEOUT_S} s)")
