@@ -92,7 +92,7 @@ SelectTypeParameters=CR_CPU_Memory
 SchedulerType=sched/backfill
 MpiDefault=none
 ReturnToService=2
-# a job on a node that fails is not requeued by SLURM (NODE_FAIL): Snakemake's retries resubmit it; `sbatch --requeue`
+# a job on a node that fails is not requeued by SLURM (NODE_FAIL): Snakemake's retries resubmit it; sbatch --requeue
 # (the plugin's slurm-requeue) makes a job requeueable (scontrol requeue, preemption)
 JobRequeue=0
 SlurmdParameters=config_overrides
