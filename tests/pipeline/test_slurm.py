@@ -25,7 +25,6 @@ import re
 import shutil
 import signal
 import subprocess
-import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -517,12 +516,9 @@ def test_a_node_lost_mid_run_is_retried_from_the_newest_checkpoint(two_node_run,
 
 
 @two_nodes
-def test_a_requeued_job_resumes_from_the_newest_checkpoint(two_node_run, slurm_ws, tmp_path, request):
+def test_a_requeued_job_resumes_from_the_newest_checkpoint(two_node_run, slurm_ws, tmp_path):
     """``scontrol requeue`` on the running two-node job (requeueable: the plugin's ``slurm-requeue``): SLURM ends it
-    and runs it again under the same id, Snakemake waits on, and the run resumes to the uninterrupted result. (The
-    hang scenario runs beside it where it can: see ``hung_run``.)"""
-    if os.geteuid() == 0:
-        request.getfixturevalue("hung_run")
+    and runs it again under the same id, Snakemake waits on, and the run resumes to the uninterrupted result."""
     done, _ = two_node_run
     ws = copied(slurm_ws, tmp_path / "ws", TWO_NODES)
     profile = user_profile(tmp_path / "profile", ws / PROFILE / "config.yaml", {}, **{"slurm-requeue": True})
@@ -548,49 +544,25 @@ def test_a_requeued_job_resumes_from_the_newest_checkpoint(two_node_run, slurm_w
 HANG_TIMEOUT_S, HANG_GRACE_S = 20, 40
 
 
-@pytest.fixture(scope="module")
-def hung_run(slurm_ws, tmp_path_factory):
-    """The hang scenario, driven in a thread from the moment a test first asks for it: the requeue test does, so that
-    the two run at once (each job takes half of each node's declared CPUs and memory, and each run mostly waits: on
-    SLURM's requeue delay, on the collective timeout). Rank 1 (second node) is stopped with SIGSTOP after a checkpoint;
-    the thread records when, and the job as it ended. Yields (workspace, thread, record)."""
-    ws = copied(slurm_ws, tmp_path_factory.mktemp("hang") / "ws", {**TWO_NODES, "timeout_s": HANG_TIMEOUT_S})
-    record: dict = {}
-
-    def drive() -> None:
-        log = ws.parent / "snakemake.log"
-        proc = popen_slurm(ws, log, TARGET)
-        try:
-            wait_for(lambda: running_job(ws, "grpo"), 180, proc, log)
-            wait_for(checkpointed(ws, 20), 240, proc, log, every=0.1)
-            os.kill(worker_of(ws, 1), signal.SIGSTOP)
-            record["stopped"] = datetime.now().replace(microsecond=0)  # slurmctld's clock and resolution
-            (record["job"],) = ended(ws, "FAILED", proc, log, timeout=HANG_TIMEOUT_S + HANG_GRACE_S + 30)
-        except BaseException as e:  # raised by the test that asserts on it
-            record["error"] = e
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-
-    thread = threading.Thread(target=drive, daemon=True)
-    thread.start()
-    yield ws, thread, record
-    thread.join(timeout=300)
-
-
 @two_nodes
 @root_only
-def test_a_hung_rank_ends_the_job_with_the_collective_timeout_error(hung_run):
+def test_a_hung_rank_ends_the_job_with_the_collective_timeout_error(slurm_ws, tmp_path):
     """Rank 1 (on the second node) stopped (SIGSTOP) mid-run: rank 0 waits in its next collective for
     ``launch.timeout_s``, fails with gloo's timeout error, srun (``--kill-on-bad-exit``) ends the other node's task,
     and the job ends FAILED within the timeout and a grace period, never waiting on."""
-    ws, thread, record = hung_run
-    thread.join(timeout=420)
-    assert not thread.is_alive(), "the hang scenario did not end"
-    if "error" in record:
-        raise record["error"]
-    waited = (datetime.fromisoformat(record["job"]["EndTime"]) - record["stopped"]).total_seconds()
+    ws = copied(slurm_ws, tmp_path / "ws", {**TWO_NODES, "timeout_s": HANG_TIMEOUT_S})
+    log, stage_log = tmp_path / "snakemake.log", ws / f"logs/{GRPO}.log"
+    proc = popen_slurm(ws, log, TARGET)
+    try:
+        job = wait_for(lambda: running_job(ws, "grpo"), 120, proc, log)
+        wait_for(checkpointed(ws, 20), 240, proc, log, every=0.1)
+        os.kill(worker_of(ws, 1), signal.SIGSTOP)
+        stopped = datetime.now().replace(microsecond=0)  # slurmctld's clock and resolution (this machine's)
+        (job,) = ended(ws, "FAILED", proc, log, timeout=HANG_TIMEOUT_S + HANG_GRACE_S + 30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    waited = (datetime.fromisoformat(job["EndTime"]) - stopped).total_seconds()
     assert waited < HANG_TIMEOUT_S + HANG_GRACE_S, f"the job ended {waited:.0f} s after the stop"
-    stage_log = (ws / f"logs/{GRPO}.log").read_text()
-    assert f"Timed out waiting {HANG_TIMEOUT_S * 1000}ms" in stage_log, stage_log[-3000:]
+    assert f"Timed out waiting {HANG_TIMEOUT_S * 1000}ms" in stage_log.read_text(), stage_log.read_text()[-3000:]
     print(f"hung rank: the job ended {waited:.0f} s after the stop (timeout {HANG_TIMEOUT_S} s)")
