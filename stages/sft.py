@@ -55,7 +55,9 @@ def main() -> None:
     model, tok = load_checkpoint(args.model)
     model = dist.prepare_model(model, sc.mixed_precision, sc.gradient_checkpointing, sc.lora)
     acc = dist.make_accelerator(
-        sc.mixed_precision, log_with=trackers(sc.report_to, args.log_dir, "sft", "sft.report_to")
+        sc.mixed_precision,
+        log_with=trackers(sc.report_to, args.log_dir, "sft", "sft.report_to"),
+        timeout_s=sc.launch.timeout_s,
     )
     rank, world = acc.process_index, acc.num_processes
     tasks = [load_task(args.tasks, name) for name in cfg.tasks]

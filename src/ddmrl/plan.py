@@ -1,7 +1,7 @@
 """Per-GPU memory and time of a run's training and sampling, planned before the GPUs are booked.
 
     python -m ddmrl.plan [--params params.yaml] [--profile NAME] [--method SECTION] [--model-dir DIR] \
-        [--prompt-length 256] [--memory-gib 80] [--tflops 312] [--utilisation 0.35] [--gpus-per-node 8] [--nodes 1]
+        [--prompt-length 256] [--memory-gib 80] [--tflops 312] [--utilisation 0.35] [--gpus-per-node 8] [--nodes N]
 
 Nothing is allocated: the model's real class is instantiated on the meta device and moved to fake tensors
 (PyTorch's ``FakeTensorMode``: shapes and dtypes, no storage), and ddmrl's own code runs on them: one call of the
@@ -609,25 +609,33 @@ def model_builder(spec: Any, model_dir: str | Path | None = None) -> tuple[Calla
 def plan_run(run: Any, spec: Any, model_dir: str | Path | None, prompt_length: int, completion_length: int,
              hw: Hardware) -> StagePlan:  # fmt: skip
     """The GRPO stage of resolved run ``run`` (a ``GRPOConfig``) on ``hw``, its model from ``spec`` (a ``model:``
-    section) and ``model_dir``; the engine from ``run.launch``. Refuses more processes than ``hw`` has GPUs."""
-    processes = run.launch.num_processes
+    section) and ``model_dir``; the engine from ``run.launch``. Refuses more processes than ``hw`` has GPUs, and a
+    multi-node launch (``launch.num_machines``) whose nodes or GPUs per node ``hw`` does not have."""
+    processes, machines = run.launch.num_processes, run.launch.num_machines
     if processes > hw.world:
         raise DoesNotFit(
             f"launch.num_processes = {processes}: the hardware has {hw.world} GPUs ({hw.nodes} x {hw.gpus_per_node})"
+        )
+    if machines > 1 and (machines > hw.nodes or processes // machines > hw.gpus_per_node):
+        raise DoesNotFit(
+            f"launch.num_machines = {machines}: {processes // machines} processes on each of {machines} nodes; the "
+            f"hardware has {hw.nodes} nodes of {hw.gpus_per_node} GPUs"
         )
     engine = engine_of(run.launch.config_file) if run.launch.launcher == "accelerate" else "ddp"
     build, mask_id = model_builder(spec, model_dir)
     return grpo_plan(build, run, mask_id, prompt_length, completion_length, hw, engine)
 
 
-def require_fit(plan: StagePlan, memory_gib: float, key: str) -> None:
-    """Raise :class:`DoesNotFit`, one line naming ``key``, when ``plan``'s peak exceeds ``memory_gib`` per GPU."""
+def require_fit(plan: StagePlan, memory_gib: float, key: str, nodes: int = 1) -> None:
+    """Raise :class:`DoesNotFit`, one line naming ``key``, when ``plan``'s peak exceeds ``memory_gib`` per GPU (the
+    plan of one GPU of ``nodes`` nodes)."""
     if plan.peak > memory_gib * GIB:
         parts = sorted(plan.parts.items(), key=lambda kv: -kv[1])[:3]
         shown = ", ".join(f"{k} {v / GIB:.1f}" for k, v in parts)
+        on = f" on {nodes} nodes" if nodes > 1 else ""
         raise DoesNotFit(
             f"{key} = {memory_gib:g}: {plan.stage} needs {plan.peak / GIB:.1f} GiB per GPU ({plan.engine}, "
-            f"{plan.processes} processes; largest parts in GiB: {shown}); see python -m ddmrl.plan"
+            f"{plan.processes} processes{on}; largest parts in GiB: {shown}); see python -m ddmrl.plan"
         )
 
 
@@ -638,9 +646,10 @@ def check_fits(run: Any, spec: Any, model_dir: str | Path, tok: Any, task: Any) 
     through ``spec``)."""
     prompt_length = encode_prompts(tok, task, task.generate(run.num_prompts, seed=0)).shape[1]
     local = model_dir if spec.kind == "tiny" else None
-    hw = Hardware(memory_gib=run.launch.gpu_memory_gib, gpus_per_node=run.launch.num_processes)
+    machines = run.launch.num_machines
+    hw = Hardware(run.launch.gpu_memory_gib, gpus_per_node=run.launch.num_processes // machines, nodes=machines)
     plan = plan_run(run, spec, local, prompt_length, task.completion_length, hw)
-    require_fit(plan, hw.memory_gib, "launch.gpu_memory_gib")
+    require_fit(plan, hw.memory_gib, "launch.gpu_memory_gib", hw.nodes)
     return plan
 
 
@@ -653,7 +662,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt-length", type=int, default=256, help="tokens of the longest prompt")
     p.add_argument("--completion-length", type=int, help="default: the run's first task's completion_length")
     for name, value in asdict(Hardware()).items():
-        p.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
+        default = None if name == "nodes" else value  # nodes: the run's launch.num_machines
+        p.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=default)
     p.add_argument("--json", help="also write the plan here")
     args = p.parse_args(argv)
 
@@ -670,7 +680,8 @@ def main(argv: list[str] | None = None) -> int:
     length = args.completion_length or params.get(key)
     if not length:
         raise SystemExit(f"{args.params}: task_params.{task}.{key} is not set; pass --completion-length")
-    hw = Hardware(args.memory_gib, args.gpus_per_node, args.nodes, args.tflops, args.utilisation)
+    nodes = args.nodes or run.launch.num_machines
+    hw = Hardware(args.memory_gib, args.gpus_per_node, nodes, args.tflops, args.utilisation)
     try:
         plan = plan_run(run, spec, args.model_dir, args.prompt_length, length, hw)
         print(plan.table())
@@ -680,7 +691,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{hw.utilisation:g}: {plan.seconds_per_step:.0f} s")  # fmt: skip
         if args.json:
             Path(args.json).write_text(json.dumps(asdict(plan) | {"hardware": asdict(hw)}, indent=1))
-        require_fit(plan, hw.memory_gib, "--memory-gib")
+        require_fit(plan, hw.memory_gib, "--memory-gib", hw.nodes)
     except DoesNotFit as e:
         print(f"does not fit: {e}", file=sys.stderr)
         return 2

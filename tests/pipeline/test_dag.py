@@ -510,6 +510,28 @@ def test_training_stages_launch_with_python_unless_params_say_accelerate(tmp_pat
         assert after[n].resources == (("gpu", 8),)
 
 
+def test_a_run_across_nodes_runs_one_launcher_per_node_through_srun(tmp_path, stages):
+    """``launch.num_machines: 2``: the same script and flags behind srun (one task per node) and the per-node
+    launcher, in a job of two nodes whose command runs srun itself (the SLURM plugin's mpi resource), with the
+    processes' GPUs split over the nodes (``gres`` is per node)."""
+
+    def edit(raw):
+        raw["methods"]["rebrl"]["launch"] = {"launcher": "accelerate", "num_processes": 16, "num_machines": 2}
+
+    after = {s.name: s for s in dag.build(edited_config(tmp_path, edit))}
+    rebrl = [n for n in after if n.startswith("grpo_rebrl_")]
+    assert rebrl
+    for n in rebrl:
+        before = next(s for s in stages if s.name == n)
+        assert after[n].cmd == (
+            "srun --nodes 2 --ntasks 2 --ntasks-per-node 1 --kill-on-bad-exit=1 python -m ddmrl.training.nodes "
+            "--config_file configs/accelerate/ddp.yaml --num_processes 16 --num_machines 2 "
+            + before.cmd.removeprefix("python ")
+        )
+        assert dict(after[n].resources) == {"nodes": 2, "tasks": 2, "mpi": "srun", "tasks_per_gpu": 0, "gres": "gpu:8"}
+    assert all(s.cmd == after[s.name].cmd for s in stages if s.name not in rebrl)
+
+
 def test_lm_eval_stages_are_off_by_default_and_their_adapter_reruns_only_them(tmp_path, stages):
     """lm_eval.tasks empty (params.yaml): no lm_eval stage. Named: one per model (base, SFT, every GRPO run), each
     reading the model, the YAML tasks' folder and the keys it uses; the harness adapter (ddmrl.lmeval) is a dep of

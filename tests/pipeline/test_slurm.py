@@ -1,5 +1,5 @@
 """The pipeline through a real SLURM scheduler: `snakemake --profile workflow/profiles/slurm` on the smoke profile,
-against the one-node SLURM that .ci/slurm.sh starts (munge, slurmctld, slurmd; no accounting), with the account and
+against the two-node SLURM that .ci/slurm.sh starts (munge, slurmctld, two slurmd; no accounting), with the account and
 partitions given as docs/distributed.md tells users (environment variables; no tracked file edited).
 
 * Every kind of stage is submitted with its own resources (what slurmctld recorded for each job equals the shipped
@@ -17,17 +17,22 @@ The DAG is cut to two text methods and one image method (every kind of stage, 15
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 import yaml
 from helpers import BIN, ENV, copy_repo, edit_params, run
-from stage_outputs import assert_same_outputs, read_table
+from stage_outputs import assert_same_outputs, read_table, steps_present
 
 from ddmrl.config import load
 from ddmrl.pipeline import dag, export
@@ -58,7 +63,7 @@ def slurm_missing() -> str | None:
     if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
         return 'no snakemake-executor-plugin-slurm (pip install -e ".[slurm]")'
     if not (shutil.which("sbatch") and shutil.which("sinfo")):
-        return "no SLURM client (sbatch, sinfo): .ci/slurm.sh installs and starts a one-node SLURM"
+        return "no SLURM client (sbatch, sinfo): .ci/slurm.sh installs and starts a two-node SLURM"
     try:
         states = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=20).stdout
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -324,3 +329,244 @@ def test_grpo_warned_before_its_time_limit_then_past_it_resumes_to_the_uninterru
     assert_same_outputs(ref, ws, next(s for s in dag.build(load(ws / "params.yaml")) if s.name == GRPO))
     assert not root.exists(), "checkpoints left after the run finished"
     print(f"warned, past its limit, resumed through SLURM: {wall:.0f} s (stopped on the signal after step {warned})")
+
+
+# ------------------------------------------------------------------------------------------------ across two nodes
+#
+# The smoke DAG's rebrl GRPO run with `launch: {num_machines: 2, num_processes: 2}` on the two-node SLURM of
+# .ci/slurm.sh: one job of two nodes, srun starting one launcher (one process, gloo on CPU) on each; its weights, curve
+# and metrics against the one-node two-process run of the same global batch (a local run, beside it). The fault tests
+# reuse its result as the uninterrupted run (the same params). A node lost mid-run and a requeued job resume from the
+# newest checkpoint; a stopped (hung) rank ends the job with the collective's timeout error.
+
+#: the launch of each (cpu_2proc.yaml: torchrun's launcher with use_cpu; the workspaces have no configs/ of their own)
+CPU_2PROC = str(Path(__file__).resolve().parents[2] / "configs/accelerate/cpu_2proc.yaml")
+ONE_NODE = {"launcher": "accelerate", "config_file": CPU_2PROC, "num_processes": 2}
+TWO_NODES = {**ONE_NODE, "num_machines": 2}
+#: long enough to be interrupted after a checkpoint (about 8 s of steps: 0.05 s each on one node), short enough for CI
+NODE_RUN = {"max_steps": 160, "save_steps": 10}
+NODES = ("ddmrl-n1", "ddmrl-n2")
+TARGET = f"data/grpo/{RUN}/metrics.json"
+
+
+def nodes_up() -> list[str]:
+    out = subprocess.run(["sinfo", "-h", "-N", "-p", "cpu", "-o", "%N %t"], capture_output=True, text=True).stdout
+    return [n for n, state in (line.split() for line in out.splitlines()) if state in ("idle", "mix", "alloc")]
+
+
+two_nodes = pytest.mark.skipif(
+    MISSING is not None or sorted(nodes_up()) != list(NODES), reason="needs the two-node SLURM of .ci/slurm.sh"
+)
+
+
+def launched(ws: Path, launch: dict, **grpo) -> Path:
+    """``ws`` with the rebrl run launched by ``launch`` and the grpo keys ``grpo`` (NODE_RUN by default)."""
+
+    def edit(raw):
+        raw["grpo"].update({**NODE_RUN, **grpo})
+        raw.setdefault("methods", {}).setdefault("rebrl", {})["launch"] = launch
+
+    edit_params(ws, edit, file="profiles/smoke.yaml")
+    return ws
+
+
+def copied(src: Path, dst: Path, launch: dict, **grpo) -> Path:
+    shutil.copytree(src, dst, symlinks=True)
+    return launched(dst, launch, **grpo)
+
+
+def grpo_stage(ws: Path) -> dag.Stage:
+    return next(s for s in dag.build(load(ws / "params.yaml")) if s.name == GRPO)
+
+
+@pytest.fixture(scope="module")
+def two_node_run(slurm_ws, tmp_path_factory) -> tuple[Path, Path]:
+    """The rebrl run across two nodes through SLURM, and the one-node two-process run of the same params (local)."""
+    root = tmp_path_factory.mktemp("nodes")
+    ws, ref = copied(slurm_ws, root / "ws", TWO_NODES), copied(slurm_ws, root / "ref", ONE_NODE)
+    t0 = time.monotonic()
+    reference = subprocess.Popen(
+        [str(BIN / "snakemake"), "--cores", "2", TARGET], cwd=ref, env=ENV, stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    out = snakemake_slurm(ws, TARGET)
+    assert reference.wait(timeout=600) == 0
+    (ws / "snakemake.log").write_text(out.stdout + out.stderr + f"\nwall: {time.monotonic() - t0:.0f} s\n")
+    print(f"two-node GRPO through SLURM and the local reference: {time.monotonic() - t0:.0f} s")
+    return ws, ref
+
+
+@two_nodes
+def test_a_grpo_run_across_two_nodes_equals_the_one_node_two_process_run(two_node_run):
+    ws, ref = two_node_run
+    stage = grpo_stage(ws)
+    assert stage.cmd.startswith("srun --nodes 2 --ntasks 2 --ntasks-per-node 1 ")
+    (job,) = [j for j in jobs_of(ws) if rule_of(j) == "grpo"]
+    assert job["JobState"] == "COMPLETED"
+    # two nodes with the profile's resources: per node its CPUs per task, memory and one GPU (gres), one task each
+    profile = yaml.safe_load((ws / PROFILE / "config.yaml").read_text())
+    asked = requested(profile, "grpo", USER_ENV)
+    assert (job["NumNodes"], job["NumTasks"], job["NodeList"]) == ("2", "2", "ddmrl-n[1-2]"), job
+    assert job["TresPerNode"] == "gres:gpu:1" and int(job["CPUs/Task"]) == asked["cpus_per_task"], job
+    assert megabytes(job["MinMemoryNode"]) == asked["mem_mb"] and job["Partition"] == asked["slurm_partition"]
+    log = (ws / f"logs/{GRPO}.log").read_text()
+    # one launcher on each node (its host name: the node's), ranks 1 and 2 of 2
+    assert re.search(
+        r"^node 0 \(ddmrl-n1\): accelerate launch --machine_rank 0 --main_process_ip 10\.77\.0\.11 ", log, re.M
+    )
+    assert re.search(
+        r"^node 1 \(ddmrl-n2\): accelerate launch --machine_rank 1 --main_process_ip 10\.77\.0\.11 ", log, re.M
+    )
+    assert "grpo: process 1/2 on cpu" in log and "grpo: process 2/2 on cpu" in log
+    assert json.loads((ws / TARGET).read_text())["num_processes"] == 2
+    assert_same_outputs(ref, ws, stage)
+    assert not (ws / dag.checkpoints(GRPO)).exists(), "checkpoints left after the run finished"
+
+
+# ------------------------------------------------------------------------------------------------ faults across nodes
+
+
+def checkpointed(ws: Path, step: int):
+    """A predicate: the run in ``ws`` has a complete checkpoint at ``step`` or later (its newest step, or None)."""
+    root = ws / dag.checkpoints(GRPO)
+    return lambda: next((s for s in reversed(steps_present(root)) if s >= step), None)
+
+
+def kill_node(node: str) -> None:
+    """The node lost: its slurmd and every process in its network namespace (the job's) killed at once."""
+    pids = subprocess.run(["ip", "netns", "pids", node], capture_output=True, text=True, check=True).stdout.split()
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
+
+
+def start_node(node: str) -> None:
+    """The node back: its slurmd in its namespace (as .ci/slurm.sh starts it); SLURM returns it to service."""
+    sh = f"hostname {node} && exec slurmd -N {node}"
+    subprocess.run(["nsenter", f"--net=/run/netns/{node}", "unshare", "--uts", "sh", "-c", sh], check=True)
+    wait_for(lambda: node in nodes_up(), 60)
+
+
+def worker_of(ws: Path, rank: int) -> int:
+    """The pid of the training process of global rank ``rank`` running in ``ws`` (whichever node it is on)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            if not proc.name.isdigit() or (proc / "cwd").resolve() != ws:
+                continue
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            env = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(a.endswith(b"stages/grpo.py") for a in argv) and f"RANK={rank}".encode() in env:
+            if not any(a.endswith(b"accelerate") or b"torch.distributed.run" in a for a in argv):
+                return int(proc.name)
+    raise AssertionError(f"no rank-{rank} process in {ws}")
+
+
+def ended(ws: Path, state: str, proc: subprocess.Popen, log: Path, timeout: float = 420) -> list[dict[str, str]]:
+    """Wait until the newest grpo job in ``ws`` has ended in ``state``, then stop Snakemake (SIGTERM) rather than wait
+    for its next status check (the plugin's interval grows by 10 s at every check without news, so it notices a job's
+    end up to a minute late; that it notices at all is tested above). Returns the grpo jobs, oldest first."""
+
+    def newest():
+        jobs = [j for j in jobs_of(ws) if rule_of(j) == "grpo"]
+        return jobs if jobs and jobs[-1]["JobState"] == state else None
+
+    try:
+        return wait_for(newest, timeout, proc, log, every=1)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # it may be cancelling jobs that have ended anyway
+                proc.kill()
+                proc.wait()
+
+
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="kills and restarts a node's slurmd (root)")
+
+
+@two_nodes
+@root_only
+def test_a_node_lost_mid_run_is_retried_from_the_newest_checkpoint(two_node_run, slurm_ws, tmp_path):
+    """The second node's slurmd and the job's processes there are killed after a checkpoint: the first node's rank
+    fails on its lost peer, the job fails (JobRequeue=0: SLURM does not requeue it), the node comes back, Snakemake's
+    ``retries`` resubmit, and the retry resumes from the newest checkpoint to the uninterrupted run's result."""
+    done, _ = two_node_run
+    ws = copied(slurm_ws, tmp_path / "ws", TWO_NODES)
+    profile = user_profile(tmp_path / "profile", ws / PROFILE / "config.yaml", {}, retries=2)
+    log, stage_log = tmp_path / "snakemake.log", ws / f"logs/{GRPO}.log"
+    t0 = time.monotonic()
+    proc = popen_slurm(ws, log, TARGET, profile=profile)
+    try:
+        first = wait_for(lambda: running_job(ws, "grpo"), 120, proc, log)
+        saved = wait_for(checkpointed(ws, 40), 240, proc, log, every=0.1)
+        kill_node(NODES[1])
+        wait_for(lambda: next(j for j in jobs_of(ws) if j["JobId"] == first["JobId"])["JobState"] != "RUNNING", 120)
+        start_node(NODES[1])
+        attempts = ended(ws, "COMPLETED", proc, log)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if NODES[1] not in nodes_up():
+            start_node(NODES[1])
+    assert len(attempts) == 2 and attempts[0]["JobState"] in ("FAILED", "NODE_FAIL"), attempts
+    assert attempts[1]["JobState"] == "COMPLETED" and attempts[1]["NodeList"] == "ddmrl-n[1-2]"
+    resumed = {int(step) for step in re.findall(RESUMED, stage_log.read_text(), re.M)}  # the line of each process
+    assert len(resumed) == 1 and min(resumed) >= saved, "the retry did not resume from the newest checkpoint"
+    assert_same_outputs(done, ws, grpo_stage(ws))
+    print(f"node lost after step {saved}, retried and resumed: {time.monotonic() - t0:.0f} s")
+
+
+@two_nodes
+def test_a_requeued_job_resumes_from_the_newest_checkpoint(two_node_run, slurm_ws, tmp_path):
+    """``scontrol requeue`` on the running two-node job (requeueable: the plugin's ``slurm-requeue``): SLURM ends it
+    and runs it again under the same id, Snakemake waits on, and the run resumes to the uninterrupted result."""
+    done, _ = two_node_run
+    ws = copied(slurm_ws, tmp_path / "ws", TWO_NODES)
+    profile = user_profile(tmp_path / "profile", ws / PROFILE / "config.yaml", {}, **{"slurm-requeue": True})
+    log, stage_log = tmp_path / "snakemake.log", ws / f"logs/{GRPO}.log"
+    t0 = time.monotonic()
+    proc = popen_slurm(ws, log, TARGET, profile=profile)
+    try:
+        job = wait_for(lambda: running_job(ws, "grpo"), 120, proc, log)
+        saved = wait_for(checkpointed(ws, 40), 240, proc, log, every=0.1)
+        subprocess.run(["scontrol", "requeue", job["JobId"]], check=True)
+        (again,) = ended(ws, "COMPLETED", proc, log)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert again["JobId"] == job["JobId"] and again["Restarts"] == "1" and again["JobState"] == "COMPLETED", again
+    resumed = {int(step) for step in re.findall(RESUMED, stage_log.read_text(), re.M)}  # the line of each process
+    assert len(resumed) == 1 and min(resumed) >= saved, "the requeued job did not resume from its checkpoint"
+    assert_same_outputs(done, ws, grpo_stage(ws))
+    print(f"requeued after step {saved}, resumed: {time.monotonic() - t0:.0f} s")
+
+
+#: the hang test's collective timeout (launch.timeout_s), and how long after it the job must have ended
+HANG_TIMEOUT_S, HANG_GRACE_S = 20, 40
+
+
+@two_nodes
+@root_only
+def test_a_hung_rank_ends_the_job_with_the_collective_timeout_error(slurm_ws, tmp_path):
+    """Rank 1 (on the second node) stopped (SIGSTOP) mid-run: rank 0 waits in its next collective for
+    ``launch.timeout_s``, fails with gloo's timeout error, srun (``--kill-on-bad-exit``) ends the other node's task,
+    and the job ends FAILED within the timeout and a grace period, never waiting on."""
+    ws = copied(slurm_ws, tmp_path / "ws", {**TWO_NODES, "timeout_s": HANG_TIMEOUT_S})
+    log, stage_log = tmp_path / "snakemake.log", ws / f"logs/{GRPO}.log"
+    proc = popen_slurm(ws, log, TARGET)
+    try:
+        job = wait_for(lambda: running_job(ws, "grpo"), 120, proc, log)
+        wait_for(checkpointed(ws, 20), 240, proc, log, every=0.1)
+        os.kill(worker_of(ws, 1), signal.SIGSTOP)
+        stopped = datetime.now().replace(microsecond=0)  # slurmctld's clock and resolution (this machine's)
+        (job,) = ended(ws, "FAILED", proc, log, timeout=HANG_TIMEOUT_S + HANG_GRACE_S + 30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    waited = (datetime.fromisoformat(job["EndTime"]) - stopped).total_seconds()
+    assert waited < HANG_TIMEOUT_S + HANG_GRACE_S, f"the job ended {waited:.0f} s after the stop"
+    assert f"Timed out waiting {HANG_TIMEOUT_S * 1000}ms" in stage_log.read_text(), stage_log.read_text()[-3000:]
+    print(f"hung rank: the job ended {waited:.0f} s after the stop (timeout {HANG_TIMEOUT_S} s)")

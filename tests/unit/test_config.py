@@ -239,6 +239,9 @@ methods:
         ("sft: {launch: {num_processes: 2}}\n", "sft.launch.num_processes"),
         ("grpo: {launch: {launcher: accelerate, num_processes: 0}}\n", "grpo.launch.num_processes"),
         ("grpo: {launch: {launcher: accelerate, config_file: ''}}\n", "grpo.launch.config_file"),
+        ("grpo: {launch: {num_machines: 2}}\n", "grpo.launch.num_machines"),
+        ("grpo: {launch: {launcher: accelerate, num_processes: 3, num_machines: 2}}\n", "grpo.launch.num_processes"),
+        ("sft: {launch: {launcher: accelerate, timeout_s: 0}}\n", "sft.launch.timeout_s"),
         ("model: {kind: gpt2, path_or_id: x}\n", "model.kind"),
         ("model: {kind: llada}\n", "model.path_or_id"),
         (

@@ -4,12 +4,14 @@ configurations), within the tolerance docs/real_scale.md states; the command lin
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState
 from torch.utils.flop_counter import FlopCounterMode
 
-from ddmrl import plan
+from ddmrl import config, plan
 from ddmrl.config import GRPOConfig, LoraConfig, SamplerConfig
 from ddmrl.models.tiny import TinyDDMConfig, TinyDDMForMaskedLM
 from ddmrl.models.tokenizer import build_tokenizer
@@ -215,3 +217,40 @@ def test_the_command_line_plans_a_profile_and_refuses_what_does_not_fit(chain, t
     )
     assert plan.main([*args, "--gpus-per-node", "1"]) == 2
     assert capsys.readouterr().err.strip().endswith("launch.num_processes = 2: the hardware has 1 GPUs (1 x 1)")
+
+
+def test_a_multi_node_run_is_planned_per_gpu_and_refused_in_one_line_naming_the_key(chain, tmp_path, capsys):
+    """``launch.num_machines: 2`` with 4 processes: the plan is that of one of the 4 GPUs (2 nodes x 2), the nodes
+    come from the launch, and a peak above the GPUs' memory (the stage's ``launch.gpu_memory_gib``, the command
+    line's ``--memory-gib``) or nodes the hardware lacks are refused in one line naming the key."""
+    task, tok = chain
+    model_dir = tmp_path / "model"
+    tiny_builder(tok, task)().save_pretrained(model_dir)
+    launch = "{launcher: accelerate, config_file: configs/accelerate/zero2.yaml, num_processes: 4, num_machines: 2}"
+    (tmp_path / "params.yaml").write_text(
+        f"tasks: [chain]\nmodel: {{kind: tiny}}\ngrpo: {{methods: [diffu_grpo], num_prompts: 4, num_generations: 4, "
+        f"launch: {launch}}}\n"
+    )
+    args = ["--params", str(tmp_path / "params.yaml"), "--model-dir", str(model_dir), "--completion-length", "16",
+            "--prompt-length", "12", "--gpus-per-node", "2"]  # fmt: skip
+    assert plan.main([*args, "--memory-gib", "80"]) == 0
+    assert "(zero2, 4 processes)" in capsys.readouterr().out
+    assert plan.main([*args, "--memory-gib", "0.001"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("does not fit: --memory-gib = 0.001: grpo needs ") and "\n" not in err
+    assert "(zero2, 4 processes on 2 nodes; " in err
+    assert plan.main([*args, "--nodes", "1"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "does not fit: launch.num_processes = 4: the hardware has 2 GPUs (1 x 2)"
+    )
+    assert plan.main([*args[:-2], "--gpus-per-node", "1", "--nodes", "4"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "does not fit: launch.num_machines = 2: 2 processes on each of 2 nodes; the hardware has 4 nodes of 1 GPUs"
+    )
+    # the stage's own check (launch.gpu_memory_gib): the same plan, refused naming its key
+    cfg = config.load(tmp_path / "params.yaml")
+    run, name, _ = cfg.run(cfg.run_names()[0])
+    booked = dataclasses.replace(run, launch=dataclasses.replace(run.launch, gpu_memory_gib=0.001))
+    with pytest.raises(plan.DoesNotFit, match=r"^launch.gpu_memory_gib = 0.001: grpo needs .* on 2 nodes; ") as e:
+        plan.check_fits(booked, cfg.model, model_dir, tok, task)
+    assert "\n" not in str(e.value)

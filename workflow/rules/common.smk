@@ -91,15 +91,17 @@ def params(kind):
 
 
 def resources(kind):
-    """GPUs of training launched with accelerate (``launch:``); per-kind cluster resources live in the profile."""
+    """Scheduler resources of training launched with accelerate (``launch:``): ``gpu``, or for a stage across nodes
+    (``launch.num_machines``) ``nodes``, ``tasks``, ``mpi``, ``tasks_per_gpu`` and ``gres`` (ddmrl.pipeline.dag.launch);
+    a job of the kind that lacks one gets its neutral value. Per-kind cluster resources live in the profile."""
     stages = [s for s in STAGES if s.kind == kind]
-    if not any(dict(s.resources) for s in stages):
-        return {}
+    keys = dict.fromkeys(k for s in stages for k, _ in s.resources)
+    neutral = {"gpu": 0, "nodes": 1, "tasks": 1, "tasks_per_gpu": 0}  # others (mpi, gres): ""
 
-    def gpu(wildcards):
-        return dict(job(kind, wildcards).resources).get("gpu", 0)
+    def value(key):
+        return lambda wildcards: dict(job(kind, wildcards).resources).get(key, neutral.get(key, ""))
 
-    return {"gpu": gpu}
+    return {key: value(key) for key in keys}
 
 
 def constraints(kind):

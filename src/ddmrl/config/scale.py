@@ -67,7 +67,19 @@ class LaunchConfig(Section):
     config_file: Str = Field(
         "configs/accelerate/ddp.yaml", description="accelerate config (configs/accelerate/: ddp, zero2, zero3, fsdp)."
     )
-    num_processes: Int = Field(1, ge=1, description="Processes, one per GPU (the job's GPU count on SLURM).")
+    num_processes: Int = Field(1, ge=1, description="Processes, one per GPU, over all nodes (the job's GPU count).")
+    num_machines: Int = Field(
+        1,
+        ge=1,
+        description="Nodes the stage spans (accelerate's --num_machines): num_processes / num_machines GPUs on each, "
+        "one launcher per node through srun; only through SLURM (docs/distributed.md, section 4).",
+    )
+    timeout_s: Float = Field(
+        1800.0,
+        gt=0,
+        description="Seconds a process waits in a collective (the gradient all-reduce, a barrier) for the others "
+        "before its run fails with an error: a hung or lost process ends the job instead of holding it to its limit.",
+    )
     gpu_memory_gib: Float = Field(
         0.0,
         ge=0,
@@ -79,6 +91,12 @@ class LaunchConfig(Section):
     def _check(self) -> LaunchConfig:
         if self.launcher == "accelerate" and not self.config_file:
             raise refuse("config_file", self.config_file, "must name an accelerate config file")
+        if self.num_machines > 1 and self.launcher != "accelerate":
+            raise refuse("num_machines", self.num_machines, "needs launcher: accelerate (one launcher per node)")
+        if self.num_processes % self.num_machines:
+            raise refuse(
+                "num_processes", self.num_processes, f"must be a multiple of num_machines ({self.num_machines})"
+            )
         return self
 
 

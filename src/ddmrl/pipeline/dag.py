@@ -375,11 +375,24 @@ def _download(new: StageFactory, name: str, root: str, tasks: str, base: str, ki
 
 def launch(cfg: LaunchConfig) -> dict[str, Any]:
     """``launcher`` and ``resources`` of a training stage: ``python`` (the default, one process), or
-    ``accelerate launch --config_file F --num_processes N`` with N GPUs requested from the scheduler."""
+    ``accelerate launch --config_file F --num_processes N`` with N GPUs requested from the scheduler, or on
+    ``num_machines`` M > 1 nodes ``srun ... python -m ddmrl.training.nodes ...`` (one launcher per node) in a job of M
+    nodes with N / M GPUs each."""
     if cfg.launcher == "python":
         return {}
-    words = ("accelerate", "launch", "--config_file", cfg.config_file, "--num_processes", str(cfg.num_processes))
-    return {"launcher": words, "resources": (("gpu", cfg.num_processes),)}
+    words = ("--config_file", cfg.config_file, "--num_processes", str(cfg.num_processes))
+    if cfg.num_machines == 1:
+        return {"launcher": ("accelerate", "launch", *words), "resources": (("gpu", cfg.num_processes),)}
+    # several nodes: one launcher per node through srun (ddmrl.training.nodes), in one SLURM job of that many nodes
+    # whose command runs srun itself (the SLURM executor plugin's mpi resource; tasks_per_gpu 0 keeps the plugin
+    # from turning `tasks` into --ntasks-per-gpu), with num_processes / num_machines GPUs on each (--gres, per node)
+    m = str(cfg.num_machines)
+    srun = ("srun", "--nodes", m, "--ntasks", m, "--ntasks-per-node", "1", "--kill-on-bad-exit=1")
+    per_node = cfg.num_processes // cfg.num_machines
+    resources = (("nodes", cfg.num_machines), ("tasks", cfg.num_machines), ("mpi", "srun"), ("tasks_per_gpu", 0),
+                 ("gres", f"gpu:{per_node}"))  # fmt: skip
+    node = ("python", "-m", "ddmrl.training.nodes", *words, "--num_machines", m)
+    return {"launcher": (*srun, *node), "resources": resources}
 
 
 def sft(new: StageFactory, seed: str | None = None) -> Stage:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Mapping, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -51,11 +52,17 @@ T = TypeVar("T")
 
 
 def make_accelerator(
-    mixed_precision: str = "no", gradient_accumulation_steps: int = 1, cpu: bool | None = None, log_with=None
+    mixed_precision: str = "no",
+    gradient_accumulation_steps: int = 1,
+    cpu: bool | None = None,
+    log_with=None,
+    timeout_s: float | None = None,
 ):
     """The run's ``Accelerator``: processes and device come from ``accelerate launch`` (its config file),
     ``mixed_precision`` from params (the ``mixed_precision`` key of the stage's section), ``log_with`` the experiment
-    trackers (``ddmrl.training.tracking.trackers``).
+    trackers (``ddmrl.training.tracking.trackers``), ``timeout_s`` how long a collective waits for the other processes
+    before it raises (params' ``launch.timeout_s``; None: torch's default), so that a hung or lost process ends the
+    run with an error.
 
     ``cpu`` defaults to "no CUDA device here": several processes on a CPU-only host then form a gloo group
     (accelerate's multi-GPU launcher does not tell them to; configs/accelerate/cpu_2proc.yaml relies on this).
@@ -63,16 +70,16 @@ def make_accelerator(
     a GPU). FSDP cannot run there and is refused: accelerate 1.15 sets up FSDP only for accelerator devices (its
     ``AcceleratorState`` takes the FSDP branch for MULTI_GPU/XPU/NPU/... and never for MULTI_CPU).
     """
-    handlers = None
+    group = {} if timeout_s is None else {"timeout": timedelta(seconds=timeout_s)}
     if cpu is None:
         cpu = not torch.cuda.is_available()
         if cpu and _launched_with("DEEPSPEED"):
-            cpu, handlers = False, [InitProcessGroupKwargs(backend="gloo")]
+            cpu, group = False, {**group, "backend": "gloo"}
     acc = Accelerator(
         mixed_precision=mixed_precision,
         gradient_accumulation_steps=gradient_accumulation_steps,
         cpu=cpu,
-        kwargs_handlers=handlers,
+        kwargs_handlers=[InitProcessGroupKwargs(**group)] if group else None,
         log_with=log_with or None,
     )
     if _launched_with("FSDP") and acc.distributed_type != DistributedType.FSDP:

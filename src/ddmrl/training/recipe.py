@@ -79,7 +79,9 @@ def setup(
     policy = for_task(policy, tok, task)
     ref = None if ref is None else for_task(ref, tok, task)
     log_with = trackers(gcfg.report_to, log_dir, f"grpo_{run}", "grpo.report_to")
-    acc = dist.make_accelerator(gcfg.mixed_precision, gcfg.gradient_accumulation_steps, log_with=log_with)
+    acc = dist.make_accelerator(
+        gcfg.mixed_precision, gcfg.gradient_accumulation_steps, log_with=log_with, timeout_s=gcfg.launch.timeout_s
+    )
     draw = training_draw(task, held_out, run_seed, "grpo", gcfg.num_prompts)
     hyper = dataclasses.asdict(gcfg)
     resolved = plain({"run": run, "task": task_name, "seed": seed, "run_seed": run_seed, "model": model,
