@@ -63,6 +63,14 @@ CONDITIONAL = {
     ("src/ddmrl/samplers/maskgit.py", "ddmrl.aux_policies.schedule"): lambda cfg, s: _aux(cfg, s) == "schedule",
     # GenEval's summary of an image task's judged images (ddmrl.evaluation.evaluate_images, ddmrl.mar.evaluation)
     ("src/ddmrl/tasks/base.py", "ddmrl.geneval"): lambda cfg, s: s.kind.startswith(("evaluate_image", "evaluate_mar")),
+    # a method's value model (Method.value_model: TraceRL's), its values, returns and loss in the loop: the method's
+    # own objective module, a dep of its stages
+    ("src/ddmrl/training/grpo.py", "ddmrl.objectives.value"): lambda cfg, s: (
+        s.kind in TRAINING_LOOP and METHODS[_run(cfg, s).method].objective == "value_clip"
+    ),
+    ("src/ddmrl/methods/tracerl_value.py", "ddmrl.objectives.value"): lambda cfg, s: (
+        s.kind in TRAINING_LOOP and METHODS[_run(cfg, s).method].objective == "value_clip"
+    ),
     # a task's tokenizer helpers (Task.trace_tokens, for IGPO's hints): a text training stage, never the reward and
     # tables stages (they score texts) nor MAR's (its own image tokens)
     ("src/ddmrl/tasks/base.py", "ddmrl.models.tokenizer"): lambda cfg, s: (

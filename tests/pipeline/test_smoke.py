@@ -136,8 +136,9 @@ def test_every_module_a_stage_ran_is_one_of_its_code_deps(smoke_workspace):
     """Sound precision: the library modules each job actually imported (Python's import log, kept in the job's log)
     are all among its declared code deps, which leave out other tasks, objectives and samplers."""
     cfg = load(smoke_workspace / "params.yaml")
-    # validating params.yaml imports every section's method module; a stage's own are among its deps (asserted
-    # by test_touching_library_code_reruns_only_the_stages_that_run_it), the others decide nothing it writes
+    # validating params.yaml imports every section's method module and what it imports at module level (the mixins
+    # of ddmrl.methods.mixins its Params builds on); a stage's own are among its deps (asserted by
+    # test_touching_library_code_reruns_only_the_stages_that_run_it), the others decide nothing it writes
     validated = {METHODS.module(r.method) for r in (*cfg.methods.values(), *cfg.image_sections.values())}
     # it also imports the module of every task it names (the task's class declares its Params and its kind), and so
     # what that module imports at module level (ddmrl.tasks.base, the d1 scorers, ...): a stage's own tasks are among
@@ -146,8 +147,8 @@ def test_every_module_a_stage_ran_is_one_of_its_code_deps(smoke_workspace):
     named = {*cfg.tasks, *cfg.task_params, *cfg.image.tasks, *cfg.image.eval_tasks, *cfg.image.task_params}
     validated_files = {
         f
-        for t in named
-        for f in dag.code_files(dag._module_files(TASKS.module(t), smoke_workspace)[-1], smoke_workspace)
+        for module in [*validated, *(TASKS.module(t) for t in named)]
+        for f in dag.code_files(dag._module_files(module, smoke_workspace)[-1], smoke_workspace)
     }
     for s in dag.build(cfg):
         deps = set(dag.code(s, smoke_workspace))
