@@ -285,7 +285,7 @@ def user_profile(dst: Path, src: Path, grpo: dict, **top) -> Path:
 
 
 #: the fault tests, on where DDMRL_SLURM_FAULTS is set (the module's docstring says why)
-faults = pytest.mark.skipif(not os.environ.get("DDMRL_SLURM_FAULTS"), reason="a SLURM fault test: DDMRL_SLURM_FAULTS=1")
+faults = pytest.mark.skipif(not os.environ.get("DDMRL_SLURM_FAULTS"), reason="a SLURM fault: DDMRL_SLURM_FAULTS=1")
 
 
 @faults
