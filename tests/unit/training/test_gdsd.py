@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import math
-import random
 from typing import NamedTuple
 
 import float_error
@@ -32,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from fake_rewards import varied_reward
 from float_error import Computed, Condition, agree, computed, condition, in_float64, loss_and_gradient_agree
+from test_espo import released_forward_process  # GDSD's release runs ESPO's forward_process unchanged
 
 from ddmrl.config import SamplerConfig, method_config
 from ddmrl.diagnostics import token_credit
@@ -50,25 +50,6 @@ from ddmrl.tasks import make_task
 from ddmrl.training.grpo import make_views, train_grpo
 
 # ------------------------------------------------------------------------------------------ the transcription
-
-
-def released_forward_process(batch: torch.Tensor, prompt_length: int, mask_id: int, seed: int, dtype=torch.float32):
-    """(noisy batch [b, P + L], p_mask [b, P + L] in ``dtype``) of ``forward_process``, the global RNGs seeded as
-    ``set_seed`` does (CPU)."""
-    random.seed(seed)
-    torch.manual_seed(seed)
-    b, length = batch.shape
-    target_len = length - prompt_length
-    k = torch.randint(0, target_len + 1, ())
-    x = torch.round(torch.linspace(float(k), k + (b - 1) * ((target_len + 1) / b), steps=b)).long()
-    x = x % (target_len + 1)
-    indices = torch.arange(target_len).repeat(b, 1)
-    is_mask = indices < x.unsqueeze(1)
-    for i in range(b):
-        is_mask[i] = is_mask[i][torch.randperm(target_len)]
-    is_mask = torch.cat((torch.zeros(b, prompt_length, dtype=torch.bool), is_mask), dim=1)
-    noisy = torch.where(is_mask, mask_id, batch)
-    return noisy, (x.to(dtype) / (target_len + 1)).unsqueeze(1).repeat(1, length)
 
 
 def released_denoise_probs(model, input_ids, logits_to_keep, mask_id, seed, tlc: bool, dtype=torch.float32):
