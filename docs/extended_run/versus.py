@@ -1,6 +1,8 @@
 """Each extended row minus diffu-GRPO and minus UniGRPO, per task: held-out accuracy differences with 95 % intervals
-paired on the held-out items (the two rows' seeds drawn independently), as the tables' RebRL-vs-UniGRPO column
-(``ddmrl.tables.gain_interval``). Run in the workspace of the extended rows, after them:
+paired on the held-out items, as the tables' RebRL-vs-UniGRPO column: the two rows' seeds drawn independently
+(``ddmrl.tables.gain_interval``), or, where the workspace's params.yaml gives each seed its own base model
+(``download.base_per_seed``), seed s paired with seed s (``ddmrl.tables.seedwise_gain``: the interval covers the
+base models). Run in the workspace of the extended rows, after them:
 
     python docs/extended_run/versus.py data/evaluate > docs/extended_run/versus.md
     python docs/extended_run/versus.py data/evaluate mdpo,mdpo_rcr diffu_grpo,unigrpo,mdpo > docs/mdpo_run/versus.md
@@ -13,7 +15,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ddmrl.tables import cell, display, gain_interval, text_scores
+from ddmrl import config
+from ddmrl.pipeline.layout import per_seed_bases
+from ddmrl.tables import cell, display, gain_interval, seedwise_gain, text_scores
 
 ROWS = ["coupled_grpo", "vrpo", "espo", "ebpo", "bgpo", "treerpo"]
 REFERENCES = ["diffu_grpo", "unigrpo"]
@@ -26,12 +30,13 @@ def scores(root: Path, method: str, task: str) -> list:
 
 
 def main(root: Path, rows: list[str], references: list[str]) -> None:
+    paired = seedwise_gain if per_seed_bases(config.load("params.yaml")) else gain_interval
     header = ["model"] + [f"{t}: Δ vs {display(r)}" for t in TASKS for r in references]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for m in rows:
         cells = [
-            "—" if m == r else cell(gain_interval(scores(root, m, t), scores(root, r, t)), signed=True)
+            "—" if m == r else cell(paired(scores(root, m, t), scores(root, r, t)), signed=True)
             for t in TASKS
             for r in references
         ]
