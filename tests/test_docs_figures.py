@@ -2,7 +2,8 @@
 its data/tables/; its RUN.md says which commit, CPU and wall time) and the base-model runs' (docs/base_models/);
 docs/results.md may also quote the previous main jobs (docs/main_job_3dcfc0a/, one base model in the portable
 numerics; docs/main_job_16728ad/, the AMD EPYC's in the avx2 numerics; docs/main_job_c1f57a2/) beside the current
-one, and the extended rows run in 16728ad's workspace (docs/extended_run/, docs/mdpo_run/, docs/flexibility_run/).
+one, the extended rows run in 16728ad's workspace (docs/extended_run/, docs/mdpo_run/, docs/flexibility_run/) and
+issue #42's members' rows in 2926f09's (docs/members_run/).
 Rerun the main job and copy its tables there, and this fails wherever the README still quotes the old run."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ BASE_MODELS = REPO / "docs" / "base_models"
 PREVIOUS = tuple(REPO / "docs" / f"main_job_{c}" for c in ("c1f57a2", "16728ad", "3dcfc0a"))
 EXTENDED = REPO / "docs" / "extended_run"  # likewise
 MDPO = REPO / "docs" / "mdpo_run"  # likewise
+MEMBERS = REPO / "docs" / "members_run"  # likewise
 FLEXIBILITY = (REPO / "docs" / "flexibility_run", REPO / "docs" / "flexibility_run" / "block")  # likewise
 DOCS = [REPO / "README.md", REPO / "docs" / "results.md"]
 #: a figure with its interval as the tables write it: ``45.7 [43.7, 47.5]``, ``+4.6 [+2.4, +6.9]*``
@@ -49,7 +51,7 @@ def parse_table(text: str, first_column: str) -> dict[str, dict[str, str]]:
 
 def test_every_quoted_interval_is_in_the_committed_tables():
     for doc in DOCS:
-        tables = committed(*PREVIOUS, EXTENDED, MDPO, *FLEXIBILITY) if doc.name == "results.md" else committed()
+        tables = committed(*PREVIOUS, EXTENDED, MDPO, MEMBERS, *FLEXIBILITY) if doc.name == "results.md" else committed()
         text = doc.read_text(encoding="utf-8")
         missing = [f for f in INTERVAL.findall(text) if f not in tables]
         assert not missing, f"{doc.name} quotes figures that no committed table of the main job holds: {missing}"
@@ -67,7 +69,7 @@ def composed_tables(text: str) -> set[str]:
 
 
 def test_every_table_row_of_the_results_is_a_row_of_the_committed_tables():
-    rows = set(table_rows(committed(*PREVIOUS, EXTENDED, MDPO, *FLEXIBILITY)))
+    rows = set(table_rows(committed(*PREVIOUS, EXTENDED, MDPO, MEMBERS, *FLEXIBILITY)))
     results = (REPO / "docs" / "results.md").read_text(encoding="utf-8")
     composed = composed_tables(results)
     quoted = [r for r in table_rows(results) if r.split("|")[1].strip() not in ("model", "task", "mode")]
