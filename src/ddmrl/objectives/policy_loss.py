@@ -39,10 +39,10 @@ def clipped_token_loss(
     Args:
         logps, old_logps, ref_logps: [N, L] token log-probabilities under the current, rollout-time and
             reference policies, all at the same view (same masks).
-        advantages: [N], one per completion, broadcast over its tokens.
+        advantages: [N], one per completion, broadcast over its tokens, or [N, L], one per token (a value model's).
     """
     ratio = torch.exp(logps - old_logps)  # [N, L]
-    a = advantages[:, None]  # [N, 1]
+    a = advantages[:, None] if advantages.dim() == 1 else advantages  # [N, 1] or [N, L]
     unclipped, clipped = ratio * a, ratio.clamp(1 - epsilon, 1 + (epsilon_high or epsilon)) * a
     psi = torch.minimum(unclipped, clipped)
     kl = k3_kl(logps, ref_logps) if ref_logps is not None and beta != 0 else torch.zeros_like(logps)

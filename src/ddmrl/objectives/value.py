@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 
 from ddmrl.objectives.base import ObjectiveInputs, ObjectiveOutput
-from ddmrl.objectives.policy_loss import aggregate, k3_kl
+from ddmrl.objectives.policy_loss import aggregate, clipped_token_loss
 
 if TYPE_CHECKING:
     from ddmrl.config import GRPOConfig
@@ -133,18 +133,14 @@ def value_clip(x: ObjectiveInputs, cfg: GRPOConfig) -> ObjectiveOutput:
     measurement, which has no value model) every token gets its rollout's advantage: a zero value head's A_j with
     gamma = lam = 1."""
     losses, kls, clips = [], [], []
+    own = x.extras.get("token_advantages")  # [V, N, L]
     for v in range(x.logps.shape[0]):
-        logps = x.logps[v]  # [N, L]
-        own = x.extras.get("token_advantages")  # [V, N, L]
-        a = x.advantages[:, None] if own is None else own[v].to(logps.dtype)
-        ratio = torch.exp(logps - x.old[v])
-        unclipped, clipped = ratio * a, ratio.clamp(1 - cfg.epsilon, 1 + (cfg.epsilon_high or cfg.epsilon)) * a
-        psi = torch.minimum(unclipped, clipped)
+        a = x.advantages if own is None else own[v].to(x.logps.dtype)  # [N] or [N, L]
         ref = None if x.ref is None else x.ref[v]
-        kl = k3_kl(logps, ref) if ref is not None and cfg.beta != 0 else torch.zeros_like(logps)
-        losses.append(aggregate(-(psi - cfg.beta * kl), x.weights[v], cfg.loss_type, x.z))
-        kls.append(aggregate(kl.detach(), x.weights[v], "token_mean").item())
-        clips.append(aggregate((clipped < unclipped).float(), x.weights[v], "token_mean").item())
+        tl = clipped_token_loss(x.logps[v], x.old[v], ref, a, cfg.epsilon, cfg.beta, cfg.epsilon_high)
+        losses.append(aggregate(tl.loss, x.weights[v], cfg.loss_type, x.z))
+        kls.append(aggregate(tl.kl, x.weights[v], "token_mean").item())
+        clips.append(aggregate(tl.clipped, x.weights[v], "token_mean").item())
     n = len(losses)
     return ObjectiveOutput(torch.stack(losses).mean(), {"kl": sum(kls) / n, "clip_ratio": sum(clips) / n})
 
