@@ -1,32 +1,32 @@
 """CPU numerics pinned, so that a stage's float results are bit-identical on x86-64 machines, Intel and AMD alike, by
-construction in the default mode. What was tried: an Intel Xeon (AVX-512) and an AMD EPYC (Zen 4), which computed
-different floats in the earlier ``avx2`` mode; ``portable`` has run on the Intel Xeon only (docs/pipeline.md,
-"Numerics").
+construction in the default mode. What was tried: an Intel Xeon (AVX-512) and two AMD EPYCs (Zen 4, Zen 5); what
+each computed, and what it took: docs/pipeline.md, "Numerics".
 
 PyTorch's CPU build picks its kernels by what the processor offers: ATen's vectorised kernels (softmax, layer norm,
-reductions, attention) by ``ATEN_CPU_CAPABILITY`` (AVX2 or AVX-512), oneDNN's by ``ONEDNN_MAX_CPU_ISA``, MKL's GEMM
-by its own dispatch, which also looks at the vendor: MKL's conditional numerical reproducibility (``MKL_CBWR``)
-honours its ``AVX2`` branch on Intel processors only, and runs its automatic branch on others. Kernels of different
-vector widths or blockings sum in a different order, so the same pre-training gives other weights on another CPU,
-and every figure downstream moves. The thread count changes the order of float sums too (layer norm's backward,
-GEMM).
+reductions) by ``ATEN_CPU_CAPABILITY`` (AVX2 or AVX-512), oneDNN's by ``ONEDNN_MAX_CPU_ISA``, MKL's GEMM and its
+vector maths (VML: ATen's ``exp``, ``log``, ``sin``, ``cos``, ``tanh``, ``sqrt``, ... on float tensors) by MKL's own
+dispatch, which also looks at the vendor: MKL's conditional numerical reproducibility (``MKL_CBWR``) honours its
+branches on Intel processors only (measured: on an AMD EPYC, VML's ``sin`` gives the same floats under every
+``MKL_CBWR``, and other floats than an Intel Xeon's under ``COMPATIBLE``). Kernels of different vector widths or
+blockings sum or round in another order, so the same training gives other weights on another CPU, and every figure
+downstream moves. The thread count changes the order of float sums too (layer norm's backward, GEMM).
 
 :func:`pin` fixes all of these before torch chooses its kernels: ``import ddmrl`` calls it, so a stage script, the
 Snakemake workflow (whose jobs inherit the environment), a SLURM job and the tests all get it, and :func:`check`
-(called by every stage, ``ddmrl.cli.run_stage``) applies the rest and refuses to run when torch (or numpy's
-OpenBLAS) chose its kernels first. The mode comes from the environment variable ``DDMRL_NUMERICS``:
+(called by every stage, ``ddmrl.cli.run_stage``) applies the rest and refuses to run when torch (or numpy) chose its
+kernels first. The mode comes from the environment variable ``DDMRL_NUMERICS``:
 
-- ``portable`` (default): no kernel that a library picks by vendor or cache size. ATen on its AVX2 kernels (the same
-  compiled code on every x86-64 CPU with AVX2), oneDNN off (its kernels' blocking follows the cache sizes), the
-  matrix products of ``aten::mm``, ``addmm``, ``bmm`` and ``baddbmm`` on OpenBLAS's Haswell kernels (numpy's
-  OpenBLAS with ``OPENBLAS_CORETYPE=Haswell``: the same AVX2 + FMA code and fixed blocking on Intel and AMD), and
-  whatever else still calls MKL (the CPU flash attention's small products, LAPACK) on MKL's ``COMPATIBLE`` branch,
-  the one MKL documents to agree between Intel and other processors. One thread per stage. About as fast as
-  ``avx2`` (docs/pipeline.md#numerics).
-- ``compatible``: ATen and oneDNN on AVX2, every product on MKL's ``COMPATIBLE`` branch (SSE2): agrees across
-  vendors by MKL's documentation, about twice as slow.
-- ``avx2``: ATen and oneDNN on AVX2, ``MKL_CBWR=AVX2,STRICT``: reproducible among Intel CPUs only (the default
-  until the main job's tables were found to differ on an Intel Xeon from an AMD EPYC's; kept to rerun those).
+- ``portable`` (default): no MKL and no kernel that a library picks by vendor or cache size. ATen on its AVX2
+  kernels (the same compiled code on every x86-64 CPU with AVX2), oneDNN off (its kernels' blocking follows the
+  cache sizes), the matrix products of ``aten::mm``, ``addmm``, ``bmm`` and ``baddbmm`` on OpenBLAS's Haswell kernels
+  (numpy's OpenBLAS with ``OPENBLAS_CORETYPE=Haswell``: the same AVX2 + FMA code and fixed blocking on Intel and
+  AMD), the elementwise functions that ATen hands to MKL's VML (:data:`ELEMENTWISE`) on numpy's ufuncs pinned to
+  their ``X86_V3`` (AVX2 + FMA) build, and, on a machine without CUDA, attention on ATen's composite path (its
+  products are ``bmm``) instead of the CPU flash attention, whose per-block products call MKL. One thread per stage.
+- ``compatible``: ATen and oneDNN on AVX2, every MKL call on MKL's ``COMPATIBLE`` branch (SSE2): reproducible on
+  Intel CPUs among themselves (its VML differs on AMD), about twice as slow.
+- ``avx2``: ATen and oneDNN on AVX2, ``MKL_CBWR=AVX2,STRICT``: reproducible among Intel CPUs only (kept to rerun
+  the tables made in it).
 - ``native``: nothing pinned (the environment's own ``OMP_NUM_THREADS``, ``MKL_CBWR``, ... apply); fastest on some
   machines, reproducible only on one kind of CPU.
 
@@ -47,6 +47,7 @@ MODES: dict[str, dict[str, str]] = {
         "MKL_CBWR": "COMPATIBLE",
         "OPENBLAS_CORETYPE": "Haswell",
         "OPENBLAS_NUM_THREADS": "1",
+        "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR",
     },
     "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2,STRICT"},
     "compatible": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "COMPATIBLE"},
@@ -56,6 +57,27 @@ MODES: dict[str, dict[str, str]] = {
 DEFAULT = "portable"
 #: the OpenBLAS core whose kernels the portable mode's products run on (AVX2 + FMA; every x86-64 CPU since 2013/2015)
 OPENBLAS_CORE = "Haswell"
+#: numpy's dispatch targets above X86_V3 (AVX2 + FMA), which the portable mode turns off: its ufuncs' AVX-512 builds
+#: round some functions otherwise (measured: float32 log2, float64 exp and log)
+NUMPY_ABOVE_V3 = ("X86_V4", "AVX512_ICL", "AVX512_SPR")
+#: ATen's float functions that torch's CPU build computes with MKL's VML (measured with perf: exp, log, log2, sin,
+#: cos, tanh, sqrt; the others for good measure), each with the numpy ufunc the portable mode computes it with
+ELEMENTWISE = {
+    "exp": "exp",
+    "log": "log",
+    "log2": "log2",
+    "log10": "log10",
+    "sin": "sin",
+    "cos": "cos",
+    "tan": "tan",
+    "asin": "arcsin",
+    "acos": "arccos",
+    "atan": "arctan",
+    "sinh": "sinh",
+    "cosh": "cosh",
+    "tanh": "tanh",
+    "sqrt": "sqrt",
+}
 #: intra-op threads of every stage in the pinned modes (one: every machine has it, and the DAG's jobs run side by side)
 THREADS = 1
 
@@ -108,8 +130,17 @@ def check() -> None:
                 f"numpy's OpenBLAS runs its {core} kernels, not {OPENBLAS_CORE} ({MODE_VAR}=portable): import ddmrl "
                 f"before numpy, or set {MODE_VAR}=compatible"
             )
+        above = [f for f in NUMPY_ABOVE_V3 if numpy_features().get(f)]
+        if above:
+            raise NumericsError(
+                f"numpy dispatches to its {above[0]} kernels ({MODE_VAR}=portable): import ddmrl before numpy, or set "
+                f"{MODE_VAR}=compatible"
+            )
         torch.backends.mkldnn.enabled = False
         route_products_to_openblas()
+        route_elementwise_to_numpy()
+        if not torch.cuda.is_available():  # the flag is global; GPU runs keep their flash attention
+            torch.backends.cuda.enable_flash_sdp(False)
 
 
 def openblas_core() -> str | None:
@@ -120,7 +151,14 @@ def openblas_core() -> str | None:
     return next((lib.get("architecture") for lib in threadpool_info() if lib["internal_api"] == "openblas"), None)
 
 
-_ROUTED: list = []  # the torch.library registrations of route_products_to_openblas (once a process)
+def numpy_features() -> dict[str, bool]:
+    """The CPU features numpy's ufuncs dispatch on (after ``NPY_DISABLE_CPU_FEATURES``)."""
+    from numpy._core._multiarray_umath import __cpu_features__
+
+    return __cpu_features__
+
+
+_ROUTED: dict = {}  # the torch.library registrations of the route_* functions, by name (once a process)
 
 
 def route_products_to_openblas() -> None:
@@ -129,7 +167,7 @@ def route_products_to_openblas() -> None:
     vendor. Autograd's formulas call these ops again, so backward passes take the same route; CUDA is untouched.
     Other ops that call BLAS themselves (the CPU flash attention, ``out=`` variants) stay on MKL's ``COMPATIBLE``
     branch. Idempotent."""
-    if _ROUTED:
+    if "products" in _ROUTED:
         return
     import warnings
 
@@ -157,4 +195,41 @@ def route_products_to_openblas() -> None:
         warnings.simplefilter("ignore", UserWarning)
         for name, fn in (("mm", product), ("bmm", product), ("addmm", addmm), ("baddbmm", addmm)):
             lib.impl(name, fn, "CPU")
-    _ROUTED.append(lib)
+    _ROUTED["products"] = lib
+
+
+def route_elementwise_to_numpy() -> None:
+    """Register CPU kernels for the :data:`ELEMENTWISE` functions (each op, its in-place and its ``out=`` form) that
+    compute them with numpy's ufuncs, overriding MKL's VML: numpy's ``X86_V3`` build is the same code on every vendor
+    (:func:`pin` turns its AVX-512 builds off). Integer inputs become the default float dtype and half precision is
+    computed in float32, as ATen does; autograd's formulas call these ops again. Idempotent."""
+    if "elementwise" in _ROUTED:
+        return
+    import warnings
+
+    import numpy as np
+    import torch
+
+    def kernels(ufunc):
+        def compute(x: torch.Tensor) -> torch.Tensor:
+            if not (x.is_floating_point() or x.is_complex()):
+                x = x.to(torch.get_default_dtype())
+            if x.dtype in (torch.bfloat16, torch.float16):
+                return compute(x.float()).to(x.dtype)
+            a = x.detach().resolve_conj().resolve_neg().numpy()
+            return torch.from_numpy(ufunc(a, out=np.empty_like(a)))
+
+        def out(x: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+            y = compute(x)
+            return out.resize_(y.shape).copy_(y)
+
+        return compute, lambda x: x.copy_(compute(x)), out
+
+    lib = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        for op, name in ELEMENTWISE.items():
+            functional, inplace, out = kernels(getattr(np, name))
+            for overload, fn in ((op, functional), (f"{op}_", inplace), (f"{op}.out", out)):
+                lib.impl(overload, fn, "CPU")
+    _ROUTED["elementwise"] = lib

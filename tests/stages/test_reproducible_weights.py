@@ -1,13 +1,12 @@
 """The same weights on every x86-64 machine: a short pre-training, SFT and UniGRPO run of the embedded model (the
 main job's model sizes, the smoke profile's loop lengths) through the DAG's own stage commands, whose weight digests
 (sha256 of ``model.safetensors``) are committed per numerics mode in ``tests/fixtures/weights/sha256.json`` for the
-modes that agree across CPU vendors (``portable``, the default, and ``compatible``; ``ddmrl.numerics``). CI fails on
+mode that agrees across CPU vendors (``portable``, the default; ``ddmrl.numerics``). CI fails on
 a machine where they differ, naming the mode and the first stage whose weights differ: its CPU computes other floats
 under the pinned numerics. After a change that moves the weights on purpose (the model, the loss, the sampler),
-rewrite the fixture's entry of each mode with
+rewrite the fixture with
 
     DDMRL_NUMERICS=portable python tests/stages/test_reproducible_weights.py
-    DDMRL_NUMERICS=compatible python tests/stages/test_reproducible_weights.py
 
 and say in the commit why the weights moved.
 """
