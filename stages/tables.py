@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from ddmrl import config
-from ddmrl.base_models import base_model_table, per_seed_scores
+from ddmrl.base_models import ENDS, base_model_table, per_seed_scores, training_reward_table
 from ddmrl.cli import run_stage, write_csv
 from ddmrl.io import atomic_path, read_json, write_json, write_text
 from ddmrl.pipeline.layout import CURVES, per_seed_bases, tables_inputs
@@ -66,6 +66,12 @@ Per base model (seeds 0 / 1 / 2): the row's accuracy, and its gain over its own 
 * when that interval excludes 0). Over base models: bootstrapped over the base models (each with its one RL seed)
 and the items, each gain paired with its own base model's start model: the text table's Δ vs start.
 """
+TRAINING_REWARD_NOTE = f"""
+## Training reward per base model
+
+Per base model (seeds 0 / 1 / 2): the run's mean training reward over its first and its last {ENDS} rollout batches
+(curve.csv), and the fraction of its groups whose G rewards were all equal (no advantage, no gradient) over the run.
+"""
 LM_EVAL_NOTE = """
 lm-evaluation-harness's own metrics (fractions) on the tasks of lm_eval.tasks, through the ddmrl model class
 (docs/lmeval.md): the mean over a row's models, with their range where a row has several (seeds, base models).
@@ -107,7 +113,8 @@ def main() -> None:
         if per_seed_bases(cfg):  # each seed its own base model: the rows base model by base model
             by_base, _ = base_model_table(cfg, per_seed_scores(cfg, scores))
             title = "Held-out accuracy per base model (seed s's runs start from base model s)"
-            write_text(out / "base_models.md", f"# {title}\n\n" + to_markdown(by_base) + BASE_MODELS_NOTE)
+            trained = TRAINING_REWARD_NOTE + "\n" + to_markdown(training_reward_table(cfg, curves))
+            write_text(out / "base_models.md", f"# {title}\n\n" + to_markdown(by_base) + BASE_MODELS_NOTE + trained)
         frames.append(frame)
         room = rollout_table([read_json(p) for p in files["rollouts"]])
         write_csv(out / "results_long.csv", frame)

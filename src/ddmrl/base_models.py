@@ -30,6 +30,8 @@ from ddmrl.tables import (
 
 #: the columns of each task, in order
 COLUMNS = ("acc per base model", "acc over base models", "Δ vs start per base model", "Δ vs start over base models")
+#: rollout batches averaged at each end of a run's curve (training_reward_table)
+ENDS = 5
 
 
 def base_model_table(
@@ -86,3 +88,25 @@ def per_seed_scores(cfg: Config, scores: dict[tuple[str, str], Scores]) -> dict[
             mine |= {(as_one, t): scores[model, t] for model, as_one in names.items() if (model, t) in scores}
         per_base[seed] = mine
     return per_base
+
+
+def training_reward_table(cfg: Config, curves: dict[str, pd.DataFrame], ends: int = ENDS) -> pd.DataFrame:
+    """What RL did to the reward it trained on, base model by base model (seed s's run starts from base model s):
+    per task, each run's mean training reward over its first and over its last ``ends`` rollout batches
+    (``first→last``), and the fraction of its groups whose G rewards were all equal, which carry no advantage and
+    so no gradient (TRL's ``frac_reward_zero_std``, over the whole run). ``curves`` maps run names
+    (``<label>_<task>_s<seed>``) to their ``curve.csv``. Where a base model's held-out accuracy does not move, this
+    says whether the training reward did not move either (no signal) or moved without carrying over."""
+    md = []
+    for label in cfg.text_methods:
+        row = {"model": display(label)}
+        for t in cfg.tasks:
+            runs = [curves.get(run_name(label, t, s)) for s in cfg.grpo.seeds]
+            if any(c is None for c in runs):
+                continue
+            row[f"{t}: reward first→last"] = " / ".join(
+                f"{c['reward'].head(ends).mean():.2f}→{c['reward'].tail(ends).mean():.2f}" for c in runs
+            )
+            row[f"{t}: groups without spread"] = " / ".join(f"{c['frac_reward_zero_std'].mean():.0%}" for c in runs)
+        md.append(row)
+    return _fill(pd.DataFrame(md))

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from ddmrl.base_models import base_model_table
+from ddmrl.base_models import ENDS, base_model_table, training_reward_table
 from ddmrl.config import load
 from ddmrl.tables import Scores, gain_interval, row_interval
 
@@ -48,3 +49,21 @@ def test_gains_over_base_models_pair_each_run_with_its_own_start_model(tmp_path)
     assert over["rebrl"]["low"] < 0 < over["rebrl"]["high"]  # +5, -5, +5
     assert rows.loc["UniGRPO", "sudoku4: Δ vs start per base model"].count("*") == 3
     assert rows.loc["base", "sudoku4: Δ vs start per base model"] == "—"  # base has no start model
+
+
+def test_training_reward_table_gives_each_base_models_first_and_last_rollout_batches(tmp_path):
+    """Per base model: the mean reward of a run's first and last ENDS rollout batches and its mean fraction of groups
+    without reward spread; a task without every seed's run has no columns."""
+    (tmp_path / "params.yaml").write_text("tasks: [sudoku4, arith]\ngrpo: {methods: [unigrpo], seeds: [0, 1]}\n")
+    cfg = load(tmp_path / "params.yaml")
+    curves = {
+        "unigrpo_sudoku4_s0": pd.DataFrame(
+            {"reward": [0.1] * ENDS + [0.9] * 3 + [0.5] * ENDS, "frac_reward_zero_std": [0.0] * 12 + [0.52]}
+        ),
+        "unigrpo_sudoku4_s1": pd.DataFrame({"reward": [0.25] * 10, "frac_reward_zero_std": [1.0] * 10}),
+        "unigrpo_arith_s0": pd.DataFrame({"reward": [1.0] * 10, "frac_reward_zero_std": [0.0] * 10}),
+    }
+    table = training_reward_table(cfg, curves).set_index("model")
+    assert list(table.columns) == ["sudoku4: reward first→last", "sudoku4: groups without spread"]
+    assert table.loc["UniGRPO", "sudoku4: reward first→last"] == "0.10→0.50 / 0.25→0.25"
+    assert table.loc["UniGRPO", "sudoku4: groups without spread"] == "4% / 100%"

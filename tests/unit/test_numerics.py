@@ -4,7 +4,6 @@ test_reproducible_weights.py)."""
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 
@@ -104,17 +103,47 @@ with torch.no_grad():
 
 
 def test_the_portable_mode_runs_no_kernel_that_a_library_picks_by_vendor():
-    """What makes it portable, counted by MKL's and oneDNN's own logs: no oneDNN primitive runs, the model's products
-    do not reach MKL (only the flash attention's per-block ones, at most 48 x 48 x 48 here), and every MKL call runs
-    on its COMPATIBLE branch, the one MKL documents to agree between Intel and other processors."""
+    """What makes it portable, counted by MKL's and oneDNN's own logs: no oneDNN primitive and no MKL product runs
+    (the model's products are on OpenBLAS, attention on ATen's composite path; MKL's VML, which MKL_VERBOSE does not
+    log, is replaced op by op: test_the_routed_elementwise_functions_are_numpys_ufuncs)."""
     out = run(STEP, DDMRL_NUMERICS="portable", MKL_VERBOSE="1", ONEDNN_VERBOSE="1")
     assert out.returncode == 0, out.stderr[-2000:]
     log = out.stdout + out.stderr
     assert "primitive,exec" not in log
-    calls = re.findall(r"MKL_VERBOSE SGEMM\(\w,\w,(\d+),(\d+),(\d+),.*CNR:(\S+)", log)
-    assert calls, "the flash attention's products were expected on MKL"
-    assert {branch for *_, branch in calls} == {"COMPATIBLE"}
-    assert max(int(m) * int(n) * int(k) for m, n, k, _ in calls) <= 48**3
+    assert "MKL_VERBOSE SGEMM" not in log and "MKL_VERBOSE SGEMV" not in log
+    compatible = run(STEP, DDMRL_NUMERICS="compatible", MKL_VERBOSE="1")  # the census sees MKL where it runs
+    assert "MKL_VERBOSE SGEMM" in compatible.stdout + compatible.stderr
+
+
+@portable
+def test_the_routed_elementwise_functions_are_numpys_ufuncs():
+    """Every ELEMENTWISE function, functional, in place and out=, is numpy's ufunc bit for bit (float32 and float64),
+    with ATen's dtype rules (integers to float32, bfloat16 through float32), on strided and 0-d inputs; autograd's
+    formulas take the same route (sin's gradient is the routed cos); numpy runs no build above X86_V3; on a machine
+    without CUDA the CPU flash attention is off."""
+    import numpy as np
+
+    assert not any(numerics.numpy_features().get(f) for f in numerics.NUMPY_ABOVE_V3)
+    g = torch.Generator().manual_seed(0)
+    for op, name in numerics.ELEMENTWISE.items():
+        ufunc = getattr(np, name)
+        for dtype in (torch.float32, torch.float64):
+            x = torch.rand(37, 11, generator=g, dtype=dtype) * 0.9 + 0.05  # inside every function's domain
+            want = torch.from_numpy(ufunc(x.numpy()))
+            assert torch.equal(getattr(torch, op)(x), want), op
+            assert torch.equal(getattr(torch, op)(x.T), want.T), op  # strided
+            assert torch.equal(getattr(x.clone(), f"{op}_")(), want), op
+            out = torch.empty(0, dtype=dtype)
+            assert torch.equal(getattr(torch, op)(x, out=out), want) and torch.equal(out, want), op
+        assert getattr(torch, op)(torch.tensor(0.5)).shape == ()
+    assert torch.exp(torch.tensor([1, 2])).dtype == torch.float32
+    half = torch.rand(5, generator=g).bfloat16()
+    assert torch.equal(torch.exp(half), torch.exp(half.float()).bfloat16())
+    w = torch.rand(6, generator=g, requires_grad=True)
+    w.sin().sum().backward()
+    assert torch.equal(w.grad, torch.from_numpy(np.cos(w.detach().numpy())))
+    if not torch.cuda.is_available():
+        assert not torch.backends.cuda.flash_sdp_enabled()
 
 
 @portable
@@ -154,6 +183,22 @@ def test_a_stage_refuses_to_run_when_numpy_loaded_its_openblas_first():
     assert out.stderr.strip().splitlines() == [
         f"error: numpy's OpenBLAS runs its {NATIVE_OPENBLAS.strip()} kernels, not Haswell (DDMRL_NUMERICS=portable): "
         "import ddmrl before numpy, or set DDMRL_NUMERICS=compatible"
+    ]
+
+
+@pytest.mark.skipif(
+    not run("import numpy; print(numpy._core._multiarray_umath.__cpu_features__['X86_V4'])").stdout.startswith("True"),
+    reason="numpy's widest build here is X86_V3",
+)
+def test_a_stage_refuses_to_run_when_numpy_chose_its_avx512_ufuncs_first():
+    """numpy imported before ddmrl (with OpenBLAS's core already pinned by the environment): its ufuncs dispatch to
+    their AVX-512 build, so a stage stops with one line."""
+    code = "import numpy; from ddmrl.cli import run_stage; run_stage(lambda: print('ran'))"
+    out = run(code, DDMRL_NUMERICS="portable", OPENBLAS_CORETYPE="Haswell")
+    assert out.returncode == 2 and "ran" not in out.stdout
+    assert out.stderr.strip().splitlines() == [
+        "error: numpy dispatches to its X86_V4 kernels (DDMRL_NUMERICS=portable): import ddmrl before numpy, or set "
+        "DDMRL_NUMERICS=compatible"
     ]
 
 

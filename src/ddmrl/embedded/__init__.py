@@ -115,10 +115,3 @@ def add(download_root: str | Path, path: Path = INDEX) -> str:
     entries = index(path) | {run_id: entry | {"curve": curve, "metrics": kept}}
     path.write_text(json.dumps(entries, indent=1, sort_keys=True) + "\n")
     return run_id
-
-
-if __name__ == "__main__":
-    import sys
-
-    for root in sys.argv[1:]:
-        print(add(root), root)
