@@ -1,9 +1,11 @@
 """The figures the README and docs/results.md quote are committed tables: one main job's (docs/main_job/, copied from
 its data/tables/; its RUN.md says which commit, CPU and wall time) and the base-model runs' (docs/base_models/);
-docs/results.md may also quote the previous main jobs (docs/main_job_3dcfc0a/, one base model in the portable
-numerics; docs/main_job_16728ad/, the AMD EPYC's in the avx2 numerics; docs/main_job_c1f57a2/) beside the current
-one, the extended rows run in 16728ad's workspace (docs/extended_run/, docs/mdpo_run/, docs/flexibility_run/) and
-issue #42's members' rows in 2926f09's (docs/members_run/).
+docs/results.md may also quote the previous main jobs (docs/main_job_10232aa/, three base models in the portable
+numerics as they were with MKL, on an Intel Xeon; docs/main_job_3dcfc0a/, one base model likewise;
+docs/main_job_16728ad/, the AMD EPYC's in the avx2 numerics; docs/main_job_c1f57a2/) beside the current one, the
+extended rows run in 16728ad's workspace (docs/extended_run/, docs/mdpo_run/, docs/flexibility_run/), issue #42's
+members' rows in 2926f09's (docs/members_run/) and the field's earlier rows in the current main job's
+(docs/field_run/).
 Rerun the main job and copy its tables there, and this fails wherever the README still quotes the old run."""
 
 from __future__ import annotations
@@ -15,14 +17,15 @@ REPO = Path(__file__).resolve().parents[1]
 RUN = REPO / "docs" / "main_job"
 BASE_MODELS = REPO / "docs" / "base_models"
 #: quoted in docs/results.md only
-PREVIOUS = tuple(REPO / "docs" / f"main_job_{c}" for c in ("c1f57a2", "16728ad", "3dcfc0a"))
+PREVIOUS = tuple(REPO / "docs" / f"main_job_{c}" for c in ("c1f57a2", "16728ad", "3dcfc0a", "10232aa"))
 EXTENDED = REPO / "docs" / "extended_run"  # likewise
 MDPO = REPO / "docs" / "mdpo_run"  # likewise
 MEMBERS = REPO / "docs" / "members_run"  # likewise
+FIELD = REPO / "docs" / "field_run"  # likewise
 FLEXIBILITY = (REPO / "docs" / "flexibility_run", REPO / "docs" / "flexibility_run" / "block")  # likewise
 DOCS = [REPO / "README.md", REPO / "docs" / "results.md"]
 #: every folder docs/results.md may quote besides the main job's
-QUOTED = (*PREVIOUS, EXTENDED, MDPO, MEMBERS, *FLEXIBILITY)
+QUOTED = (*PREVIOUS, EXTENDED, MDPO, MEMBERS, FIELD, *FLEXIBILITY)
 #: a figure with its interval as the tables write it: ``45.7 [43.7, 47.5]``, ``+4.6 [+2.4, +6.9]*``
 INTERVAL = re.compile(r"[+-]?\d+\.\d \[[+-]?\d+\.\d, [+-]?\d+\.\d\]\*?")
 
