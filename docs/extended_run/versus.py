@@ -7,8 +7,8 @@ base models). Run in the workspace of the extended rows, after them:
     python docs/extended_run/versus.py data/evaluate > docs/extended_run/versus.md
     python docs/extended_run/versus.py data/evaluate mdpo,mdpo_rcr diffu_grpo,unigrpo,mdpo > docs/mdpo_run/versus.md
 
-(the optional arguments: the rows, and the references they are set against, comma-separated). A row without runs on
-a task (IGPO on Sudoku) shows "—" there.
+(the optional arguments: the rows, and the references they are set against, comma-separated). A row without every
+seed's evaluation on a task (IGPO on Sudoku) shows "—" there.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def main(root: Path, rows: list[str], references: list[str]) -> None:
     for m in rows:
         cells = [
             "—"
-            if m == r or not (root / f"{m}_{t}_s{SEEDS[0]}").is_dir()
+            if m == r or not all((root / f"{m}_{t}_s{s}" / f"{t}.jsonl").exists() for s in SEEDS)
             else cell(paired(scores(root, m, t), scores(root, r, t)), signed=True)
             for t in TASKS
             for r in references

@@ -1,7 +1,7 @@
 """The rows of issue #42's members as the main job's text table gives them: held-out accuracy over the three seeds
 (each from its own base model) with its 95 % interval (``ddmrl.tables.row_interval``), and the gain over the SFT model
 of the same base model, paired seed by seed (``ddmrl.tables.seedwise_gain``: the interval covers base models and
-items). A method without runs on a task (IGPO on Sudoku) shows "—" there. Run in the workspace of
+items). A method without every seed's evaluation on a task (IGPO on Sudoku) shows "—" there. Run in the workspace of
 the rows, after them:
 
     python docs/members_run/rows.py data/evaluate gdsd,gdsd_tlc,tracerl_value,dipo,rldf > docs/members_run/rows.md
@@ -30,7 +30,7 @@ def main(root: Path, rows: list[str]) -> None:
     for m in rows:
         cells = []
         for t in TASKS:
-            if not (root / f"{m}_{t}_s{SEEDS[0]}").is_dir():
+            if not all((root / f"{m}_{t}_s{s}" / f"{t}.jsonl").exists() for s in SEEDS):
                 cells += ["—", "—"]
                 continue
             mine = scores(root, f"{m}_{t}", t)
