@@ -5,7 +5,8 @@ numerics as they were with MKL, on an Intel Xeon; docs/main_job_3dcfc0a/, one ba
 docs/main_job_16728ad/, the AMD EPYC's in the avx2 numerics; docs/main_job_c1f57a2/) beside the current one, the
 extended rows run in 16728ad's workspace (docs/extended_run/, docs/mdpo_run/, docs/flexibility_run/), issue #42's
 members' rows in 2926f09's (docs/members_run/), the field's earlier rows in the current main job's
-(docs/field_run/) and the RL settings on validation items (docs/validation_run/).
+(docs/field_run/), the RL settings on validation items (docs/validation_run/) and its models at other difficulty
+levels (docs/difficulty_probe/).
 Rerun the main job and copy its tables there, and this fails wherever the README still quotes the old run."""
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ MDPO = REPO / "docs" / "mdpo_run"  # likewise
 MEMBERS = REPO / "docs" / "members_run"  # likewise
 FIELD = REPO / "docs" / "field_run"  # likewise
 VALIDATION = REPO / "docs" / "validation_run"  # likewise
+DIFFICULTY = REPO / "docs" / "difficulty_probe"  # likewise
 FLEXIBILITY = (REPO / "docs" / "flexibility_run", REPO / "docs" / "flexibility_run" / "block")  # likewise
 DOCS = [REPO / "README.md", REPO / "docs" / "results.md"]
 #: every folder docs/results.md may quote besides the main job's
-QUOTED = (*PREVIOUS, EXTENDED, MDPO, MEMBERS, FIELD, VALIDATION, *FLEXIBILITY)
+QUOTED = (*PREVIOUS, EXTENDED, MDPO, MEMBERS, FIELD, VALIDATION, DIFFICULTY, *FLEXIBILITY)
 #: a figure with its interval as the tables write it: ``45.7 [43.7, 47.5]``, ``+4.6 [+2.4, +6.9]*``
 INTERVAL = re.compile(r"[+-]?\d+\.\d \[[+-]?\d+\.\d, [+-]?\d+\.\d\]\*?")
 
