@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A base model (SEED, default 2) pre-trained for longer (issue #38: does base model 2 learn Sudoku's format past
 # 1,200 steps?): params.yaml with download.packaged false, download.pretrain.max_steps STEPS (the cosine schedule
-# stretched to it) and no checkpoints, the download stage with --seed SEED, then the evaluate stage on the validation workspace's validation
-# items (Sudoku, chain) and on make_levels.py's 4-blank Sudoku. Prints a table row. In the validation workspace:
+# stretched to it) and no checkpoints, the download stage with --seed SEED, then the evaluate stage on the validation
+# workspace's validation items (Sudoku, chain) and on make_levels.py's 4-blank Sudoku. Prints a table row. In the
+# validation workspace:
 #   bash docs/difficulty_probe/longer_pretraining.sh 2400 data/levels [SEED]
 set -euo pipefail
 steps=$1 levels=$2 seed=${3:-2}
