@@ -26,11 +26,12 @@ def main() -> None:
     for name, (tag, key, values) in LEVELS.items():
         main_params = dict(cfg.task_params.get(name, {}))
         held_out = make_task(name, **main_params).held_out(cfg.download.num_eval, derive_seed(cfg.seed, "eval", name))
+        exclude = {ex.id for ex in held_out}
         for value in values:
             params = {**main_params, key: value}
-            items = make_task(name, **params).generate(N, derive_seed(cfg.seed, "difficulty", name, value),
-                                                       exclude={ex.id for ex in held_out})  # fmt: skip
-            write_task(out / f"{name}_{tag}{value}", make_task(name, **params), params, items)
+            task = make_task(name, **params)
+            items = task.generate(N, derive_seed(cfg.seed, "difficulty", name, value), exclude=exclude)
+            write_task(out / f"{name}_{tag}{value}", task, params, items)
             print(f"{out}/{name}_{tag}{value}: {len(items)} items, {params}")
 
 
