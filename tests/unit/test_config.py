@@ -252,6 +252,7 @@ methods:
         ("download: {hub: [{name: ../a, repo_id: x/y}]}\n", "download.hub[0]"),
         ("download: {hub: [{name: a, repo_id: x/y}, {name: a, repo_id: x/z}]}\n", "download.hub"),
         ("task_params: {gsm8k: {train: ''}}\n", "task_params.gsm8k"),
+        ("task_params: {sudoku4: {num_empty: 8, num_empty_max: 6}}\n", "task_params.sudoku4"),
     ],
 )
 def test_malformed_params_give_one_line_naming_the_key(tmp_path, text, key):

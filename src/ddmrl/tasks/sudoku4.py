@@ -11,9 +11,9 @@ import random
 from functools import cache
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from ddmrl.config._base import Int, Section, section
+from ddmrl.config._base import Int, Section, refuse, section
 from ddmrl.tasks.base import Example, Task
 from ddmrl.tasks.d1_scoring import sudoku_cells, sudoku_reward
 
@@ -73,10 +73,25 @@ class Params(Section):
     num_empty: Int = Field(
         8, ge=1, le=12, description="Empty cells per puzzle (d1's puzzles have 8; 4 givens at least for uniqueness)."
     )
+    num_empty_max: Int = Field(
+        0,
+        ge=0,
+        le=12,
+        description="0: every puzzle has num_empty blanks; else each draw takes its blanks uniformly from "
+        "num_empty..num_empty_max, so levels with fewer unique puzzles come out rarer (4..12: 18 % of puzzles have 4 "
+        "blanks, 0.2 % have 12).",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Params:
+        if self.num_empty_max and self.num_empty_max < self.num_empty:
+            raise refuse("num_empty_max", self.num_empty_max, f"must be 0 or >= num_empty = {self.num_empty}")
+        return self
 
 
 class Sudoku4(Task):
-    """4x4 Sudoku with a unique solution and ``num_empty`` blanks (d1's test set uses 8)."""
+    """4x4 Sudoku with a unique solution and ``num_empty`` blanks (d1's test set uses 8), or a spread of blanks from
+    ``num_empty`` to ``num_empty_max`` (an item's blanks are the ``0`` s of its id)."""
 
     params = Params  # its section, task_params.<name> (ddmrl.config validates it)
 
@@ -86,17 +101,21 @@ class Sudoku4(Task):
     prompt_length = 17  # <sudoku> + 16 digits
     completion_length = 20  # <answer> + 16 digits + </answer> = 18, plus room for an end token
 
-    def __init__(self, num_empty: int = 8) -> None:
+    def __init__(self, num_empty: int = 8, num_empty_max: int = 0) -> None:
         # a 4x4 Sudoku needs at least 4 givens to have a unique solution
         if not 1 <= num_empty <= 12:
             raise ValueError(f"sudoku4: num_empty must be in [1, 12], got {num_empty}")
-        self.num_empty = num_empty
+        if num_empty_max and not num_empty <= num_empty_max <= 12:
+            raise ValueError(f"sudoku4: num_empty_max must be 0 or in [{num_empty}, 12], got {num_empty_max}")
+        self.num_empty, self.num_empty_max = num_empty, num_empty_max
 
     def sample(self, rng: random.Random) -> Example:
         grids = all_grids()
         for _ in range(10_000):
             solution = rng.choice(grids)
-            empty = set(rng.sample(range(16), self.num_empty))
+            # a spread draws its blanks afresh with each try (no draw at all without one: d1's fixed 8 unchanged)
+            blanks = rng.randint(self.num_empty, self.num_empty_max) if self.num_empty_max else self.num_empty
+            empty = set(rng.sample(range(16), blanks))
             puzzle = "".join("0" if i in empty else c for i, c in enumerate(solution))
             if count_solutions(puzzle) == 1:
                 return Example(

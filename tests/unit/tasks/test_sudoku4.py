@@ -82,6 +82,45 @@ def test_num_empty_out_of_range(num_empty):
         Sudoku4(num_empty=num_empty)
 
 
+def unique_share(blanks: int, rng: random.Random, n: int) -> float:
+    """The share of uniformly drawn (solution, blank cells) pairs whose puzzle has one solution."""
+    grids, hits = all_grids(), 0
+    for _ in range(n):
+        solution, empty = rng.choice(grids), set(rng.sample(range(16), blanks))
+        hits += count_solutions("".join("0" if i in empty else c for i, c in enumerate(solution))) == 1
+    return hits / n
+
+
+def test_a_spread_of_blanks_comes_out_in_proportion_to_each_levels_unique_share():
+    """A try draws its blanks k uniformly from the spread and is kept when its puzzle is unique (probability u_k), so
+    P(k) = u_k / sum_j u_j. Checked against u_k estimated from independent draws (fixed seeds, 5 sigma of both)."""
+    levels = range(4, 13)
+    examples = Sudoku4(num_empty=4, num_empty_max=12).generate(1500, seed=3)
+    counts = {k: sum(e.id.count("0") == k for e in examples) for k in levels}
+    assert set(counts) == set(levels) and sum(counts.values()) == 1500
+    assert all(count_solutions(e.id) == 1 for e in examples)
+    rng = random.Random(11)
+    share = {k: unique_share(k, rng, 600) for k in levels}
+    total = sum(share.values())
+    for k in levels:
+        p, n = share[k] / total, 1500
+        sigma = (p * (1 - p) / n + p * p * (1 - share[k]) / max(share[k], 1e-9) / 600) ** 0.5
+        assert abs(counts[k] / n - p) < 5 * sigma + 2e-3, (k, counts[k] / n, p)
+    assert counts[4] > counts[8] > counts[11]  # fewer givens, fewer unique puzzles
+
+
+def test_without_a_spread_no_draw_is_spent_on_the_blanks():
+    """num_empty_max 0 keeps the generator's draws as they were: the main job's data do not change."""
+    assert Sudoku4(num_empty=8, num_empty_max=0).generate(30, seed=5) == Sudoku4(num_empty=8).generate(30, seed=5)
+    assert Sudoku4(num_empty=8, num_empty_max=8).generate(30, seed=5) != Sudoku4(num_empty=8).generate(30, seed=5)
+
+
+@pytest.mark.parametrize(("num_empty", "num_empty_max"), [(8, 6), (4, 13)])
+def test_spread_out_of_range(num_empty, num_empty_max):
+    with pytest.raises(ValueError, match="num_empty_max"):
+        Sudoku4(num_empty=num_empty, num_empty_max=num_empty_max)
+
+
 def test_generate_deterministic_and_disjoint(task, examples):
     assert task.generate(200, seed=0) == examples
     assert task.generate(50, seed=1) != examples[:50]
