@@ -57,7 +57,8 @@ for task in TASKS:
             mine, start = scores(folder, run, task), scores(folder, "sft_s{s}", task)
             gain = "—" if name == "sft" else cell(seedwise_gain(mine, start), signed=True)
             cells += [cell(row_interval(mine)), gain]
-        greedy, start = scores("evaluate", run, task), scores("evaluate", "sft_s{s}", task)
+            if folder == "evaluate":
+                greedy, first = mine, start
         for n in per_level:
-            cells.append("—" if name == "sft" else cell(seedwise_gain(only(greedy, n), only(start, n)), signed=True))
+            cells.append("—" if name == "sft" else cell(seedwise_gain(only(greedy, n), only(first, n)), signed=True))
         print(f"| {'SFT' if name == 'sft' else display(name)} | " + " | ".join(cells) + " |")
