@@ -6,7 +6,9 @@ cells, pooled; Countdown: exact), the mean training reward and the model evaluat
 A model saved with a learned unmasking policy is evaluated with it, and (its metrics' ``heuristics``, each
 generation's ``heuristics``) with the confidence heuristics it is compared with: d1's low-confidence protocol and
 Fast-dLLM's threshold rule. With ``evaluate.pass_at_k.n`` > 0 the metrics also hold pass@k from n sampled completions
-per item (``pass_at_k``: the estimate per k and each item's count of correct samples). A model saved with Co-GRPO's
+per item (``pass_at_k``: the estimate per k and each item's count of correct samples). With
+``evaluate.sampled_temperature`` > 0 every item is also decoded once at that temperature (the metrics' ``sampled``,
+each generation's ``sampled``). A model saved with Co-GRPO's
 schedule policy samples its images with that schedule.
 
     python stages/evaluate.py --params params.yaml --tasks data/download/tasks --model data/sft/model \
@@ -32,7 +34,7 @@ import argparse
 from ddmrl import config
 from ddmrl.aux_policies.base import load_aux_policy
 from ddmrl.cli import run_stage
-from ddmrl.evaluation import evaluate, evaluate_images, pass_at_k, with_heuristics
+from ddmrl.evaluation import evaluate, evaluate_images, pass_at_k, with_heuristics, with_sampled
 from ddmrl.io import write_json, write_jsonl
 from ddmrl.models.checkpoint import load_checkpoint
 from ddmrl.models.layout import for_task
@@ -72,6 +74,11 @@ def main() -> None:
             metrics, records = with_heuristics(
                 model, tok, task, held_out, ecfg.sampler, ecfg.batch_size, cfg.seed, metrics, records
             )
+        if ecfg.sampled_temperature:  # each item also decoded once at the rollouts' temperature
+            metrics, records = with_sampled(
+                model, tok, task, held_out, ecfg.sampler, ecfg.sampled_temperature, ecfg.batch_size, cfg.seed,
+                metrics, records, aux,
+            )  # fmt: skip
         if ecfg.pass_at_k.n:  # n sampled completions per item: pass@k beside the greedy accuracy
             metrics["pass_at_k"] = pass_at_k(
                 model, tok, task, held_out, ecfg.sampler, ecfg.pass_at_k, ecfg.batch_size, cfg.seed

@@ -1,5 +1,6 @@
 """tables: the comparison tables (rows base, SFT and every method; per task the held-out accuracy with its 95 %
-interval, the paired gain over the starting model, the mean reward; the budget, seeds and wall time), the samples
+interval, the paired gain over the starting model, the mean reward, with evaluate.sampled_temperature the same at
+that temperature; the budget, seeds and wall time; per difficulty level where the items span several), the samples
 each method needed to reach UniGRPO's final reward, RebRL's rows minus UniGRPO, the reward, KL, loss and clip-ratio
 curves against samples seen, and the per-token credit by reveal step with its summary, computed only from the runs'
 own output files. With text-to-image runs also RebRL's GenEval table (per-tag accuracy and Overall from each model's
@@ -35,6 +36,7 @@ from ddmrl.tables import (
     image_scores,
     image_table,
     lm_eval_long,
+    levels_table,
     lm_eval_table,
     main_table,
     pass_at_k_table,
@@ -56,6 +58,14 @@ bootstrap interval over the held-out items and, for rows with several seeds, ove
 over the model the row starts from (RL rows: SFT; SFT: base) on the same items, with a paired 95 % interval;
 * marks an interval that excludes 0. Reward: mean training reward on the held-out items, averaged over seeds.
 Budget: rollout batches, samples (completions sampled) and optimiser steps of each run.
+"""
+SAMPLED_NOTE = """T=t columns: the same items decoded once each at temperature t (evaluate.sampled_temperature, the
+rollouts' policy; the same draws for every model), with their interval and the paired gain as above.
+"""
+LEVELS_NOTE = """
+Each line: the held-out items of one level (Sudoku: the number of blanks; the held-out set has every level in equal
+shares). Base and SFT: accuracy; an RL row: its gain over its start model on those items, paired as in the text table
+(* excludes 0); T=t columns as there.
 """
 PER_SEED_NOTE = """With one base model per seed (download.base_per_seed): seed s's base, SFT and RL models come from
 base model s, so the intervals over seeds cover the base models, and each gain is paired seed by seed with its own
@@ -108,8 +118,17 @@ def main() -> None:
         frame = results_frame(cfg, evals, curves)
         scores |= {(e["model"], e["task"]): text_scores(p, e["task"])
                    for p, e in zip(files["generations"], evals, strict=True)}  # fmt: skip
-        table, table_csv, records = main_table(cfg, frame, scores)
+        sampled = None  # the completions sampled at evaluate.sampled_temperature, when the evaluations have them
+        if cfg.evaluate.sampled_temperature:
+            sampled = {(e["model"], e["task"]): text_scores(p, e["task"], sampled=True)
+                       for p, e in zip(files["generations"], evals, strict=True)}  # fmt: skip
+        table, table_csv, records = main_table(cfg, frame, scores, sampled)
         intervals += records
+        levels, records = levels_table(cfg, frame, scores, sampled)  # tasks whose items span several levels
+        intervals += records
+        title = "Held-out accuracy per difficulty level (base, SFT) and each RL row's gain over SFT"
+        body = to_markdown(levels) + LEVELS_NOTE if records else "No task's held-out items span several levels.\n"
+        write_text(out / "levels.md", f"# {title}\n\n" + body)
         if per_seed_bases(cfg):  # each seed its own base model: the rows base model by base model
             by_base, _ = base_model_table(cfg, per_seed_scores(cfg, scores))
             title = "Held-out accuracy per base model (seed s's runs start from base model s)"
@@ -120,7 +139,7 @@ def main() -> None:
         write_csv(out / "results_long.csv", frame)
         write_csv(out / "text_table.csv", table_csv)
         title = "Held-out accuracy and reward (text tasks)"
-        note = TEXT_NOTE + (PER_SEED_NOTE if per_seed_bases(cfg) else "")
+        note = TEXT_NOTE + (SAMPLED_NOTE if sampled else "") + (PER_SEED_NOTE if per_seed_bases(cfg) else "")
         write_text(out / "text_table.md", f"# {title}\n\n" + to_markdown(table) + note)
         write_text(out / "text_table.html", to_html(table, title))
         write_csv(out / "sft_rollouts.csv", room)

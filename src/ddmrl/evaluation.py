@@ -137,6 +137,30 @@ def with_heuristics(
     return {**metrics, "heuristics": heuristics}, [{**r, "heuristics": per_item[r["id"]]} for r in records]
 
 
+def with_sampled(
+    model,
+    tok,
+    task: Task,
+    examples: list[Example],
+    sampler: SamplerConfig,
+    temperature: float,
+    batch_size: int,
+    seed: int,
+    metrics: dict[str, Any],
+    records: list[dict[str, Any]],
+    aux_policy: AuxPolicy | None = None,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The evaluation (``metrics``, ``records``) with every item also decoded once by ``sampler`` at
+    ``temperature`` (``evaluate.sampled_temperature``; the same draws for every model, seeded by ``seed``):
+    ``metrics["sampled"]`` (its accuracy, mean reward and temperature) and every record's ``sampled`` (its
+    generation, reward and score fields)."""
+    hot = dataclasses.replace(sampler, temperature=temperature)
+    m, recs = evaluate(model, tok, task, examples, hot, batch_size, seed, aux_policy)
+    by_id = {r["id"]: {k: v for k, v in r.items() if k not in ("id", "question", "ground_truth")} for r in recs}
+    sampled = {"temperature": temperature, "accuracy": m["accuracy"], "mean_reward": m["mean_reward"]}
+    return {**metrics, "sampled": sampled}, [{**r, "sampled": by_id[r["id"]]} for r in records]
+
+
 def row_nfe(batch: Rollouts, sampler: SamplerConfig) -> torch.Tensor:
     """The model evaluations [N] each sample of a rollout needed, as if sampled alone: an auxiliary policy's own
     count; with a parallel rule (a block ends once its masks are gone) the steps that revealed at least one of its

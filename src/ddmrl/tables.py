@@ -108,10 +108,11 @@ class Scores:
     strata: tuple[str, ...] | None = None  # GenEval's tag of each item (Overall is the mean over tags)
 
 
-def text_scores(path: str | Path, task: str) -> Scores:
-    """Per-item scores from an evaluation's generations (``data/evaluate/<model>/<task>.jsonl``)."""
-    records = read_jsonl(path, required=("id",))
-    pairs = [TASKS[task].item_score(r) for r in records]
+def text_scores(path: str | Path, task: str, sampled: bool = False) -> Scores:
+    """Per-item scores from an evaluation's generations (``data/evaluate/<model>/<task>.jsonl``); ``sampled``: of
+    its completions sampled at ``evaluate.sampled_temperature`` (each record's ``sampled``)."""
+    records = read_jsonl(path, required=("id", "sampled") if sampled else ("id",))
+    pairs = [TASKS[task].item_score(r["sampled"] if sampled else r) for r in records]
     return Scores(tuple(r["id"] for r in records), *map(np.array, zip(*pairs, strict=True)))
 
 
@@ -201,6 +202,22 @@ def _only(scores: list[Scores], stratum: str | None) -> list[Scores]:
     return out
 
 
+def at_level(scores: list[Scores], task: str, level: str) -> list[Scores]:
+    """The items of one difficulty level (``Task.item_level``) only."""
+    out = []
+    for s in scores:
+        keep = np.array([TASKS[task].item_level(i) == level for i in s.ids])
+        out.append(Scores(tuple(np.array(s.ids)[keep]), s.numer[keep], s.denom[keep], None))
+    return out
+
+
+def levels_of(scores: Scores, task: str) -> list[str]:
+    """The difficulty levels of a task's items in their first appearance's order (the held-out set's), or none
+    when they are all of one level."""
+    found = list(dict.fromkeys(TASKS[task].item_level(i) for i in scores.ids))
+    return [] if len(found) < 2 or None in found else found
+
+
 def cell(iv: stats.Interval | None, digits: int = 1, signed: bool = False) -> str:
     """``59.3 [56.1, 62.4]`` (``signed``: ``+8.1 [5.2, 11.0]``, marked * when the interval excludes 0)."""
     if iv is None:
@@ -244,13 +261,23 @@ def _budget_cells(sub: pd.DataFrame) -> dict[str, str]:
     return out
 
 
+def _variants(cfg: Config, scores: dict, sampled: dict | None) -> list[tuple[str, dict]]:
+    """(column suffix, scores by model and task): greedy, then the sampled completions when there are any."""
+    return [("", scores)] + ([(f" T={cfg.evaluate.sampled_temperature:g}", sampled)] if sampled else [])
+
+
 def main_table(
-    cfg: Config, frame: pd.DataFrame, scores: dict[tuple[str, str], Scores]
+    cfg: Config,
+    frame: pd.DataFrame,
+    scores: dict[tuple[str, str], Scores],
+    sampled: dict[tuple[str, str], Scores] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, list[dict[str, Any]]]:
     """The text comparison: (markdown frame, CSV frame with low/high columns, interval records).
 
-    ``scores`` maps (model, task) to its per-item scores; a row's seeds are its models."""
+    ``scores`` maps (model, task) to its per-item scores; a row's seeds are its models. ``sampled``: the same for
+    the completions sampled at ``evaluate.sampled_temperature``, as a second pair of accuracy and gain columns."""
     labels = ["base", "sft", *cfg.text_methods]
+    variants = _variants(cfg, scores, sampled)
     md, csv, records = [], [], []
     for label in labels:
         sub = frame[frame["row"] == label]
@@ -259,22 +286,64 @@ def main_table(
         row_md, row_csv = {"model": display(label)}, {"model": display(label)}
         start = start_of(cfg, label)
         for t in cfg.tasks:
-            models = list(sub[sub["task"] == t]["model"])
-            if not models:
+            rows = sub[sub["task"] == t]
+            if rows.empty:
                 continue
-            acc = row_interval([scores[m, t] for m in models])
-            gain = None if start is None else start_gain(cfg, frame, sub[sub["task"] == t], start, scores)
-            reward = sub[sub["task"] == t]["mean_reward"].mean()
-            row_md |= {f"{t} acc (%)": cell(acc), f"{t} Δ vs start": cell(gain, signed=True),
-                       f"{t} reward": f"{reward:.3f}"}  # fmt: skip
-            row_csv |= _csv_cells(f"{t} acc", acc) | _csv_cells(f"{t} gain", gain) | {f"{t} reward": reward}
-            records += _records(label, t, "accuracy", acc) + _records(label, t, f"gain vs {start}", gain)
+            for hot, by_model in variants:
+                acc = row_interval([by_model[m, t] for m in rows["model"]])
+                gain = None if start is None else start_gain(cfg, frame, rows, start, by_model)
+                row_md |= {f"{t}{hot} acc (%)": cell(acc), f"{t}{hot} Δ vs start": cell(gain, signed=True)}
+                row_csv |= _csv_cells(f"{t}{hot} acc", acc) | _csv_cells(f"{t}{hot} gain", gain)
+                records += _records(label, t, f"accuracy{hot}", acc)
+                records += _records(label, t, f"gain vs {start}{hot}", gain)
+            reward = rows["mean_reward"].mean()
+            row_md[f"{t} reward"], row_csv[f"{t} reward"] = f"{reward:.3f}", reward
         seeds = sub["seed"].nunique()
         row_md |= {**_budget_cells(sub), "seeds": str(seeds)}
         row_csv |= {**_budget_cells(sub), "seeds": seeds}
         md.append(row_md)
         csv.append(row_csv)
     return _fill(pd.DataFrame(md)), pd.DataFrame(csv), records
+
+
+def _level_scores(by_model: dict[tuple[str, str], Scores], task: str, level: str):
+    """A model's scores on one level of ``task`` (for :func:`rows_difference`)."""
+    return lambda model: at_level([by_model[model, task]], task, level)[0]
+
+
+def levels_table(
+    cfg: Config,
+    frame: pd.DataFrame,
+    scores: dict[tuple[str, str], Scores],
+    sampled: dict[tuple[str, str], Scores] | None = None,
+) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """Per difficulty level (``Task.item_level``) of each text task whose held-out items span several: one line per
+    (task, level) with the base and SFT rows' accuracy and every RL row's gain over its start model (paired as in
+    :func:`main_table`), greedy and, with ``sampled``, at ``evaluate.sampled_temperature``. Returns (markdown
+    frame, interval records); empty when no task has levels."""
+    variants = _variants(cfg, scores, sampled)
+    md, records = [], []
+    for t in cfg.tasks:
+        first = frame[frame["task"] == t]["model"]
+        for level in [] if first.empty else levels_of(scores[first.iloc[0], t], t):
+            line = {"task": t, "level": level}
+            for label in ["base", "sft", *cfg.text_methods]:
+                rows = frame[(frame["row"] == label) & (frame["task"] == t)]
+                if rows.empty:
+                    continue
+                start = start_of(cfg, label)
+                for hot, by_model in variants:
+                    score = _level_scores(by_model, t, level)
+                    if label in ("base", "sft"):
+                        iv, name, metric = row_interval([score(m) for m in rows["model"]]), display(label), "accuracy"
+                    else:
+                        starts = frame[(frame["row"] == start) & (frame["task"] == t)]
+                        iv = rows_difference(cfg, rows, starts, score, by_seed=True)
+                        name, metric = f"{display(label)} Δ", f"gain vs {start}"
+                    line[f"{name}{hot}"] = cell(iv, signed=label not in ("base", "sft"))
+                    records += _records(label, t, f"{metric}{hot}, {level}", iv)
+            md.append(line)
+    return _fill(pd.DataFrame(md)), records
 
 
 def start_gain(

@@ -324,6 +324,10 @@ sft: {gradient_checkpointing: true, launch: {launcher: accelerate, num_processes
 # holding it) says so with the word "default"
 DELIBERATE = {
     "download.base_per_seed",
+    "download.pretrain.max_steps",
+    "task_params.sudoku4.num_empty",
+    "task_params.sudoku4.num_empty_max",
+    "evaluate.sampled_temperature",
     "rebrl_ablation.methods",
     "grpo.sampler.kv_cache",
     "model.position_embedding",

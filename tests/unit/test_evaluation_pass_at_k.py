@@ -1,4 +1,5 @@
-"""pass@k of a text task (ddmrl.evaluation.pass_at_k, evaluate.pass_at_k) and its table (ddmrl.tables)."""
+"""pass@k of a text task (ddmrl.evaluation.pass_at_k, evaluate.pass_at_k) and its table (ddmrl.tables); the one
+sampled decoding per item beside the greedy one (ddmrl.evaluation.with_sampled, evaluate.sampled_temperature)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 
 from ddmrl import stats
 from ddmrl.config import Config, PassAtKConfig, SamplerConfig
-from ddmrl.evaluation import pass_at_k
+from ddmrl.evaluation import evaluate, pass_at_k, with_sampled
 from ddmrl.models.tokenizer import build_tokenizer
 from ddmrl.tables import pass_at_k_table
 from ddmrl.tasks import make_task
@@ -58,3 +59,23 @@ def test_the_table_pools_seeds_and_refuses_different_items(tmp_path):
     runs[1]["pass_at_k"]["ids"] = ["a", "c"]
     with pytest.raises(ValueError, match="different held-out items"):
         pass_at_k_table(cfg, frame, runs)
+
+
+def test_sampled_decoding_beside_the_greedy_one(task, make_model):
+    """evaluate.sampled_temperature: every item decoded once more at that temperature, the same draws for every
+    call with the same seed. At temperature 0 it is greedy decoding again: the identity that pins the plumbing."""
+    tok = build_tokenizer(task.alphabet, task.special_tokens)
+    model = make_model(max_positions=prompt_length(task) + task.completion_length, tokenizer=tok)
+    held_out = task.held_out(6, seed=0)
+    sampler = SamplerConfig(block_length=4, steps=4, temperature=0.0)
+    metrics, records = evaluate(model, tok, task, held_out, sampler, batch_size=4, seed=0)
+    same, again = (with_sampled(model, tok, task, held_out, sampler, t, 4, 0, metrics, records) for t in (0.0, 0.0))
+    assert same == again and same[0]["sampled"]["accuracy"] == metrics["accuracy"]
+    assert [r["sampled"]["generation"] for r in same[1]] == [r["generation"] for r in records]
+    hot, hot_records = with_sampled(model, tok, task, held_out, sampler, 1.0, 4, 0, metrics, records)
+    assert hot["sampled"]["temperature"] == 1.0 and hot["accuracy"] == metrics["accuracy"]
+    assert [r["sampled"]["generation"] for r in hot_records] != [r["generation"] for r in records]
+    assert hot_records == with_sampled(model, tok, task, held_out, sampler, 1.0, 4, 0, metrics, records)[1]
+    cells = sum(r["sampled"]["cells_correct"] for r in hot_records) / sum(r["cells_empty"] for r in records)
+    assert hot["sampled"]["accuracy"] == pytest.approx(100 * cells)
+    assert {"id", "question"}.isdisjoint(hot_records[0]["sampled"]) and "reward" in hot_records[0]["sampled"]

@@ -12,14 +12,17 @@ import pandas as pd
 import pytest
 
 from ddmrl.config import load
+from ddmrl.errors import DataError
 from ddmrl.geneval import summarize
 from ddmrl.tables import (
     IMAGE_COLUMNS,
     Scores,
+    at_level,
     credit_summary,
     gain_interval,
     image_scores,
     image_table,
+    levels_table,
     lm_eval_long,
     lm_eval_table,
     main_table,
@@ -237,3 +240,55 @@ def test_lm_evals_metrics_are_a_row_per_model_row_and_a_column_per_task_and_metr
     assert list(table["model"]) == ["base", "UniGRPO (RL on arith)", "UniGRPO (RL on sudoku4)"]
     assert list(table["arith acc"]) == ["0.500", "0.700 (0.600-0.800, 2 models)", "0.700"]
     assert table["arith exact_match (strict-match)"].iloc[1] == "0.250"
+
+
+def test_sampled_columns_and_the_per_level_table(tmp_path):
+    """evaluate.sampled_temperature adds a second accuracy and gain per task (from each record's ``sampled``), and
+    Sudoku items with a spread of blanks get a line per level: base and SFT accuracy on that level's items, each RL
+    row's gain over SFT paired seed by seed. Built so that RL gains 2 cells of 12 on the 12-blank puzzles only
+    (+16.7 points there, 0 on the 4-blank ones) and its sampled completions gain 1 cell everywhere."""
+    (tmp_path / "params.yaml").write_text(
+        "tasks: [sudoku4]\ndownload: {base_per_seed: true}\ngrpo: {methods: [unigrpo], seeds: [0, 1, 2]}\n"
+        "evaluate: {sampled_temperature: 1.0}\n"
+    )
+    cfg = load(tmp_path / "params.yaml")
+    ids = [("0" * k + format(i, "x").replace("0", "g"), k) for k in (4, 12) for i in range(150)]  # 4 then 12 blanks
+    rng = np.random.default_rng(4)
+    evals, greedy, sampled = [], {}, {}
+    for seed in range(3):
+        right = {i: rng.integers(0, k - 2 if k == 12 else k, endpoint=True) for i, k in ids}  # cells right per item
+        for model, plus, hot in ((f"base_s{seed}", 0, 0), (f"sft_s{seed}", 0, 0), (f"unigrpo_sudoku4_s{seed}", 2, 1)):
+            rows = []
+            for i, k in ids:
+                got = right[i] + (plus if k == 12 else 0)
+                rows.append({"id": i, "cells_correct": int(got), "cells_empty": k, "reward": 0.0,
+                             "sampled": {"cells_correct": int(max(got - 1, 0) + hot), "cells_empty": k}})  # fmt: skip
+            path = write_jsonl(tmp_path / model / "sudoku4.jsonl", rows)
+            greedy[model, "sudoku4"] = text_scores(path, "sudoku4")
+            sampled[model, "sudoku4"] = text_scores(path, "sudoku4", sampled=True)
+            evals.append({"model": model, "task": "sudoku4", "accuracy": 0.0, "mean_reward": 0.0})
+    frame = results_frame(cfg, evals, {})
+    md, csv, _ = main_table(cfg, frame, greedy, sampled)
+    row = csv.set_index("model").loc["UniGRPO"]
+    assert list(md.columns[1:6]) == ["sudoku4 acc (%)", "sudoku4 Δ vs start", "sudoku4 T=1 acc (%)",
+                                     "sudoku4 T=1 Δ vs start", "sudoku4 reward"]  # fmt: skip
+    assert row["sudoku4 gain"] == pytest.approx(100 * 2 * 150 / (150 * 16))  # pooled over the cells of both levels
+    assert row["sudoku4 T=1 gain"] > row["sudoku4 gain"] and row["sudoku4 T=1 gain low"] > 0
+    same, _, _ = main_table(cfg, frame, greedy, greedy)  # the same scores twice: the same cells twice
+    assert same["sudoku4 T=1 Δ vs start"].tolist() == same["sudoku4 Δ vs start"].tolist()
+
+    levels, records = levels_table(cfg, frame, greedy, sampled)
+    assert list(levels["level"]) == ["4 blanks", "12 blanks"] and list(levels.columns[2:4]) == ["base", "base T=1"]
+    gains = {r["metric"]: r for r in records if r["row"] == "unigrpo"}
+    assert gains["gain vs sft, 4 blanks"]["estimate"] == pytest.approx(0.0)
+    assert gains["gain vs sft, 12 blanks"]["estimate"] == pytest.approx(100 * 2 / 12)
+    assert gains["gain vs sft, 12 blanks"]["low"] > 10 and levels.iloc[1]["UniGRPO Δ"].endswith("*")
+    sft = np.mean(
+        [at_level([greedy[f"sft_s{s}", "sudoku4"]], "sudoku4", "12 blanks")[0].numer.sum() for s in range(3)]
+    )
+    sft_row = next(r for r in records if r["row"] == "sft" and r["metric"] == "accuracy, 12 blanks")
+    assert sft_row["estimate"] == pytest.approx(sft / (150 * 12))
+    one_level = {k: Scores(v.ids[:150], v.numer[:150], v.denom[:150]) for k, v in greedy.items()}
+    assert levels_table(cfg, frame, one_level)[1] == []
+    with pytest.raises(DataError, match="sampled"):
+        text_scores(write_jsonl(tmp_path / "greedy_only.jsonl", [{"id": "x", "cells_correct": 1}]), "sudoku4", True)

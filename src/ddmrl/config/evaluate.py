@@ -54,6 +54,13 @@ class EvaluateConfig(Section):
     pass_at_k: PassAtKConfig = Field(
         default_factory=PassAtKConfig, description="pass@k from sampled completions (text tasks; n: 0 is off)."
     )
+    sampled_temperature: Float = Field(
+        0.0,
+        ge=0,
+        description="Text: also decode every held-out item once at this temperature, the rollouts' policy, and report "
+        "its accuracy and gain beside the greedy ones (RL sharpens sampling towards what greedy decoding already "
+        "returns, so the greedy gain understates what it learnt). 0: off.",
+    )
 
 
 @section

@@ -647,7 +647,7 @@ def _evaluate_mar(new: StageFactory, kind: str, model: str, model_dir: str, wild
 #: what the tables stage writes (``data/tables/<name>``), by branch; the stage's own outputs
 TABLES_TEXT = (
     "text_table.md", "text_table.csv", "text_table.html", "results_long.csv", "sft_rollouts.md", "sft_rollouts.csv",
-    "reward_curves.png", "kl_curves.png", "loss_curves.png", "clip_ratio_curves.png",
+    "reward_curves.png", "kl_curves.png", "loss_curves.png", "clip_ratio_curves.png", "levels.md",
 )  # fmt: skip
 TABLES_CREDIT = ("credit.csv", "credit_by_reveal_step.png", "credit_summary.csv", "credit_summary.md")
 TABLES_PASS_AT_K = ("pass_at_k.md", "pass_at_k.csv")  # with evaluate.pass_at_k.n > 0
@@ -684,7 +684,8 @@ def tables(new: StageFactory) -> Stage:
         "tables", "tables", {**args, "--out": out}, deps=tuple(p for v in reads.values() for p in v),
         dvc_deps=tuple(args.values()),
         params=("profile", "grpo.methods", "grpo.seeds", "tasks", "image.tasks", "image.methods", "image.seeds",
-                "mar.methods", "mar.seeds", "rebrl_ablation", "image.eval_tasks", "evaluate.pass_at_k"),
+                "mar.methods", "mar.seeds", "rebrl_ablation", "image.eval_tasks", "evaluate.pass_at_k",
+                "evaluate.sampled_temperature"),
         outs=tuple(f"{out}/{n}" for n in (*names, *TABLES_COMPARISONS, TABLES_CURVES)),
         dir_outs=(f"{out}/{CONTACT_SHEETS}",) if cfg.image.tasks else (), metrics=(f"{out}/{TABLES_METRICS}",),
         # the per-item scores of the intervals come from each text task's scorer; row labels from the methods

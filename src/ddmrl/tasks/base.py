@@ -89,6 +89,11 @@ class Task(ABC):
         ids)."""
         return self.generate(n, seed)
 
+    @staticmethod
+    def item_level(item_id: str) -> str | None:
+        """An item's difficulty level from its id, for the tables' per-level rows (None: the task has no levels)."""
+        return None
+
     def chat_text(self, example: Example, tokenizer: Any) -> str:
         """The model input text of a chat task (:attr:`chat`)."""
         raise NotImplementedError(f"{self.name} is not a chat task")

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from ddmrl.config._base import Int, Section, refuse, section
+from ddmrl.seeding import derive_seed
 from ddmrl.tasks.base import Example, Task
 from ddmrl.tasks.d1_scoring import sudoku_cells, sudoku_reward
 
@@ -79,7 +80,7 @@ class Params(Section):
         le=12,
         description="0: every puzzle has num_empty blanks; else each draw takes its blanks uniformly from "
         "num_empty..num_empty_max, so levels with fewer unique puzzles come out rarer (4..12: 18 % of puzzles have 4 "
-        "blanks, 0.2 % have 12).",
+        "blanks, 0.2 % have 12); the held-out set has every level in equal shares (the tables report each level).",
     )
 
     @model_validator(mode="after")
@@ -125,6 +126,25 @@ class Sudoku4(Task):
                     gold={"puzzle": puzzle, "solution": solution},
                 )
         raise RuntimeError(f"sudoku4: no unique puzzle found with {self.num_empty} empty cells")
+
+    def held_out(self, n: int, seed: int) -> list[Example]:
+        """``n`` distinct puzzles drawn with ``seed``; with a spread, every number of blanks in equal shares (the
+        first ``n`` mod levels levels one more), each level drawn with its own seed, so that every level has items
+        however rare its unique puzzles are among the training draws."""
+        if not self.num_empty_max:
+            return self.generate(n, seed)
+        levels = range(self.num_empty, self.num_empty_max + 1)
+        per, extra = divmod(n, len(levels))
+        return [
+            ex
+            for i, k in enumerate(levels)
+            for ex in Sudoku4(k).generate(per + (i < extra), derive_seed(seed, "blanks", k))
+        ]
+
+    @staticmethod
+    def item_level(item_id: str) -> str:
+        """An item's difficulty level: its number of blanks (the ``0`` s of its id, its puzzle)."""
+        return f"{item_id.count('0')} blanks"
 
     def reward(self, completion: str, example: Example) -> float:
         """d1's training reward: fraction of the empty cells right in the last ``<answer>`` block."""

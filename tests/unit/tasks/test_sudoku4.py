@@ -115,6 +115,23 @@ def test_without_a_spread_no_draw_is_spent_on_the_blanks():
     assert Sudoku4(num_empty=8, num_empty_max=8).generate(30, seed=5) != Sudoku4(num_empty=8).generate(30, seed=5)
 
 
+def test_with_a_spread_the_held_out_set_has_every_level_in_equal_shares():
+    """However rare a level's unique puzzles are among the training draws (0.2 % at 12 blanks), the held-out set
+    has n // levels of each (the first n mod levels one more): every level has items at some base model's
+    frontier. Each level's items are that level's own generator's draws (a larger n keeps the smaller one's); without
+    a spread the held-out set is the generator's draws, as before."""
+    task = Sudoku4(num_empty=4, num_empty_max=12)
+    held_out = task.held_out(50, seed=7)
+    levels = [task.item_level(e.id) for e in held_out]
+    assert len({e.id for e in held_out}) == 50 and all(count_solutions(e.id) == 1 for e in held_out)
+    assert levels == [f"{k} blanks" for k in range(4, 13) for _ in range(6 if k < 9 else 5)]
+    assert held_out == task.held_out(50, seed=7) and held_out != task.held_out(50, seed=8)
+    larger = task.held_out(90, seed=7)
+    assert [e for e in larger if e.id.count("0") == 4][:6] == held_out[:6]  # a level's first draws do not move
+    assert Sudoku4(num_empty=8).held_out(30, seed=5) == Sudoku4(num_empty=8).generate(30, seed=5)
+    assert Sudoku4.item_level("3102200002100320") == "8 blanks"
+
+
 @pytest.mark.parametrize(("num_empty", "num_empty_max"), [(8, 6), (4, 13)])
 def test_spread_out_of_range(num_empty, num_empty_max):
     with pytest.raises(ValueError, match="num_empty_max"):
