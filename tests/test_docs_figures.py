@@ -60,8 +60,7 @@ def parse_table(text: str, first_column: str) -> dict[str, dict[str, str]]:
 
 def test_every_quoted_interval_is_in_the_committed_tables():
     for doc in DOCS:
-        # the README's image column is 8da8cbb's (the image branch was not rerun at 5a89a3c: docs/main_job/RUN.md)
-        tables = committed(*QUOTED) if doc.name == "results.md" else committed(PREVIOUS[0])
+        tables = committed(*QUOTED) if doc.name == "results.md" else committed()
         text = doc.read_text(encoding="utf-8")
         missing = [f for f in INTERVAL.findall(text) if f not in tables]
         assert not missing, f"{doc.name} quotes figures that no committed table of the main job holds: {missing}"
@@ -91,8 +90,7 @@ def test_every_table_row_of_the_results_is_a_row_of_the_committed_tables():
 def test_the_readme_table_is_the_committed_text_and_image_tables():
     readme = parse_table((REPO / "README.md").read_text(encoding="utf-8"), "model")
     text = parse_table((RUN / "text_table.md").read_text(encoding="utf-8"), "model")
-    # the image branch was not rerun with the main job of 5a89a3c (RUN.md): its table is 8da8cbb's
-    image = parse_table((REPO / "docs" / "main_job_8da8cbb" / "image_table.md").read_text(encoding="utf-8"), "model")
+    image = parse_table((RUN / "image_table.md").read_text(encoding="utf-8"), "model")
     assert list(readme) == list(text)
     for model, row in readme.items():
         assert row["Sudoku (cells)"] == text[model]["sudoku4 acc (%)"]

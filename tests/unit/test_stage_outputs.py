@@ -63,9 +63,7 @@ def test_tables_that_differ_only_in_wall_time_are_the_same_result(tmp_path):
 def test_the_committed_tables_lose_only_their_wall_clock_column():
     """The main job's tables (docs/main_job/, copied from its data/tables/): every row, every column but the wall
     time per run."""
-    # the image branch was not rerun with the main job of 5a89a3c: its latest table is 8da8cbb's
-    docs = REPO / "docs"
-    for path in (docs / "main_job" / "text_table.csv", docs / "main_job_8da8cbb" / "image_table.csv"):
+    for path in (REPO / "docs" / "main_job" / "text_table.csv", REPO / "docs" / "main_job" / "image_table.csv"):
         name = path.name
         with open(path, newline="") as f:
             header, *rows = list(csv.reader(f))
