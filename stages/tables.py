@@ -76,6 +76,13 @@ Per base model (seeds 0 / 1 / 2): the row's accuracy, and its gain over its own 
 * when that interval excludes 0). Over base models: bootstrapped over the base models (each with its one RL seed)
 and the items, each gain paired with its own base model's start model: the text table's Δ vs start.
 """
+SAMPLED_BASE_MODELS_NOTE = """
+## Sampled at T={t:g}, per base model
+
+The same, on the completions decoded once each at temperature {t:g} (evaluate.sampled_temperature): the text table's
+T={t:g} columns, base model by base model.
+
+"""
 TRAINING_REWARD_NOTE = f"""
 ## Training reward per base model
 
@@ -132,8 +139,12 @@ def main() -> None:
         if per_seed_bases(cfg):  # each seed its own base model: the rows base model by base model
             by_base, _ = base_model_table(cfg, per_seed_scores(cfg, scores))
             title = "Held-out accuracy per base model (seed s's runs start from base model s)"
-            trained = TRAINING_REWARD_NOTE + "\n" + to_markdown(training_reward_table(cfg, curves))
-            write_text(out / "base_models.md", f"# {title}\n\n" + to_markdown(by_base) + BASE_MODELS_NOTE + trained)
+            body = to_markdown(by_base) + BASE_MODELS_NOTE
+            if sampled:
+                at_t, _ = base_model_table(cfg, per_seed_scores(cfg, sampled))
+                body += SAMPLED_BASE_MODELS_NOTE.format(t=cfg.evaluate.sampled_temperature) + to_markdown(at_t)
+            body += TRAINING_REWARD_NOTE + "\n" + to_markdown(training_reward_table(cfg, curves))
+            write_text(out / "base_models.md", f"# {title}\n\n" + body)
         frames.append(frame)
         room = rollout_table([read_json(p) for p in files["rollouts"]])
         write_csv(out / "results_long.csv", frame)

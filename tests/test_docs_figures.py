@@ -87,6 +87,19 @@ def test_every_table_row_of_the_results_is_a_row_of_the_committed_tables():
     assert [r for r in quoted if r not in rows] == []
 
 
+def test_the_base_model_table_agrees_with_the_text_table_greedy_and_sampled():
+    """base_models.md's "over base models" columns are the text table's, greedy and (its T=1 section) sampled."""
+    text = parse_table((RUN / "text_table.md").read_text(encoding="utf-8"), "model")
+    greedy, sampled = (RUN / "base_models.md").read_text(encoding="utf-8").split("## Sampled at T=1")
+    for part, suffix in ((greedy, ""), (sampled, " T=1")):
+        by_base = parse_table(part, "model")
+        assert list(by_base) == list(text)
+        for model, row in by_base.items():
+            for task in ("sudoku4", "chain"):
+                assert row[f"{task}: acc over base models"] == text[model][f"{task}{suffix} acc (%)"]
+                assert row[f"{task}: Δ vs start over base models"] == text[model][f"{task}{suffix} Δ vs start"]
+
+
 def test_the_readme_table_is_the_committed_text_and_image_tables():
     readme = parse_table((REPO / "README.md").read_text(encoding="utf-8"), "model")
     text = parse_table((RUN / "text_table.md").read_text(encoding="utf-8"), "model")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -192,23 +193,24 @@ def difference(scores: Scores, start: Scores) -> Scores:
     return Scores(start.ids, mine.numer - start.numer, start.denom, start.strata)
 
 
+def _subset(scores: list[Scores], keep: Callable[[Scores], np.ndarray]) -> list[Scores]:
+    """Each seed's items where ``keep`` (a boolean mask over its items) holds, without strata."""
+    out = []
+    for s in scores:
+        mask = keep(s)  # [N]
+        out.append(Scores(tuple(np.array(s.ids)[mask]), s.numer[mask], s.denom[mask], None))
+    return out
+
+
 def _only(scores: list[Scores], stratum: str | None) -> list[Scores]:
     if stratum is None:
         return scores
-    out = []
-    for s in scores:
-        keep = np.array([t == stratum for t in s.strata])
-        out.append(Scores(tuple(np.array(s.ids)[keep]), s.numer[keep], s.denom[keep], None))
-    return out
+    return _subset(scores, lambda s: np.array([t == stratum for t in s.strata]))
 
 
 def at_level(scores: list[Scores], task: str, level: str) -> list[Scores]:
     """The items of one difficulty level (``Task.item_level``) only."""
-    out = []
-    for s in scores:
-        keep = np.array([TASKS[task].item_level(i) == level for i in s.ids])
-        out.append(Scores(tuple(np.array(s.ids)[keep]), s.numer[keep], s.denom[keep], None))
-    return out
+    return _subset(scores, lambda s: np.array([TASKS[task].item_level(i) == level for i in s.ids]))
 
 
 def levels_of(scores: Scores, task: str) -> list[str]:
