@@ -23,13 +23,14 @@ PREVIOUS = tuple(REPO / "docs" / f"main_job_{c}" for c in ("8da8cbb", "c1f57a2",
 EXTENDED = REPO / "docs" / "extended_run"  # likewise
 MDPO = REPO / "docs" / "mdpo_run"  # likewise
 MEMBERS = REPO / "docs" / "members_run"  # likewise
+EVERY = REPO / "docs" / "every_method_run"  # likewise
 FIELD = REPO / "docs" / "field_run"  # likewise
 VALIDATION = REPO / "docs" / "validation_run"  # likewise
 DIFFICULTY = REPO / "docs" / "difficulty_probe"  # likewise
 FLEXIBILITY = (REPO / "docs" / "flexibility_run", REPO / "docs" / "flexibility_run" / "block")  # likewise
 DOCS = [REPO / "README.md", REPO / "docs" / "results.md"]
 #: every folder docs/results.md may quote besides the main job's
-QUOTED = (*PREVIOUS, EXTENDED, MDPO, MEMBERS, FIELD, VALIDATION, DIFFICULTY, *FLEXIBILITY)
+QUOTED = (*PREVIOUS, EXTENDED, MDPO, MEMBERS, EVERY, FIELD, VALIDATION, DIFFICULTY, *FLEXIBILITY)
 #: a figure with its interval as the tables write it: ``45.7 [43.7, 47.5]``, ``+4.6 [+2.4, +6.9]*``
 INTERVAL = re.compile(r"[+-]?\d+\.\d \[[+-]?\d+\.\d, [+-]?\d+\.\d\]\*?")
 
