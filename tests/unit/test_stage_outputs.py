@@ -63,8 +63,8 @@ def test_tables_that_differ_only_in_wall_time_are_the_same_result(tmp_path):
 def test_the_committed_tables_lose_only_their_wall_clock_column():
     """The main job's tables (docs/main_job/, copied from its data/tables/): every row, every column but the wall
     time per run."""
-    for path in (REPO / "docs" / "main_job" / "text_table.csv", REPO / "docs" / "main_job" / "image_table.csv"):
-        name = path.name
+    for name in ("text_table.csv", "image_table.csv"):
+        path = REPO / "docs" / "main_job" / name
         with open(path, newline="") as f:
             header, *rows = list(csv.reader(f))
         table = read_table(path)
